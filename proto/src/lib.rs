@@ -1,0 +1,45 @@
+//! Hearth wire contract v1 (`proto/hearth/v1/*.proto`, package `hearth.v1`).
+//!
+//! Generated message types and tonic services, plus the constants that broker and
+//! SDKs share (metadata keys, protocol version, environment variable names). No I/O.
+
+/// Generated code of package `hearth.v1`.
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub mod v1 {
+    tonic::include_proto!("hearth.v1");
+}
+
+/// Wire contract version this crate speaks (semver). The broker refuses a plugin
+/// whose major version differs.
+pub const PROTOCOL_VERSION: &str = "1.0.0";
+
+/// gRPC metadata key carrying a plugin's spawn token on every call.
+pub const TOKEN_METADATA: &str = "x-hearth-token";
+
+/// gRPC metadata key carrying the admin token (from `<data_dir>/admin.token`).
+pub const ADMIN_TOKEN_METADATA: &str = "x-hearth-admin-token";
+
+/// Environment variable with the broker address (`unix:///…` or `http://127.0.0.1:…`).
+pub const ENV_ADDR: &str = "HEARTH_ADDR";
+/// Environment variable with the plugin's name.
+pub const ENV_PLUGIN: &str = "HEARTH_PLUGIN";
+/// Environment variable with the plugin's spawn token.
+pub const ENV_TOKEN: &str = "HEARTH_TOKEN";
+
+/// Maximum encoded gRPC message size both sides accept, in bytes (64 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Stage names as the HomeAgent SDK spells them, indexed like [`v1::Stage`].
+pub fn stage_name(stage: v1::Stage) -> &'static str {
+    use v1::Stage::*;
+    match stage {
+        Unspecified => "unspecified",
+        OnInput => "on_input",
+        PreAction => "pre_action",
+        PostAction => "post_action",
+        BeforeToolcall => "before_toolcall",
+        AfterToolcall => "after_toolcall",
+        BeforeOutput => "before_output",
+        AfterOutput => "after_output",
+    }
+}
