@@ -1,0 +1,1 @@
+//! Hearth broker (being written).

@@ -1,0 +1,1 @@
+//! Hearth plugin SDK for Rust (being written).
