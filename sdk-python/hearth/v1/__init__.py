@@ -1,0 +1,1 @@
+"""Generated gRPC stubs of package hearth.v1 (scripts/gen-stubs); do not edit."""

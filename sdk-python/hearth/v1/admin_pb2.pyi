@@ -1,0 +1,131 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PluginState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PLUGIN_STATE_UNSPECIFIED: _ClassVar[PluginState]
+    PLUGIN_STATE_STARTING: _ClassVar[PluginState]
+    PLUGIN_STATE_READY: _ClassVar[PluginState]
+    PLUGIN_STATE_CRASHED: _ClassVar[PluginState]
+    PLUGIN_STATE_BACKOFF: _ClassVar[PluginState]
+    PLUGIN_STATE_FAILED: _ClassVar[PluginState]
+    PLUGIN_STATE_STOPPING: _ClassVar[PluginState]
+    PLUGIN_STATE_STOPPED: _ClassVar[PluginState]
+PLUGIN_STATE_UNSPECIFIED: PluginState
+PLUGIN_STATE_STARTING: PluginState
+PLUGIN_STATE_READY: PluginState
+PLUGIN_STATE_CRASHED: PluginState
+PLUGIN_STATE_BACKOFF: PluginState
+PLUGIN_STATE_FAILED: PluginState
+PLUGIN_STATE_STOPPING: PluginState
+PLUGIN_STATE_STOPPED: PluginState
+
+class ListPluginsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PluginStatus(_message.Message):
+    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    DIR_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_EXIT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SDK_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    runtime: str
+    pid: int
+    state: PluginState
+    restarts: int
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    dir: str
+    uptime_ms: int
+    last_exit: str
+    reason: str
+    version: str
+    sdk: str
+    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ...) -> None: ...
+
+class ListPluginsResponse(_message.Message):
+    __slots__ = ("plugins",)
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    plugins: _containers.RepeatedCompositeFieldContainer[PluginStatus]
+    def __init__(self, plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ...) -> None: ...
+
+class RestartPluginRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RestartPluginResponse(_message.Message):
+    __slots__ = ("plugin",)
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    plugin: PluginStatus
+    def __init__(self, plugin: _Optional[_Union[PluginStatus, _Mapping]] = ...) -> None: ...
+
+class ListToolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ToolInfo(_message.Message):
+    __slots__ = ("name", "plugin", "description", "parameters_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    plugin: str
+    description: str
+    parameters_json: str
+    def __init__(self, name: _Optional[str] = ..., plugin: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools",)
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[ToolInfo]
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ...) -> None: ...
+
+class CallToolRequest(_message.Message):
+    __slots__ = ("name", "args_json", "timeout_ms", "user_id", "group_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    args_json: str
+    timeout_ms: int
+    user_id: str
+    group_id: str
+    def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ...) -> None: ...
+
+class CallToolResponse(_message.Message):
+    __slots__ = ("tool", "plugin", "success", "content", "data_json", "error", "elapsed_us")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    plugin: str
+    success: bool
+    content: str
+    data_json: str
+    error: str
+    elapsed_us: int
+    def __init__(self, tool: _Optional[str] = ..., plugin: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ...) -> None: ...

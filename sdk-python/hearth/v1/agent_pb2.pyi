@@ -1,0 +1,124 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ChatRequest(_message.Message):
+    __slots__ = ("message", "user_id", "group_id", "channel", "no_memory")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    NO_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    user_id: str
+    group_id: str
+    channel: str
+    no_memory: bool
+    def __init__(self, message: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., channel: _Optional[str] = ..., no_memory: _Optional[bool] = ...) -> None: ...
+
+class ChatEvent(_message.Message):
+    __slots__ = ("text_delta", "tool_call_started", "tool_call_finished", "confirm_request", "final", "plugin_reply")
+    TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_REPLY_FIELD_NUMBER: _ClassVar[int]
+    text_delta: TextDelta
+    tool_call_started: ToolCallStarted
+    tool_call_finished: ToolCallFinished
+    confirm_request: ConfirmRequest
+    final: Final
+    plugin_reply: PluginReply
+    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ...) -> None: ...
+
+class TextDelta(_message.Message):
+    __slots__ = ("text", "reasoning")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    reasoning: bool
+    def __init__(self, text: _Optional[str] = ..., reasoning: _Optional[bool] = ...) -> None: ...
+
+class ToolCallStarted(_message.Message):
+    __slots__ = ("call_id", "tool", "plugin", "args_json")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    tool: str
+    plugin: str
+    args_json: str
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., plugin: _Optional[str] = ..., args_json: _Optional[str] = ...) -> None: ...
+
+class ToolCallFinished(_message.Message):
+    __slots__ = ("call_id", "tool", "success", "content", "error", "elapsed_us")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    tool: str
+    success: bool
+    content: str
+    error: str
+    elapsed_us: int
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ...) -> None: ...
+
+class ConfirmRequest(_message.Message):
+    __slots__ = ("confirm_id", "tool", "args_json", "timeout_ms")
+    CONFIRM_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    confirm_id: str
+    tool: str
+    args_json: str
+    timeout_ms: int
+    def __init__(self, confirm_id: _Optional[str] = ..., tool: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ConfirmResponse(_message.Message):
+    __slots__ = ("confirm_id", "approved")
+    CONFIRM_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    confirm_id: str
+    approved: bool
+    def __init__(self, confirm_id: _Optional[str] = ..., approved: _Optional[bool] = ...) -> None: ...
+
+class ConfirmAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Final(_message.Message):
+    __slots__ = ("text", "token_usage", "iterations", "error")
+    class TokenUsageEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_USAGE_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    token_usage: _containers.ScalarMap[str, int]
+    iterations: int
+    error: str
+    def __init__(self, text: _Optional[str] = ..., token_usage: _Optional[_Mapping[str, int]] = ..., iterations: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class PluginReply(_message.Message):
+    __slots__ = ("plugin", "text")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    text: str
+    def __init__(self, plugin: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
