@@ -1,0 +1,28 @@
+"""Hearth plugin SDK for Python: serve tools to the Hearth broker over gRPC.
+
+Three plugin styles share one runtime (see README.md):
+
+- HomeAgent: ``class P(Plugin)`` with ``name()``, ``start(self, sdk)`` calling
+  ``sdk.register_tool(name, tool_def, handler)``, and ``stop()``;
+- LinkZone: a ``metadata`` dict and ``execute_tool(self, sender, args)``;
+- decorators: ``@tool`` functions, or ``plugin = Plugin("name")`` with ``@plugin.tool``.
+
+``python -m hearth run path/to/plugin.py`` serves a plugin file. This package imports
+no gRPC code until a plugin is served, so ``import hearth`` stays cheap.
+"""
+
+__version__ = "0.1.0"
+
+from ._plugin import Plugin, PluginSDK, Sender, progress, tool
+
+__all__ = ["Plugin", "PluginSDK", "Sender", "progress", "run", "tool", "__version__"]
+
+
+def run(target=None) -> None:
+    """Serve a plugin and exit the process with the session's exit code.
+
+    `target` is a Plugin instance, a Plugin subclass, a path to a plugin file, or None
+    for the ``__main__`` module (``if __name__ == "__main__": hearth.run()``).
+    """
+    from ._main import run_target
+    run_target(target)

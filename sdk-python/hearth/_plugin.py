@@ -1,0 +1,269 @@
+"""What plugin code touches: `Plugin`, `@tool`, `Sender`, `PluginSDK`, `progress()`.
+
+This module imports nothing heavy (no grpc, no inspect) so that `import hearth` stays
+cheap; the runtime (`hearth._runtime`) is imported only when a plugin is served.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:  # typing costs ~5 ms at import; annotations are strings here
+    from typing import Any, Callable, Dict, List, Optional
+
+__all__ = ["Plugin", "PluginSDK", "Sender", "ToolInfo", "tool", "progress"]
+
+
+class ToolInfo:
+    """What a `@tool` / `@plugin.tool` decoration declares about one function.
+
+    `description` and `parameters` left as None are derived from the function's
+    docstring and type hints when the plugin registers.
+    """
+
+    __slots__ = ("func", "name", "description", "parameters", "serial")
+
+    def __init__(self, func: Callable, name: str, description: Optional[str],
+                 parameters: Optional[dict], serial: bool) -> None:
+        self.func = func
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.serial = serial
+
+
+def _mark(func: Callable, name: Optional[str], description: Optional[str],
+          parameters: Optional[dict], serial: bool) -> Callable:
+    if not callable(func):
+        raise TypeError(f"@tool: {func!r} is not callable")
+    tool_name = name or getattr(func, "__name__", None)
+    if not tool_name or not isinstance(tool_name, str):
+        raise TypeError(f"@tool: cannot name the tool for {func!r}; pass name=...")
+    func.__hearth_tool__ = ToolInfo(func, tool_name, description, parameters, serial)  # type: ignore[attr-defined]
+    return func
+
+
+def tool(func: Optional[Callable] = None, *, name: Optional[str] = None,
+         description: Optional[str] = None, parameters: Optional[dict] = None,
+         serial: bool = False) -> Any:
+    """Declare a function as a tool; usable bare (`@tool`) or with options (`@tool(name=...)`).
+
+    On a module-level function, `python -m hearth run` registers it. On a method of a
+    `Plugin` subclass, the plugin instance registers the bound method.
+
+    The JSON Schema of the arguments comes from the type hints (str, int, float, bool,
+    list[...], dict, Optional[...], Literal[...]; a parameter with a default is not
+    required) unless `parameters` gives one; the description is the docstring's first
+    paragraph unless `description` is given; Google-style ``Args:`` lines describe the
+    parameters. A parameter annotated `hearth.Sender` receives the caller and is not
+    part of the schema. Handlers may be `async def` or plain `def` (run in a thread).
+    """
+    if func is not None:
+        return _mark(func, name, description, parameters, serial)
+    return lambda f: _mark(f, name, description, parameters, serial)
+
+
+class Sender:
+    """Who a call is made for (LinkZone `sender`), plus the event of an inject call.
+
+    Attributes: `user_id`, `group_id`, `channel`, `session_id`; for `handle_event`
+    also `message` (the matched text) and `params` (parsed parameters).
+    """
+
+    __slots__ = ("user_id", "group_id", "channel", "session_id", "message", "params", "_reply")
+
+    def __init__(self, user_id: str = "", group_id: str = "", channel: str = "",
+                 session_id: str = "", message: str = "", params: Optional[List[str]] = None,
+                 reply: Optional[Callable[[str], None]] = None) -> None:
+        self.user_id = user_id
+        self.group_id = group_id
+        self.channel = channel
+        self.session_id = session_id
+        self.message = message
+        self.params = list(params or [])
+        self._reply = reply
+
+    def param(self, index: int) -> Optional[str]:
+        """Parameter `index` of the matched command (LinkZone `sender.param(i)`), or None."""
+        if 0 <= index < len(self.params):
+            return self.params[index]
+        return None
+
+    def reply(self, text: str) -> None:
+        """Send `text` to the user (inject mode; may be called several times).
+
+        Callable from both async handlers and plain handlers running in a thread.
+        """
+        if self._reply is None:
+            raise RuntimeError("sender.reply() is only available in handle_event")
+        self._reply(str(text))
+
+    def __repr__(self) -> str:
+        return (f"Sender(user_id={self.user_id!r}, group_id={self.group_id!r}, "
+                f"channel={self.channel!r}, session_id={self.session_id!r})")
+
+
+class _CallContext:
+    """The call a handler is running for; reached through `progress()`."""
+
+    __slots__ = ("call_id", "tool", "send_progress")
+
+    def __init__(self, call_id: int, tool_name: str, send_progress: Callable[[int, str, float], None]):
+        self.call_id = call_id
+        self.tool = tool_name
+        self.send_progress = send_progress
+
+
+_current_call: contextvars.ContextVar[Optional[_CallContext]] = contextvars.ContextVar(
+    "hearth_current_call", default=None)
+
+
+def progress(message: str = "", fraction: float = -1.0) -> None:
+    """Report progress of the current tool call (extends its timeout on the broker).
+
+    Works in async handlers and in plain handlers running in the thread pool;
+    `fraction` is 0..1 when known, negative otherwise.
+    """
+    ctx = _current_call.get()
+    if ctx is None:
+        raise RuntimeError("hearth.progress() called outside a tool call")
+    ctx.send_progress(ctx.call_id, str(message), float(fraction))
+
+
+class ToolEntry:
+    """One tool as the runtime registers it (internal)."""
+
+    __slots__ = ("name", "description", "parameters", "ai_tool", "serial", "kind", "func",
+                 "sender_param")
+
+    def __init__(self, name: str, *, description: str = "", parameters: Optional[dict] = None,
+                 ai_tool: Optional[dict] = None, serial: bool = False, kind: str, func: Callable,
+                 sender_param: Optional[str] = None):
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.ai_tool = ai_tool
+        self.serial = serial
+        # "value" (HomeAgent handler(args)), "kwargs" (@tool function), "linkzone"
+        # (execute_tool(sender, args)).
+        self.kind = kind
+        self.func = func
+        # For "kwargs" tools: the parameter that receives the Sender, if any.
+        self.sender_param = sender_param
+
+
+class PluginSDK:
+    """The object HomeAgent-style plugins receive in `start(self, sdk)`.
+
+    `register_tool(name, tool_def, handler)`: `tool_def` is a dict (or an object with
+    attributes) with `description` and `parameters` (a JSON Schema of the arguments
+    object; `name` optional); `handler(args)` gets the arguments dict and returns any
+    value: a string is the content as is, other values travel as JSON, and a dict with
+    `isError: True` is an error result whose text is its `content`.
+    """
+
+    def __init__(self, plugin_name: str) -> None:
+        self._plugin_name = plugin_name
+        self._tools: Dict[str, ToolEntry] = {}
+        self._lock = threading.Lock()
+        # Set by the runtime once registered: sends later registrations on the stream.
+        self._live_register: Optional[Callable[[ToolEntry], None]] = None
+        self._live_unregister: Optional[Callable[[str], None]] = None
+
+    @property
+    def plugin_name(self) -> str:
+        """Name of the plugin this SDK object belongs to."""
+        return self._plugin_name
+
+    def register_tool(self, name: str, tool_def: Any, handler: Callable[[dict], Any]) -> None:
+        """Register tool `name` (unique across all plugins) with its definition and handler."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"plugin {self._plugin_name}: register_tool: name must be a non-empty string")
+        if not callable(handler):
+            raise TypeError(f"plugin {self._plugin_name}: tool {name}: handler is not callable")
+
+        def field(key: str) -> Any:
+            if isinstance(tool_def, dict):
+                return tool_def.get(key)
+            return getattr(tool_def, key, None) or getattr(tool_def, key.capitalize(), None)
+
+        params = field("parameters")
+        if params is None:
+            params = {"type": "object", "properties": {}}
+        if not isinstance(params, dict):
+            raise TypeError(f"plugin {self._plugin_name}: tool {name}: parameters must be a JSON Schema dict")
+        entry = ToolEntry(name, description=str(field("description") or ""), parameters=params,
+                          serial=bool(field("serial")), kind="value", func=handler)
+        with self._lock:
+            if name in self._tools:
+                raise ValueError(f"plugin {self._plugin_name}: tool {name} registered twice")
+            self._tools[name] = entry
+            live = self._live_register
+        if live is not None:
+            live(entry)
+
+    def unregister_tool(self, name: str) -> None:
+        """Remove tool `name` registered earlier by this plugin."""
+        with self._lock:
+            if self._tools.pop(name, None) is None:
+                raise KeyError(f"plugin {self._plugin_name}: no tool {name} to unregister")
+            live = self._live_unregister
+        if live is not None:
+            live(name)
+
+
+class Plugin:
+    """Base class of every plugin style.
+
+    HomeAgent style: override `name()`, `start(self, sdk)` (calls
+    `sdk.register_tool(...)`), `stop()`.
+    LinkZone style: a `metadata` dict (module level or class attribute) and
+    `execute_tool(self, sender, args)` returning `{success, content, data?, error?}`;
+    inject mode: `handle_event(self, sender)` with `sender.param(i)` / `sender.reply()`.
+    Decorator style: `plugin = Plugin("name")` then `@plugin.tool` on functions, or
+    `@tool` on methods of a subclass.
+    `start`, `stop`, `execute_tool` and `handle_event` may be sync or async.
+    """
+
+    #: LinkZone metadata (`name`, `triggers`, `ai: {tool, inject}`); module-level
+    #: `metadata` is used when the class has none.
+    metadata: Optional[dict] = None
+
+    def __init__(self, name: Optional[str] = None, *, version: str = "",
+                 description: str = "", author: str = "") -> None:
+        self._hearth_name = name
+        self._hearth_info = {"version": version, "description": description, "author": author}
+        self._hearth_tools: List[ToolInfo] = []
+
+    def name(self) -> str:
+        """The plugin's name (HomeAgent `Name()`); defaults to the name given to `Plugin(...)`."""
+        return getattr(self, "_hearth_name", None) or ""
+
+    def start(self, sdk: PluginSDK) -> None:
+        """Called once before registration; HomeAgent plugins register tools here."""
+
+    def stop(self) -> None:
+        """Called on Shutdown (and when the broker goes away) to release resources."""
+
+    def execute_tool(self, sender: Sender, args: dict) -> Any:
+        """LinkZone direct mode: run the plugin's tool; return `{success, content, data?, error?}`."""
+        raise NotImplementedError(f"{type(self).__name__}.execute_tool is not implemented")
+
+    def handle_event(self, sender: Sender) -> Any:
+        """LinkZone inject mode: a trigger matched; answer with `sender.reply(text)`."""
+        raise NotImplementedError(f"{type(self).__name__}.handle_event is not implemented")
+
+    def tool(self, func: Optional[Callable] = None, *, name: Optional[str] = None,
+             description: Optional[str] = None, parameters: Optional[dict] = None,
+             serial: bool = False) -> Any:
+        """Decorator registering `func` as a tool of this plugin instance (see `hearth.tool`)."""
+
+        def add(f: Callable) -> Callable:
+            _mark(f, name, description, parameters, serial)
+            tools = self.__dict__.setdefault("_hearth_tools", [])
+            tools.append(f.__hearth_tool__)  # type: ignore[attr-defined]
+            return f
+
+        return add(func) if func is not None else add

@@ -1,0 +1,449 @@
+"""The plugin session: dial the broker, Hello + Register, then serve calls.
+
+One reader loop (`Session._read_loop`) receives every HostMessage and answers Ping at
+once; each InvokeTool / HandleEvent runs as its own asyncio task; every outgoing
+message goes through one queue feeding the request iterator, so writes never
+interleave. Plain `def` handlers run in a thread pool and never delay pongs.
+
+Exit codes of `python -m hearth run`: 0 after Shutdown or when the broker ends the
+stream; 1 when the stream fails (broker unreachable, UNAUTHENTICATED, ...); 2 when the
+plugin cannot be loaded or started; 3 when the broker rejects the registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import grpc
+import grpc.aio
+
+from . import __version__
+from ._loader import Assembled
+from ._plugin import Sender, ToolEntry, _CallContext, _current_call
+from ._result import Outcome, from_exception, from_linkzone, from_value, to_json
+from .v1 import plugin_pb2 as pb
+from .v1 import plugin_pb2_grpc as pb_grpc
+
+PROTOCOL_VERSION = "1.0.0"
+SDK_NAME = "hearth-sdk-python"
+FEATURES = ("cancel", "progress")
+MAX_MESSAGE = 64 * 1024 * 1024
+
+EXIT_OK = 0
+EXIT_STREAM_ERROR = 1
+EXIT_LOAD_ERROR = 2
+EXIT_REJECTED = 3
+
+_TRIGGER_NAMES = {"command": 0, "keyword": 1, "regex": 2, "segment": 3, "event": 4}
+
+
+class ConfigError(Exception):
+    """Missing or malformed HEARTH_* environment."""
+
+
+def log(msg: str) -> None:
+    """One line to stderr (the broker keeps it as the plugin's log)."""
+    try:
+        sys.stderr.write(f"hearth: {msg}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def channel_target(addr: str) -> Tuple[str, list]:
+    """grpc target and extra channel options for a HEARTH_ADDR value."""
+    if addr.startswith("unix:"):
+        # grpcio would send the percent-encoded socket path as :authority, which
+        # hyper/h2 (the broker) rejects.
+        return addr, [("grpc.default_authority", "localhost")]
+    for scheme in ("http://", "https://", "dns:///"):
+        if addr.startswith(scheme):
+            addr = addr[len(scheme):]
+            break
+    addr = addr.rstrip("/")
+    if not addr:
+        raise ConfigError("HEARTH_ADDR has no host:port")
+    return addr, []
+
+
+def _is_async_callable(fn: Callable) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+_lifecycle_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+def _lifecycle_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """A thread of its own for start()/stop(), so busy handler threads cannot delay them."""
+    global _lifecycle_pool
+    if _lifecycle_pool is None:
+        _lifecycle_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hearth-lifecycle")
+    return _lifecycle_pool
+
+
+async def call_handler(fn: Callable, *args: Any, _lifecycle: bool = False, **kwargs: Any) -> Any:
+    """Run `fn`: awaited when async, else in the thread pool (context variables kept)."""
+    if _is_async_callable(fn):
+        return await fn(*args, **kwargs)
+    loop = asyncio.get_running_loop()
+    ctx = contextvars.copy_context()
+    pool = _lifecycle_executor() if _lifecycle else None
+    result = await loop.run_in_executor(pool, functools.partial(ctx.run, fn, *args, **kwargs))
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _opt_float(v: Any, field: str) -> float:
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{field} must be a number, got {v!r}")
+    return float(v)
+
+
+def ai_tool_message(ai: dict, where: str) -> pb.AiTool:
+    """LinkZone `ai.tool` dict → AiTool (parameters keep default/enum as JSON text)."""
+    try:
+        msg = pb.AiTool(
+            usage=str(ai.get("usage") or ""),
+            when_to_use=str(ai.get("when_to_use") or ""),
+            continue_conversation=bool(ai.get("continue", False)),
+            max_calls=int(ai.get("max_calls") or 0),
+            confirm=bool(ai.get("confirm", False)),
+            cooldown_s=_opt_float(ai.get("cooldown"), "cooldown"),
+            timeout_s=_opt_float(ai.get("timeout"), "timeout"),
+        )
+        if ai.get("chainable") is not None:
+            msg.chainable = bool(ai["chainable"])
+        params = ai.get("parameters") or []
+        if not isinstance(params, list):
+            raise ValueError("parameters must be a list")
+        for i, p in enumerate(params):
+            if not isinstance(p, dict) or not p.get("name"):
+                raise ValueError(f"parameters[{i}] must be a dict with a name")
+            param = msg.parameters.add(
+                name=str(p["name"]), type=str(p.get("type") or "string"),
+                description=str(p.get("description") or ""), required=bool(p.get("required", False)),
+            )
+            if "default" in p and p["default"] is not None:
+                param.default_json = to_json(p["default"])
+            if p.get("enum") is not None:
+                if not isinstance(p["enum"], (list, tuple)):
+                    raise ValueError(f"parameter {p['name']}: enum must be a list")
+                param.enum_json = to_json(list(p["enum"]))
+            if p.get("example") is not None:
+                ex = p["example"]
+                param.example = ex if isinstance(ex, str) else to_json(ex)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: metadata.ai.tool: {e}") from None
+    return msg
+
+
+def tool_spec(entry: ToolEntry, where: str) -> pb.ToolSpec:
+    """ToolEntry → ToolSpec: `ai_tool` for LinkZone tools (no parameters_json), else a schema."""
+    spec = pb.ToolSpec(name=entry.name, serial=entry.serial)
+    if entry.ai_tool is not None:
+        spec.ai_tool.CopyFrom(ai_tool_message(entry.ai_tool, f"{where}: tool {entry.name}"))
+    else:
+        spec.description = entry.description
+        spec.parameters_json = to_json(entry.parameters or {"type": "object", "properties": {}})
+    return spec
+
+
+def register_message(a: Assembled) -> pb.Register:
+    """The Register message of an assembled plugin."""
+    where = f"plugin {a.info['name']}"
+    reg = pb.Register(plugin=pb.PluginInfo(**a.info))
+    for entry in a.tools.values():
+        reg.tools.append(tool_spec(entry, where))
+    if a.inject is not None:
+        args = a.inject.get("args") or {}
+        if not isinstance(args, dict):
+            raise ValueError(f"{where}: metadata.ai.inject.args must be a dict")
+        reg.inject.CopyFrom(pb.InjectSpec(usage=str(a.inject.get("usage") or ""),
+                                          format=str(a.inject.get("format") or ""),
+                                          args={str(k): str(v) for k, v in args.items()}))
+    for i, t in enumerate(a.triggers):
+        if not isinstance(t, dict):
+            raise ValueError(f"{where}: metadata.triggers[{i}] must be a dict")
+        ttype = t.get("type", 0)
+        if isinstance(ttype, str):
+            if ttype.lower() not in _TRIGGER_NAMES:
+                raise ValueError(f"{where}: metadata.triggers[{i}].type {ttype!r} is not one of "
+                                 f"{sorted(_TRIGGER_NAMES)}")
+            ttype = _TRIGGER_NAMES[ttype.lower()]
+        if not isinstance(ttype, int) or not 0 <= ttype <= 4:
+            raise ValueError(f"{where}: metadata.triggers[{i}].type must be 0..4, got {ttype!r}")
+        reg.triggers.add(type=ttype, pattern=str(t.get("pattern") or ""))
+    return reg
+
+
+def _sender(msg: pb.Sender, **extra: Any) -> Sender:
+    return Sender(user_id=msg.user_id, group_id=msg.group_id, channel=msg.channel,
+                  session_id=msg.session_id, **extra)
+
+
+class Session:
+    """One Attach stream: handshake, then the read loop and the per-call tasks."""
+
+    def __init__(self, assembled: Assembled) -> None:
+        self.a = assembled
+        self.name = assembled.info["name"]
+        self.loop = asyncio.get_running_loop()
+        self.out: asyncio.Queue = asyncio.Queue()
+        self.tasks: Dict[Tuple[str, int], asyncio.Task] = {}
+        self.cancelled: set = set()
+        self.closing = False
+        self._req_seq = 0
+
+    # ---------------------------------------------------------------- writing
+
+    def send(self, msg: pb.PluginMessage) -> None:
+        """Queue one message (loop thread only)."""
+        self.out.put_nowait(msg)
+
+    def send_threadsafe(self, msg: pb.PluginMessage) -> None:
+        """Queue one message from any thread."""
+        self.loop.call_soon_threadsafe(self.out.put_nowait, msg)
+
+    async def _requests(self):
+        while True:
+            msg = await self.out.get()
+            if msg is None:
+                return
+            yield msg
+
+    # ---------------------------------------------------------------- calls
+
+    def _send_progress(self, call_id: int, message: str, fraction: float) -> None:
+        msg = pb.PluginMessage(progress=pb.Progress(call_id=call_id, message=message, fraction=fraction))
+        try:
+            running = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            running = False
+        (self.send if running else self.send_threadsafe)(msg)
+
+    async def _run_tool(self, inv: pb.InvokeTool) -> None:
+        key = ("tool", inv.call_id)
+        entry = self.a.tools.get(inv.tool)
+        outcome: Optional[Outcome]
+        try:
+            if entry is None:
+                outcome = Outcome(False, "", "", f"plugin {self.name}: unknown tool {inv.tool}")
+            else:
+                try:
+                    args = json.loads(inv.args_json) if inv.args_json else {}
+                except ValueError as e:
+                    raise ValueError(f"args_json is not JSON: {e}") from None
+                if not isinstance(args, dict):
+                    raise TypeError(f"arguments must be a JSON object, got {type(args).__name__}")
+                sender = _sender(inv.sender)
+                _current_call.set(_CallContext(inv.call_id, inv.tool, self._send_progress))
+                if entry.kind == "linkzone":
+                    outcome = from_linkzone(await call_handler(entry.func, sender, args))
+                elif entry.kind == "kwargs":
+                    kwargs = dict(args)
+                    if entry.sender_param:
+                        kwargs[entry.sender_param] = sender
+                    outcome = from_value(await call_handler(entry.func, **kwargs))
+                else:
+                    outcome = from_value(await call_handler(entry.func, args))
+        except asyncio.CancelledError:
+            self.tasks.pop(key, None)
+            return  # cancelled by the broker (or shutdown): nothing is sent
+        except Exception as e:
+            log(f"plugin {self.name}: tool {inv.tool}: call {inv.call_id} failed:\n"
+                + "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip())
+            outcome = from_exception(e)
+        self.tasks.pop(key, None)
+        if inv.call_id in self.cancelled:
+            self.cancelled.discard(inv.call_id)
+            return
+        self.send(pb.PluginMessage(tool_result=pb.ToolResult(
+            call_id=inv.call_id, success=outcome.success, content=outcome.content,
+            data_json=outcome.data_json, error=outcome.error)))
+
+    async def _run_event(self, ev: pb.HandleEvent) -> None:
+        key = ("event", ev.call_id)
+        error = ""
+
+        def reply(text: str) -> None:
+            msg = pb.PluginMessage(reply=pb.Reply(call_id=ev.call_id, text=text))
+            try:
+                same = asyncio.get_running_loop() is self.loop
+            except RuntimeError:
+                same = False
+            (self.send if same else self.send_threadsafe)(msg)
+
+        try:
+            if not self.a.has_event_handler:
+                raise NotImplementedError(f"plugin {self.name} has no handle_event")
+            sender = _sender(ev.sender, message=ev.message, params=list(ev.params), reply=reply)
+            await call_handler(self.a.plugin.handle_event, sender)
+        except asyncio.CancelledError:
+            self.tasks.pop(key, None)
+            return
+        except Exception as e:
+            log(f"plugin {self.name}: handle_event: call {ev.call_id} failed:\n"
+                + "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip())
+            error = from_exception(e).error
+        self.tasks.pop(key, None)
+        if ev.call_id in self.cancelled:
+            self.cancelled.discard(ev.call_id)
+            return
+        self.send(pb.PluginMessage(event_done=pb.EventDone(call_id=ev.call_id, error=error)))
+
+    def _cancel(self, call_id: int) -> None:
+        hit = False
+        for kind in ("tool", "event"):
+            task = self.tasks.pop((kind, call_id), None)
+            if task is not None:
+                hit = True
+                task.cancel()
+        if hit:
+            self.cancelled.add(call_id)
+
+    # ---------------------------------------------------------------- live registration
+
+    def _live_register(self, entry: ToolEntry) -> None:
+        self._req_seq += 1
+        spec = tool_spec(entry, f"plugin {self.name}")
+        self.a.tools[entry.name] = entry
+        msg = pb.PluginMessage(register_tool=pb.RegisterTool(request_id=f"py-{self._req_seq}", tool=spec))
+        self.send_threadsafe(msg)
+
+    def _live_unregister(self, name: str) -> None:
+        self._req_seq += 1
+        self.a.tools.pop(name, None)
+        self.send_threadsafe(pb.PluginMessage(
+            unregister_tool=pb.UnregisterTool(request_id=f"py-{self._req_seq}", name=name)))
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def _stop_plugin(self, budget: float) -> None:
+        try:
+            await asyncio.wait_for(call_handler(self.a.plugin.stop, _lifecycle=True), timeout=max(budget, 0.01))
+        except asyncio.TimeoutError:
+            log(f"plugin {self.name}: stop() did not finish within {budget:.2f}s")
+        except Exception as e:
+            log(f"plugin {self.name}: stop() failed: {type(e).__name__}: {e}")
+
+    def _cancel_all(self) -> None:
+        for task in list(self.tasks.values()):
+            task.cancel()
+        self.tasks.clear()
+
+    async def run(self, addr: str, token: str) -> int:
+        """Attach, register and serve until Shutdown or the end of the stream; returns the exit code."""
+        target, options = channel_target(addr)
+        options += [("grpc.max_send_message_length", MAX_MESSAGE),
+                    ("grpc.max_receive_message_length", MAX_MESSAGE)]
+        register = register_message(self.a)  # ValueError here names the field
+        channel = grpc.aio.insecure_channel(target, options=options)
+        try:
+            stub = pb_grpc.PluginHostStub(channel)
+            self.send(pb.PluginMessage(hello=pb.Hello(
+                protocol_version=PROTOCOL_VERSION, sdk=SDK_NAME, sdk_version=__version__,
+                features=list(FEATURES), pid=os.getpid())))
+            self.send(pb.PluginMessage(register=register))
+            call = stub.Attach(self._requests(), metadata=(("x-hearth-token", token),))
+            return await self._read_loop(call)
+        finally:
+            self._cancel_all()
+            self.out.put_nowait(None)
+            await channel.close(grace=0.2)
+
+    async def _read_loop(self, call) -> int:
+        registered = False
+        while True:
+            try:
+                msg = await call.read()
+            except grpc.aio.AioRpcError as e:
+                if self.closing:
+                    return EXIT_OK
+                log(f"plugin {self.name}: session with the broker failed: "
+                    f"{e.code().name}: {e.details()}")
+                await self._stop_plugin(2.0)
+                return EXIT_STREAM_ERROR
+            if msg is grpc.aio.EOF:
+                if not registered:
+                    log(f"plugin {self.name}: the broker closed the session before registering it")
+                    return EXIT_STREAM_ERROR
+                log(f"plugin {self.name}: the broker closed the session; exiting")
+                await self._stop_plugin(2.0)
+                return EXIT_OK
+            kind = msg.WhichOneof("msg")
+            if kind == "ping":
+                self.send(pb.PluginMessage(pong=pb.Pong(nonce=msg.ping.nonce)))
+            elif kind == "invoke_tool":
+                inv = msg.invoke_tool
+                self.tasks[("tool", inv.call_id)] = asyncio.ensure_future(self._run_tool(inv))
+            elif kind == "cancel":
+                self._cancel(msg.cancel.call_id)
+            elif kind == "handle_event":
+                ev = msg.handle_event
+                self.tasks[("event", ev.call_id)] = asyncio.ensure_future(self._run_event(ev))
+            elif kind == "registered":
+                registered = True
+                r = msg.registered
+                for item in r.rejected:
+                    log(f"plugin {self.name}: broker rejected {item.kind} {item.name}: {item.reason}")
+                self.a.sdk._live_register = self._live_register
+                self.a.sdk._live_unregister = self._live_unregister
+            elif kind == "rejected":
+                r = msg.rejected
+                log(f"plugin {self.name}: registration rejected: {r.reason}")
+                for item in r.items:
+                    log(f"plugin {self.name}:   {item.kind} {item.name}: {item.reason}")
+                self.closing = True
+                return EXIT_REJECTED
+            elif kind == "shutdown":
+                sd = msg.shutdown
+                grace = sd.grace_ms / 1000.0 if sd.grace_ms else 5.0
+                log(f"plugin {self.name}: shutdown requested"
+                    + (f" ({sd.reason})" if sd.reason else ""))
+                self.closing = True
+                await self._stop_plugin(grace * 0.7)
+                return EXIT_OK
+            elif kind == "tool_registration":
+                tr = msg.tool_registration
+                if not tr.ok:
+                    log(f"plugin {self.name}: tool {tr.name}: registration refused: {tr.error}")
+            elif kind == "run_stage":
+                rs = msg.run_stage
+                self.send(pb.PluginMessage(stage_result=pb.StageResult(
+                    call_id=rs.call_id, context=rs.context,
+                    error=f"plugin {self.name}: stages are not supported by {SDK_NAME}")))
+            else:
+                log(f"plugin {self.name}: ignoring unknown message {kind!r}")
+
+
+def read_env() -> Tuple[str, str]:
+    """(HEARTH_ADDR, HEARTH_TOKEN) from the environment; ConfigError names what is missing."""
+    addr = os.environ.get("HEARTH_ADDR", "").strip()
+    if not addr:
+        raise ConfigError("HEARTH_ADDR is not set: plugins are started by the Hearth broker "
+                          "(hearth run), which sets HEARTH_ADDR, HEARTH_PLUGIN and HEARTH_TOKEN")
+    return addr, os.environ.get("HEARTH_TOKEN", "")
+
+
+async def serve_assembled(assembled: Assembled) -> int:
+    """Serve an assembled plugin on the broker given by the environment; returns the exit code."""
+    loop = asyncio.get_running_loop()
+    workers = int(os.environ.get("HEARTH_PY_THREADS", "64"))
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
+        max_workers=workers, thread_name_prefix="hearth-handler"))
+    addr, token = read_env()
+    return await Session(assembled).run(addr, token)

@@ -1,0 +1,266 @@
+"""A fake Hearth broker for the SDK tests: a real PluginHost gRPC server (grpc.aio) on a
+temporary Unix socket that checks the spawn token, and helpers that spawn real plugin
+processes with `python -m hearth run` and drive their sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Dict, List, Optional
+
+import grpc
+import grpc.aio
+
+from hearth.v1 import plugin_pb2 as pb
+from hearth.v1 import plugin_pb2_grpc as pb_grpc
+
+SDK_DIR = Path(__file__).resolve().parents[1]
+REPO = SDK_DIR.parent
+EXAMPLES = REPO / "examples" / "plugins"
+MAX = 64 * 1024 * 1024
+
+
+class BrokerSession:
+    """One Attach stream as the broker sees it."""
+
+    def __init__(self, context) -> None:
+        self.context = context
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.inbox: asyncio.Queue = asyncio.Queue()  # everything but results and pongs
+        self.received: List[pb.PluginMessage] = []
+        self.results: Dict[int, asyncio.Future] = {}
+        self.pongs: Dict[int, asyncio.Future] = {}
+        self.ended = asyncio.Event()
+        self.hello: Optional[pb.Hello] = None
+        self.register: Optional[pb.Register] = None
+        self._ids = itertools.count(1)
+
+    async def _reader(self) -> None:
+        try:
+            while True:
+                msg = await self.context.read()
+                if msg is grpc.aio.EOF:
+                    break
+                self.received.append(msg)
+                kind = msg.WhichOneof("msg")
+                if kind == "tool_result":
+                    fut = self.results.setdefault(msg.tool_result.call_id,
+                                                  asyncio.get_running_loop().create_future())
+                    if not fut.done():
+                        fut.set_result(msg.tool_result)
+                elif kind == "pong":
+                    fut = self.pongs.get(msg.pong.nonce)
+                    if fut is not None and not fut.done():
+                        fut.set_result(time.monotonic())
+                else:
+                    self.inbox.put_nowait(msg)
+        except Exception:
+            pass
+        finally:
+            self.ended.set()
+
+    async def next(self, kind: Optional[str] = None, timeout: float = 10.0) -> pb.PluginMessage:
+        """Next non-result, non-pong message (optionally of `kind`)."""
+        msg = await asyncio.wait_for(self.inbox.get(), timeout)
+        if kind is not None:
+            assert msg.WhichOneof("msg") == kind, f"expected {kind}, got {msg}"
+        return msg
+
+    async def handshake(self, accept: bool = True) -> None:
+        """Read Hello and Register; answer Registered naming every tool when `accept`."""
+        self.hello = (await self.next("hello")).hello
+        self.register = (await self.next("register")).register
+        if accept:
+            self.send(pb.HostMessage(registered=pb.Registered(
+                plugin=self.register.plugin.name, tools=[t.name for t in self.register.tools],
+                protocol_version="1.0.0", features=["cancel", "progress"])))
+
+    def send(self, msg: pb.HostMessage) -> None:
+        self.outbox.put_nowait(msg)
+
+    def close(self) -> None:
+        """End the stream from the broker side (status OK)."""
+        self.outbox.put_nowait(None)
+
+    def invoke(self, tool: str, args: Any, *, sender: Optional[dict] = None,
+               call_id: Optional[int] = None, raw_args: Optional[str] = None) -> int:
+        """Send InvokeTool; returns its call_id."""
+        cid = call_id if call_id is not None else next(self._ids)
+        self.results.setdefault(cid, asyncio.get_running_loop().create_future())
+        self.send(pb.HostMessage(invoke_tool=pb.InvokeTool(
+            call_id=cid, tool=tool,
+            args_json=raw_args if raw_args is not None else json.dumps(args),
+            sender=pb.Sender(**(sender or {})), timeout_ms=10000)))
+        return cid
+
+    async def result(self, call_id: int, timeout: float = 10.0) -> pb.ToolResult:
+        return await asyncio.wait_for(asyncio.shield(self.results[call_id]), timeout)
+
+    async def call(self, tool: str, args: Any, timeout: float = 10.0, **kw) -> pb.ToolResult:
+        return await self.result(self.invoke(tool, args, **kw), timeout)
+
+    async def ping(self, nonce: int, timeout: float = 5.0) -> float:
+        """Send Ping and return the seconds until its Pong."""
+        fut = asyncio.get_running_loop().create_future()
+        self.pongs[nonce] = fut
+        t0 = time.monotonic()
+        self.send(pb.HostMessage(ping=pb.Ping(nonce=nonce)))
+        t1 = await asyncio.wait_for(fut, timeout)
+        return t1 - t0
+
+
+class _Servicer(pb_grpc.PluginHostServicer):
+    def __init__(self, broker: "FakeBroker") -> None:
+        self.broker = broker
+
+    async def Attach(self, request_iterator, context):
+        md = dict(context.invocation_metadata())
+        if md.get("x-hearth-token") != self.broker.token:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "stale or wrong spawn token")
+        sess = BrokerSession(context)
+        reader = asyncio.ensure_future(sess._reader())
+        self.broker.sessions.put_nowait(sess)
+        try:
+            while True:
+                msg = await sess.outbox.get()
+                if msg is None:
+                    return
+                await context.write(msg)
+        finally:
+            await asyncio.sleep(0)
+            if not reader.done():
+                reader.cancel()
+
+
+class PluginProc:
+    """A real plugin process started like the broker does."""
+
+    def __init__(self, entry: Path, broker: "FakeBroker", token: Optional[str],
+                 env: Optional[dict], logdir: Path, name: str) -> None:
+        self.entry = entry
+        e = dict(os.environ)
+        e["PYTHONPATH"] = str(SDK_DIR) + os.pathsep + e.get("PYTHONPATH", "")
+        e.update(HEARTH_ADDR=f"unix://{broker.sock}", HEARTH_PLUGIN=name,
+                 HEARTH_TOKEN=broker.token if token is None else token)
+        e.update(env or {})
+        self.out_path = logdir / f"{name}.stdout"
+        self.err_path = logdir / f"{name}.stderr"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hearth", "run", str(entry)], cwd=str(entry.parent),
+                env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def stdout(self) -> bytes:
+        return self.out_path.read_bytes()
+
+    async def wait(self, timeout: float = 10.0) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"plugin {self.entry} still running after {timeout}s; "
+                                     f"stderr:\n{self.stderr()}")
+            await asyncio.sleep(0.02)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(5)
+
+
+class FakeBroker:
+    """The PluginHost server plus the plugin processes it spawned."""
+
+    def __init__(self, workdir: Path, token: str = "tok-5f1c") -> None:
+        self.workdir = workdir
+        # Unix socket paths are limited to ~107 bytes: keep it short, outside tmp_path.
+        self.sockdir = tempfile.mkdtemp(prefix="hsdk-")
+        self.sock = os.path.join(self.sockdir, "hearth.sock")
+        self.token = token
+        self.sessions: asyncio.Queue = asyncio.Queue()
+        self.procs: List[PluginProc] = []
+        self.server = None
+
+    async def start(self) -> None:
+        self.server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX),
+                                               ("grpc.max_receive_message_length", MAX)])
+        pb_grpc.add_PluginHostServicer_to_server(_Servicer(self), self.server)
+        self.server.add_insecure_port(f"unix://{self.sock}")
+        await self.server.start()
+
+    async def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+        if self.server is not None:
+            await self.server.stop(0)
+        shutil.rmtree(self.sockdir, ignore_errors=True)
+
+    def write_plugin(self, source: str, name: str = "testplugin", filename: str = "main.py") -> Path:
+        d = self.workdir / name
+        d.mkdir(parents=True, exist_ok=True)
+        p = d / filename
+        p.write_text(textwrap.dedent(source))
+        return p
+
+    def spawn(self, entry: Path, *, token: Optional[str] = None, env: Optional[dict] = None,
+              name: Optional[str] = None) -> PluginProc:
+        proc = PluginProc(entry, self, token, env, self.workdir, name or entry.parent.name)
+        self.procs.append(proc)
+        return proc
+
+    async def session(self, proc: PluginProc, timeout: float = 15.0) -> BrokerSession:
+        """The next session to attach; fails early with the plugin's stderr if it exits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return await asyncio.wait_for(self.sessions.get(), 0.05)
+            except asyncio.TimeoutError:
+                pass
+            if proc.proc.poll() is not None:
+                raise AssertionError(f"plugin exited with {proc.proc.returncode} before attaching; "
+                                     f"stderr:\n{proc.stderr()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"plugin did not attach within {timeout}s; stderr:\n{proc.stderr()}")
+
+    async def start_plugin(self, source_or_path: Any, *, accept: bool = True, name: str = "testplugin",
+                           env: Optional[dict] = None):
+        """Spawn a plugin (source text or an existing entry path), handshake; (proc, session)."""
+        entry = source_or_path if isinstance(source_or_path, Path) else self.write_plugin(source_or_path, name)
+        proc = self.spawn(entry, env=env, name=name)
+        sess = await self.session(proc)
+        await sess.handshake(accept=accept)
+        return proc, sess
+
+
+def run(tmp_path: Path, body: Callable[[FakeBroker], Awaitable[None]], timeout: float = 25.0) -> None:
+    """Run `body(broker)` on a fresh event loop; always kills the processes and the server."""
+
+    async def main() -> None:
+        broker = FakeBroker(tmp_path)
+        await broker.start()
+        try:
+            await asyncio.wait_for(body(broker), timeout)
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())

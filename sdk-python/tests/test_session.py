@@ -1,0 +1,250 @@
+"""Session lifecycle against the fake broker: concurrency, pings, cancel, shutdown, errors."""
+
+import asyncio
+import json
+import time
+
+from fakebroker import run
+
+from hearth.v1 import plugin_pb2 as pb
+
+WORKER = '''
+import asyncio, os, random, time
+from hearth import Plugin, progress
+
+MARKERS = os.environ["MARKER_DIR"]
+
+def mark(name, text=""):
+    with open(os.path.join(MARKERS, name), "w") as f:
+        f.write(text)
+
+class Worker(Plugin):
+    def name(self):
+        return "worker"
+
+    def start(self, sdk):
+        any_args = {"type": "object"}
+        sdk.register_tool("echo_async", {"description": "d", "parameters": any_args}, self.echo_async)
+        sdk.register_tool("echo_sync", {"description": "d", "parameters": any_args}, self.echo_sync)
+        sdk.register_tool("block_sync", {"description": "d", "parameters": any_args}, self.block_sync)
+        sdk.register_tool("wait_async", {"description": "d", "parameters": any_args}, self.wait_async)
+        sdk.register_tool("slow_progress", {"description": "d", "parameters": any_args}, self.slow_progress)
+
+    async def echo_async(self, args):
+        await asyncio.sleep(random.uniform(0, 0.2))
+        return {"i": args["i"]}
+
+    def echo_sync(self, args):
+        time.sleep(random.uniform(0, 0.05))
+        return {"i": args["i"]}
+
+    def block_sync(self, args):
+        time.sleep(args["seconds"])   # blocks its thread, not the event loop
+        return "unblocked"
+
+    async def wait_async(self, args):
+        mark("started-" + args["tag"])
+        try:
+            await asyncio.sleep(args["seconds"])
+        except asyncio.CancelledError:
+            mark("cancelled-" + args["tag"])
+            raise
+        mark("finished-" + args["tag"])
+        return "waited"
+
+    def slow_progress(self, args):
+        progress("half way", 0.5)
+        return "done"
+
+    def stop(self):
+        mark("stopped", "stop() called")
+'''
+
+
+def _worker(b, tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir(exist_ok=True)
+    return b.start_plugin(WORKER, name="worker", env={"MARKER_DIR": str(markers)}), markers
+
+
+async def _wait_for(path, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        await asyncio.sleep(0.02)
+
+
+def test_fifty_concurrent_calls_matched_by_call_id(tmp_path):
+    async def body(b):
+        start, _ = _worker(b, tmp_path)
+        proc, s = await start
+        ids = {}
+        for i in range(50):
+            tool = "echo_async" if i % 2 else "echo_sync"
+            ids[s.invoke(tool, {"i": i}, call_id=1000 + i * 7)] = i
+        t0 = time.monotonic()
+        results = await asyncio.gather(*(s.result(cid) for cid in ids))
+        # async handlers sleep up to 0.2 s each; run one after the other this would take ~5 s
+        assert time.monotonic() - t0 < 3.0
+        for cid, r in zip(ids, results):
+            assert r.call_id == cid and r.success
+            assert json.loads(r.data_json) == {"i": ids[cid]}
+        got = [m.tool_result.call_id for m in s.received if m.WhichOneof("msg") == "tool_result"]
+        assert sorted(got) == sorted(ids)  # exactly one result per call
+
+    run(tmp_path, body)
+
+
+def test_ping_answered_while_handlers_block_or_await(tmp_path):
+    async def body(b):
+        start, markers = _worker(b, tmp_path)
+        proc, s = await start
+        blocked = s.invoke("block_sync", {"seconds": 1.5})
+        waiting = s.invoke("wait_async", {"seconds": 1.5, "tag": "p"})
+        await _wait_for(markers / "started-p")
+        for nonce in (11, 12, 13):
+            latency = await s.ping(nonce)
+            assert latency < 0.5, f"pong took {latency:.2f}s while handlers were busy"
+        assert not s.results[blocked].done() and not s.results[waiting].done()
+        assert (await s.result(blocked)).content == "unblocked"
+        assert (await s.result(waiting)).content == "waited"
+
+    run(tmp_path, body)
+
+
+def test_cancel_cancels_an_async_handler(tmp_path):
+    async def body(b):
+        start, markers = _worker(b, tmp_path)
+        proc, s = await start
+        cid = s.invoke("wait_async", {"seconds": 30, "tag": "c"})
+        await _wait_for(markers / "started-c")
+        s.send(pb.HostMessage(cancel=pb.Cancel(call_id=cid, reason="timeout")))
+        await _wait_for(markers / "cancelled-c")
+        # the plugin keeps serving, and no result is sent for the cancelled call
+        r = await s.call("echo_async", {"i": 5})
+        assert r.success
+        await asyncio.sleep(0.2)
+        assert not s.results[cid].done()
+        assert not (markers / "finished-c").exists()
+
+    run(tmp_path, body)
+
+
+def test_progress_reaches_the_broker(tmp_path):
+    async def body(b):
+        start, _ = _worker(b, tmp_path)
+        proc, s = await start
+        cid = s.invoke("slow_progress", {})
+        msg = await s.next("progress")
+        assert (msg.progress.call_id, msg.progress.message, msg.progress.fraction) == (cid, "half way", 0.5)
+        assert (await s.result(cid)).content == "done"
+
+    run(tmp_path, body)
+
+
+def test_shutdown_calls_stop_and_exits_zero(tmp_path):
+    async def body(b):
+        start, markers = _worker(b, tmp_path)
+        proc, s = await start
+        s.invoke("block_sync", {"seconds": 20})  # a stuck thread must not delay the exit
+        t0 = time.monotonic()
+        s.send(pb.HostMessage(shutdown=pb.Shutdown(grace_ms=2000, reason="test")))
+        assert await proc.wait(5) == 0
+        assert time.monotonic() - t0 < 2.0
+        assert (markers / "stopped").read_text() == "stop() called"
+        await asyncio.wait_for(s.ended.wait(), 5)
+
+    run(tmp_path, body)
+
+
+def test_stream_closed_by_broker_exits(tmp_path):
+    async def body(b):
+        start, markers = _worker(b, tmp_path)
+        proc, s = await start
+        assert (await s.call("echo_sync", {"i": 1})).success
+        s.close()
+        assert await proc.wait(5) == 0
+        assert "closed the session" in proc.stderr()
+
+    run(tmp_path, body)
+
+
+def test_broker_gone_exits_nonzero(tmp_path):
+    async def body(b):
+        start, markers = _worker(b, tmp_path)
+        proc, s = await start
+        await b.server.stop(0)  # the broker dies without a word
+        assert await proc.wait(5) == 1
+        assert "session with the broker failed" in proc.stderr()
+
+    run(tmp_path, body)
+
+
+def test_wrong_token_is_refused(tmp_path):
+    async def body(b):
+        entry = b.write_plugin(WORKER, name="worker")
+        proc = b.spawn(entry, token="stale-token", env={"MARKER_DIR": str(tmp_path)})
+        assert await proc.wait(10) == 1
+        assert "UNAUTHENTICATED" in proc.stderr()
+        assert b.sessions.empty()
+
+    run(tmp_path, body)
+
+
+def test_rejected_registration_exits_3(tmp_path):
+    async def body(b):
+        proc, s = await b.start_plugin(WORKER, name="worker", accept=False,
+                                       env={"MARKER_DIR": str(tmp_path)})
+        s.send(pb.HostMessage(rejected=pb.Rejected(
+            reason="protocol major version 1 not supported",
+            items=[pb.RejectedItem(kind="plugin", name="worker", reason="too old")])))
+        s.close()
+        assert await proc.wait(5) == 3
+        err = proc.stderr()
+        assert "registration rejected: protocol major version 1 not supported" in err
+        assert "plugin worker: too old" in err
+
+    run(tmp_path, body)
+
+
+def test_partly_rejected_registration_logs_items_and_serves(tmp_path):
+    async def body(b):
+        proc, s = await b.start_plugin(WORKER, name="worker", accept=False,
+                                       env={"MARKER_DIR": str(tmp_path)})
+        s.send(pb.HostMessage(registered=pb.Registered(
+            plugin="worker", tools=["echo_async"],
+            rejected=[pb.RejectedItem(kind="tool", name="echo_sync", reason="name taken by plugin x")])))
+        assert (await s.call("echo_async", {"i": 3})).success
+        assert "rejected tool echo_sync: name taken by plugin x" in proc.stderr()
+
+    run(tmp_path, body)
+
+
+def test_runtime_register_tool_goes_on_the_stream(tmp_path):
+    source = '''
+    import threading
+    from hearth import Plugin
+
+    class Late(Plugin):
+        def name(self):
+            return "late"
+
+        def start(self, sdk):
+            self.sdk = sdk
+            sdk.register_tool("late_add", {"description": "adds a tool",
+                                           "parameters": {"type": "object"}}, self.add)
+
+        def add(self, args):
+            self.sdk.register_tool("late_new", {"description": "new", "parameters": {"type": "object"}},
+                                   lambda a: "new tool here")
+            return "added"
+    '''
+
+    async def body(b):
+        proc, s = await b.start_plugin(source, name="late")
+        assert (await s.call("late_add", {})).content == "added"
+        msg = await s.next("register_tool")
+        assert msg.register_tool.tool.name == "late_new" and msg.register_tool.request_id
+        assert (await s.call("late_new", {})).content == "new tool here"
+
+    run(tmp_path, body)
