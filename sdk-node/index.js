@@ -1,0 +1,31 @@
+'use strict';
+
+/**
+ * hearth-sdk: write Hearth plugins in Node, in LinkZone style (class + static metadata +
+ * executeTool) or HomeAgent style (name()/start(sdk)/stop() + sdk.registerTool).
+ *
+ * Requiring this module loads only the Plugin base class; gRPC and the generated
+ * stubs load when a plugin is served.
+ */
+
+const { Plugin } = require('./lib/plugin');
+
+/**
+ * Serves a plugin (a class or an instance, either style) over the Hearth session
+ * described by HEARTH_ADDR / HEARTH_PLUGIN / HEARTH_TOKEN, until the broker shuts it
+ * down or goes away. By default exits the process with the session's exit code
+ * (0 ok, 1 stream/start failure, 2 bad configuration, 3 rejected by the broker).
+ * @param {any} plugin
+ * @param {import('./index').ServeOptions} [opts]
+ * @returns {Promise<number>} exit code (when `opts.exit === false`)
+ */
+async function serve(plugin, opts = {}) {
+  const { pluginFromExports } = require('./lib/load');
+  const { serveInstance } = require('./lib/session');
+  const instance = await pluginFromExports(plugin, opts.file || '(serve argument)', { pluginName: process.env.HEARTH_PLUGIN });
+  const code = await serveInstance(instance, opts);
+  if (opts.exit !== false) process.exit(code);
+  return code;
+}
+
+module.exports = { Plugin, serve };

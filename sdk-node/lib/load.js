@@ -1,0 +1,114 @@
+'use strict';
+
+/**
+ * Finding the plugin a file exports: a LinkZone class (static metadata), a HomeAgent
+ * class or object (`name()`, `start(sdk)`, `stop()`), an instance of either, a
+ * `default` export of any of these, or a HomeAgent-style factory `NewPlugin(name, config)`.
+ */
+
+const path = require('node:path');
+const { pathToFileURL } = require('node:url');
+const { Plugin } = require('./plugin');
+
+/** The entry file exports nothing usable, or failed to load. */
+class LoadError extends Error {
+  /** @param {string} message */
+  constructor(message) {
+    super(message);
+    this.name = 'LoadError';
+  }
+}
+
+/** @param {unknown} f */
+function isClass(f) {
+  return typeof f === 'function' && /^class[\s{]/.test(Function.prototype.toString.call(f));
+}
+
+/**
+ * Whether an object is a plugin instance: LinkZone metadata, or a start(sdk) of its own.
+ * @param {any} o
+ */
+function isPluginInstance(o) {
+  if (!o || typeof o !== 'object') return false;
+  const md = (o.constructor && o.constructor.metadata) || o.metadata;
+  if (md && typeof md === 'object') return true;
+  return typeof o.start === 'function' && o.start !== Plugin.prototype.start;
+}
+
+/**
+ * A constructor that builds a plugin: a class with static metadata or a prototype
+ * with start/executeTool/handleEvent (plain ES5 constructor functions included).
+ * @param {any} f
+ */
+function isPluginClass(f) {
+  if (typeof f !== 'function' || !f.prototype) return false;
+  if (f.metadata && typeof f.metadata === 'object') return true;
+  const proto = f.prototype;
+  return (typeof proto.start === 'function' && proto.start !== Plugin.prototype.start) ||
+    (isClass(f) && (typeof proto.executeTool === 'function' || typeof proto.handleEvent === 'function'));
+}
+
+/** @param {any} v */
+function describe(v) {
+  if (v === undefined) return 'nothing (module.exports is undefined)';
+  if (v === null) return 'null';
+  if (typeof v === 'function') return `function ${v.name || '(anonymous)'}`;
+  if (typeof v === 'object') {
+    const keys = Object.keys(v);
+    return keys.length ? `an object with keys [${keys.join(', ')}]` : 'an empty object';
+  }
+  return `a ${typeof v}`;
+}
+
+/**
+ * Turns a module's exports into a plugin instance.
+ * @param {any} exported module.exports or an ES module namespace
+ * @param {string} file the entry path, for errors
+ * @param {{pluginName?: string}} [opts]
+ * @returns {Promise<any>}
+ */
+async function pluginFromExports(exported, file, opts = {}) {
+  const candidates = [];
+  if (exported && (typeof exported === 'object' || typeof exported === 'function') && exported.default !== undefined) candidates.push(exported.default);
+  candidates.push(exported);
+  for (const c of candidates) {
+    if (isPluginClass(c)) {
+      try {
+        return new c();
+      } catch (e) {
+        throw new LoadError(`${file}: constructing plugin class ${c.name || '(anonymous)'} failed: ${/** @type {Error} */ (e).message}`);
+      }
+    }
+    if (isPluginInstance(c)) return c;
+  }
+  const factory = exported && (exported.NewPlugin || exported.newPlugin);
+  if (typeof factory === 'function') {
+    const inst = await factory(opts.pluginName || path.basename(path.dirname(file)), {});
+    if (isPluginInstance(inst)) return inst;
+    throw new LoadError(`${file}: NewPlugin() returned ${describe(inst)}, not a plugin (expected name(), start(sdk), stop())`);
+  }
+  const cls = candidates.find((c) => typeof c === 'function' && isClass(c));
+  if (cls) {
+    throw new LoadError(`${file}: class ${cls.name} is not a plugin: a LinkZone plugin needs static metadata = {name, ai: {tool|inject}} (and executeTool/handleEvent); a HomeAgent plugin needs start(sdk)`);
+  }
+  throw new LoadError(`${file} exports no plugin: expected a LinkZone class (static metadata + executeTool), a HomeAgent plugin (name(), start(sdk), stop()) or an instance of either, as module.exports or the default export; got ${describe(exported)}`);
+}
+
+/**
+ * Loads a plugin entry file: CommonJS via require, ES modules (.mjs, "type": "module")
+ * via dynamic import.
+ * @param {string} file absolute path
+ * @returns {Promise<any>} the module's exports / namespace
+ */
+async function loadModule(file) {
+  if (file.endsWith('.mjs')) return import(pathToFileURL(file).href);
+  try {
+    return require(file);
+  } catch (e) {
+    const err = /** @type {any} */ (e);
+    if (err && err.code === 'ERR_REQUIRE_ESM') return import(pathToFileURL(file).href);
+    throw err;
+  }
+}
+
+module.exports = { LoadError, pluginFromExports, loadModule, isPluginInstance, isPluginClass };

@@ -1,0 +1,508 @@
+'use strict';
+
+/**
+ * The plugin session (proto/README.md): dial HEARTH_ADDR, open PluginHost/Attach with
+ * `x-hearth-token`, send Hello then Register, then serve InvokeTool / HandleEvent /
+ * Cancel / Ping / Shutdown concurrently until the stream ends.
+ *
+ * Exit codes (what `serve()` resolves with and the runner exits with):
+ * 0 = Shutdown handled or the broker closed the stream cleanly; 1 = connection/stream
+ * failure or the plugin's start() threw; 2 = bad configuration or declaration
+ * (HEARTH_ADDR missing, invalid metadata); 3 = the broker sent Rejected.
+ */
+
+const grpc = require('@grpc/grpc-js');
+const { hearth } = require('../gen/hearth');
+const { Plugin, pluginLabel } = require('./plugin');
+const spec = require('./spec');
+const results = require('./results');
+const { version: SDK_VERSION } = require('../package.json');
+
+const v1 = hearth.v1;
+const PROTOCOL_VERSION = '1.0.0';
+const SDK_NAME = 'hearth-sdk-node';
+const FEATURES = ['cancel', 'progress'];
+const MAX_MESSAGE = 64 * 1024 * 1024;
+const ATTACH_PATH = '/hearth.v1.PluginHost/Attach';
+const EXIT = Object.freeze({ OK: 0, FAILED: 1, CONFIG: 2, REJECTED: 3 });
+
+/**
+ * HEARTH_ADDR → a grpc-js target: `unix:///abs` and `unix:/abs` as is,
+ * `http://host:port` → `host:port`, a bare `host:port` as is.
+ * @param {string} addr
+ * @returns {string}
+ */
+function grpcTarget(addr) {
+  if (addr.startsWith('unix:')) return addr;
+  const m = /^http:\/\/([^/]+)\/?$/.exec(addr);
+  if (m) return m[1];
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(addr)) throw new spec.DeclarationError(`HEARTH_ADDR ${addr}: unsupported scheme (expected unix:///path or http://127.0.0.1:PORT)`);
+  return addr;
+}
+
+/**
+ * Wire `Sender` → the object handlers receive.
+ * @param {any} s
+ * @returns {import('../index').Sender}
+ */
+function toSender(s) {
+  return {
+    userId: (s && s.userId) || '',
+    groupId: (s && s.groupId) || '',
+    channel: (s && s.channel) || '',
+    sessionId: (s && s.sessionId) || '',
+  };
+}
+
+/** A registered tool: its wire spec and how to run and map one call. */
+class ToolEntry {
+  /**
+   * @param {object} wire ToolSpec fields
+   * @param {(args: any, sender: any, ctx: any) => any} invoke
+   * @param {(v: unknown) => any} map result mapping of the style
+   */
+  constructor(wire, invoke, map) {
+    this.wire = wire;
+    this.invoke = invoke;
+    this.map = map;
+  }
+}
+
+class Session {
+  /**
+   * @param {any} instance the plugin object
+   * @param {import('../index').ServeOptions} opts
+   */
+  constructor(instance, opts) {
+    this.instance = instance;
+    this.opts = opts;
+    this.env = opts.env || process.env;
+    this.debug = !!this.env.HEARTH_SDK_DEBUG;
+    this.name = pluginLabel(instance);
+    /** @type {Map<string, ToolEntry>} */
+    this.tools = new Map();
+    /** @type {Map<string, AbortController>} in-flight calls and events by call id text */
+    this.inflight = new Map();
+    /** @type {Map<string, {resolve: Function, reject: Function, name: string, kind: string}>} */
+    this.pendingRegs = new Map();
+    /** @type {Array<{name: string, resolve: Function, reject: Function}>} registrations waiting for Registered */
+    this.initialRegs = [];
+    this.registered = false;
+    this.registerSent = false;
+    this.shuttingDown = false;
+    this.stopped = false;
+    this.finished = false;
+    this.queue = [];
+    this.blocked = false;
+    this.endWhenFlushed = false;
+    this.nextRequest = 1;
+    /** @type {(code: number) => void} */
+    this.resolveRun = () => {};
+  }
+
+  /** @param {...unknown} args */
+  log(...args) {
+    process.stderr.write(`hearth-sdk: plugin ${this.name}: ${args.map(String).join(' ')}\n`);
+  }
+
+  /**
+   * Runs the session to its end.
+   * @returns {Promise<number>} exit code
+   */
+  run() {
+    const done = new Promise((resolve) => { this.resolveRun = resolve; });
+    const addr = this.opts.addr || this.env.HEARTH_ADDR;
+    if (!addr) {
+      this.log('HEARTH_ADDR is not set (the broker sets HEARTH_ADDR, HEARTH_PLUGIN and HEARTH_TOKEN; for a manual run set them yourself)');
+      return Promise.resolve(EXIT.CONFIG);
+    }
+    let target;
+    try {
+      target = grpcTarget(addr);
+    } catch (e) {
+      this.log(/** @type {Error} */ (e).message);
+      return Promise.resolve(EXIT.CONFIG);
+    }
+    const token = this.opts.token != null ? this.opts.token : (this.env.HEARTH_TOKEN || '');
+    this.client = new grpc.Client(target, grpc.credentials.createInsecure(), {
+      'grpc.max_send_message_length': MAX_MESSAGE,
+      'grpc.max_receive_message_length': MAX_MESSAGE,
+    });
+    const md = new grpc.Metadata();
+    md.set('x-hearth-token', token);
+    this.call = this.client.makeBidiStreamRequest(
+      ATTACH_PATH,
+      (m) => (Buffer.isBuffer(m) ? m : Buffer.from(v1.PluginMessage.encode(m).finish())),
+      (b) => v1.HostMessage.decode(b),
+      md,
+    );
+    this.call.on('data', (m) => this.onMessage(m));
+    this.call.on('error', (err) => {
+      // 'status' follows with the same information; keep 'error' from being unhandled.
+      if (!this.shuttingDown) this.log(`session stream failed: ${grpc.status[err.code] || err.code}: ${err.details || err.message}`);
+    });
+    this.call.on('status', (st) => {
+      const ok = st.code === grpc.status.OK || this.shuttingDown;
+      if (st.code === grpc.status.OK && !this.shuttingDown) this.log('broker closed the session; exiting');
+      this.finish(ok ? EXIT.OK : EXIT.FAILED);
+    });
+    this.call.on('drain', () => this.flush());
+
+    this.send({ hello: { protocolVersion: PROTOCOL_VERSION, sdk: SDK_NAME, sdkVersion: SDK_VERSION, features: FEATURES, pid: process.pid } });
+    this.register().catch((e) => {
+      const code = e instanceof spec.DeclarationError ? EXIT.CONFIG : EXIT.FAILED;
+      this.log(e instanceof spec.DeclarationError ? e.message : `start failed: ${results.errorText(e)}`);
+      this.finish(code);
+    });
+    return done;
+  }
+
+  /** Collects tools (LinkZone metadata, then HomeAgent start(sdk)) and sends Register. */
+  async register() {
+    const inst = this.instance;
+    const md = spec.linkZoneMetadata(inst);
+    /** @type {any} */
+    const reg = { plugin: { name: this.name }, tools: [], triggers: [] };
+    if (md) {
+      for (const k of ['version', 'author', 'description']) if (typeof md[k] === 'string') reg.plugin[k] = md[k];
+      const ai = md.ai || {};
+      if (ai.tool) {
+        const wire = { name: this.name, description: '', parametersJson: '', aiTool: spec.aiTool(ai.tool, this.name) };
+        this.tools.set(this.name, new ToolEntry(wire, (args, sender, ctx) => inst.executeTool(sender, args, ctx), results.fromLinkZone));
+      }
+      if (ai.inject) reg.inject = spec.injectSpec(ai.inject, this.name);
+      reg.triggers = spec.triggerSpecs(md.triggers, this.name);
+    }
+    if (typeof inst.start === 'function' && inst.start !== Plugin.prototype.start) {
+      await inst.start(this.sdk());
+    }
+    reg.tools = [...this.tools.values()].map((t) => t.wire);
+    this.registerSent = true;
+    this.send({ register: reg });
+  }
+
+  /**
+   * The HomeAgent-style SDK object given to `start(sdk)`.
+   * @returns {import('../index').HomeAgentSdk}
+   */
+  sdk() {
+    return {
+      pluginName: this.name,
+      registerTool: (name, def, handler) => this.registerTool(name, def, handler),
+      unregisterTool: (name) => this.unregisterTool(name),
+      log: (...args) => this.log(...args),
+    };
+  }
+
+  /**
+   * @param {string} name
+   * @param {any} def
+   * @param {Function} handler
+   * @returns {Promise<void>}
+   */
+  registerTool(name, def, handler) {
+    if (typeof name !== 'string' || !name) throw new spec.DeclarationError(`plugin ${this.name}: registerTool: name must be a non-empty string`);
+    if (typeof handler !== 'function') throw new spec.DeclarationError(`plugin ${this.name}: tool ${name}: handler must be a function`);
+    if (this.tools.has(name)) throw new spec.DeclarationError(`plugin ${this.name}: tool ${name} is registered twice`);
+    const wire = spec.homeAgentTool(name, def, this.name);
+    this.tools.set(name, new ToolEntry(wire, (args, _sender, ctx) => handler(args, ctx), results.fromValue));
+    /** @type {Promise<void>} */
+    const p = new Promise((resolve, reject) => {
+      if (!this.registerSent) {
+        this.initialRegs.push({ name, resolve, reject });
+      } else {
+        const requestId = String(this.nextRequest++);
+        this.pendingRegs.set(requestId, { resolve, reject, name, kind: 'register' });
+        this.send({ registerTool: { requestId, tool: wire } });
+      }
+    });
+    p.catch((e) => this.log(e.message)); // awaited or not: never an unhandled rejection
+    return p;
+  }
+
+  /**
+   * @param {string} name
+   * @returns {Promise<void>}
+   */
+  unregisterTool(name) {
+    const p = new Promise((resolve, reject) => {
+      if (!this.tools.has(name)) return reject(new Error(`plugin ${this.name}: unregisterTool: no tool ${name}`));
+      const requestId = String(this.nextRequest++);
+      this.pendingRegs.set(requestId, { resolve, reject, name, kind: 'unregister' });
+      this.send({ unregisterTool: { requestId, name } });
+    });
+    p.catch((e) => this.log(e.message));
+    return /** @type {Promise<void>} */ (p);
+  }
+
+  /**
+   * Queues or writes one message, respecting backpressure (write() false → wait for 'drain').
+   * @param {object | Buffer} msg
+   */
+  send(msg) {
+    if (this.finished || this.ended) return;
+    if (this.blocked || this.queue.length) {
+      this.queue.push(msg);
+      return;
+    }
+    if (!this.call.write(msg)) {
+      this.blocked = true;
+      if (this.debug) this.log('backpressure: write() returned false; queueing until drain');
+    }
+  }
+
+  /** Writes queued messages after 'drain'. */
+  flush() {
+    this.blocked = false;
+    if (this.debug && this.queue.length) this.log(`drain: flushing ${this.queue.length} queued message(s)`);
+    while (this.queue.length && !this.finished) {
+      if (!this.call.write(this.queue.shift())) {
+        this.blocked = true;
+        return;
+      }
+    }
+    if (this.endWhenFlushed) this.endStream();
+  }
+
+  /** Half-closes the stream once everything queued is written. */
+  endStream() {
+    if (this.blocked || this.queue.length) {
+      this.endWhenFlushed = true;
+      return;
+    }
+    if (!this.ended) {
+      this.ended = true;
+      this.call.end();
+    }
+  }
+
+  /** @param {any} m a decoded HostMessage */
+  onMessage(m) {
+    switch (m.msg) {
+      case 'ping':
+        // Answered at once from the I/O callback, ahead of anything we queued.
+        if (!this.finished && !this.ended) this.call.write({ pong: { nonce: m.ping.nonce } });
+        break;
+      case 'invokeTool': this.startCall(m.invokeTool); break;
+      case 'handleEvent': this.startEvent(m.handleEvent); break;
+      case 'cancel': this.cancel(m.cancel); break;
+      case 'shutdown': this.shutdown(m.shutdown); break;
+      case 'registered': this.onRegistered(m.registered); break;
+      case 'rejected': this.onRejected(m.rejected); break;
+      case 'toolRegistration': this.onToolRegistration(m.toolRegistration); break;
+      default:
+        this.log(`ignoring unsupported broker message ${m.msg || '(empty)'}`);
+    }
+  }
+
+  /** @param {any} r Registered */
+  onRegistered(r) {
+    this.registered = true;
+    const ok = new Set(r.tools);
+    for (const item of r.rejected) {
+      this.log(`broker rejected ${item.kind} ${item.name}: ${item.reason}`);
+      if (item.kind === 'tool') this.tools.delete(item.name);
+    }
+    for (const w of this.initialRegs) {
+      if (ok.has(w.name)) w.resolve();
+      else {
+        const item = r.rejected.find((/** @type {any} */ i) => i.kind === 'tool' && i.name === w.name);
+        w.reject(new Error(`plugin ${this.name}: tool ${w.name} not registered: ${item ? item.reason : 'missing from Registered.tools'}`));
+      }
+    }
+    this.initialRegs = [];
+    if (this.debug) this.log(`registered tools [${r.tools.join(', ')}]`);
+  }
+
+  /** @param {any} r Rejected */
+  onRejected(r) {
+    this.log(`broker rejected the registration: ${r.reason}`);
+    for (const item of r.items) this.log(`  rejected ${item.kind} ${item.name}: ${item.reason}`);
+    for (const w of this.initialRegs) w.reject(new Error(`plugin ${this.name}: tool ${w.name} not registered: ${r.reason}`));
+    this.initialRegs = [];
+    this.finish(EXIT.REJECTED);
+  }
+
+  /** @param {any} t ToolRegistration */
+  onToolRegistration(t) {
+    const p = this.pendingRegs.get(t.requestId);
+    if (!p) return;
+    this.pendingRegs.delete(t.requestId);
+    if (t.ok) {
+      if (p.kind === 'unregister') this.tools.delete(p.name);
+      p.resolve();
+    } else {
+      if (p.kind === 'register') this.tools.delete(p.name);
+      p.reject(new Error(`plugin ${this.name}: ${p.kind} tool ${p.name} failed: ${t.error}`));
+    }
+  }
+
+  /** @param {any} inv InvokeTool */
+  startCall(inv) {
+    const key = String(inv.callId);
+    const tool = this.tools.get(inv.tool);
+    const sender = toSender(inv.sender);
+    const ac = new AbortController();
+    this.inflight.set(key, ac);
+    const ctx = {
+      signal: ac.signal,
+      callId: key,
+      tool: inv.tool,
+      sender,
+      timeoutMs: inv.timeoutMs,
+      /** @param {string} message @param {number} [fraction] */
+      progress: (message, fraction) => {
+        if (!ac.signal.aborted) this.send({ progress: { callId: inv.callId, message: String(message == null ? '' : message), fraction: fraction == null ? -1 : fraction } });
+      },
+    };
+    Promise.resolve()
+      .then(() => {
+        if (!tool) throw new Error(`plugin ${this.name} has no tool ${inv.tool}`);
+        let args;
+        try {
+          args = inv.argsJson ? JSON.parse(inv.argsJson) : {};
+        } catch (e) {
+          throw new SyntaxError(`tool ${inv.tool}: args_json is not valid JSON: ${/** @type {Error} */ (e).message}`);
+        }
+        return tool.invoke(args, sender, ctx);
+      })
+      .then((v) => /** @type {ToolEntry} */ (tool).map(v))
+      .catch((e) => {
+        if (!ac.signal.aborted) this.log(`tool ${inv.tool} (call ${key}) failed: ${results.errorText(e)}`);
+        return { success: false, content: '', dataJson: '', error: results.errorText(e) };
+      })
+      .then((res) => {
+        if (this.inflight.get(key) !== ac || ac.signal.aborted) return; // cancelled: no result
+        this.inflight.delete(key);
+        this.sendResult(inv, res);
+      });
+  }
+
+  /**
+   * Encodes a ToolResult; a result over the message limit becomes an error result.
+   * @param {any} inv
+   * @param {{success: boolean, content: string, dataJson: string, error: string}} res
+   */
+  sendResult(inv, res) {
+    let buf = Buffer.from(v1.PluginMessage.encode({ toolResult: { callId: inv.callId, ...res } }).finish());
+    if (buf.length > MAX_MESSAGE - 1024) {
+      const error = `tool ${inv.tool}: result is ${buf.length} bytes, over the ${MAX_MESSAGE / 1048576} MiB message limit`;
+      this.log(error);
+      buf = Buffer.from(v1.PluginMessage.encode({ toolResult: { callId: inv.callId, success: false, error } }).finish());
+    }
+    this.send(buf);
+  }
+
+  /** @param {any} ev HandleEvent */
+  startEvent(ev) {
+    const key = String(ev.callId);
+    const ac = new AbortController();
+    this.inflight.set(key, ac);
+    const params = ev.params.slice();
+    const sender = Object.assign(toSender(ev.sender), {
+      message: ev.message,
+      params,
+      signal: ac.signal,
+      /** @param {number} i */
+      param: (i) => params[i],
+      /** @param {unknown} text */
+      reply: async (text) => {
+        if (!ac.signal.aborted) this.send({ reply: { callId: ev.callId, text: typeof text === 'string' ? text : results.jsonText(text) } });
+      },
+    });
+    Promise.resolve()
+      .then(() => {
+        if (typeof this.instance.handleEvent !== 'function') throw new Error(`plugin ${this.name} has no handleEvent`);
+        return this.instance.handleEvent(sender, { signal: ac.signal, callId: key });
+      })
+      .then(() => '', (e) => {
+        if (!ac.signal.aborted) this.log(`handleEvent (call ${key}) failed: ${results.errorText(e)}`);
+        return results.errorText(e);
+      })
+      .then((error) => {
+        if (this.inflight.get(key) !== ac || ac.signal.aborted) return;
+        this.inflight.delete(key);
+        this.send({ eventDone: { callId: ev.callId, error } });
+      });
+  }
+
+  /** @param {any} c Cancel */
+  cancel(c) {
+    const key = String(c.callId);
+    const ac = this.inflight.get(key);
+    if (!ac) return;
+    this.inflight.delete(key);
+    ac.abort(Object.assign(new Error(`call ${key} cancelled by the broker${c.reason ? `: ${c.reason}` : ''}`), { name: 'AbortError' }));
+  }
+
+  /** @param {string} reason */
+  abortAll(reason) {
+    for (const [key, ac] of this.inflight) ac.abort(Object.assign(new Error(`call ${key} aborted: ${reason}`), { name: 'AbortError' }));
+    this.inflight.clear();
+  }
+
+  /**
+   * Calls the plugin's stop() once, bounded by `ms`.
+   * @param {number} ms
+   */
+  async callStop(ms) {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (typeof this.instance.stop !== 'function') return;
+    let timer;
+    try {
+      await Promise.race([
+        Promise.resolve().then(() => this.instance.stop()),
+        new Promise((resolve) => { timer = setTimeout(() => { this.log(`stop() still running after ${ms} ms; exiting anyway`); resolve(undefined); }, ms); }),
+      ]);
+    } catch (e) {
+      this.log(`stop() failed: ${results.errorText(e)}`);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** @param {any} s Shutdown */
+  async shutdown(s) {
+    if (this.shuttingDown) return;
+    this.shuttingDown = true;
+    const grace = s.graceMs > 0 ? s.graceMs : 2000;
+    const started = Date.now();
+    this.graceTimer = setTimeout(() => this.finish(EXIT.OK), Math.max(grace - 50, 10));
+    await this.callStop(Math.max(grace - 150, 10));
+    this.abortAll('shutdown');
+    this.endStream();
+    // Give the END_STREAM a moment to reach the broker; 'status' normally comes first.
+    const left = grace - (Date.now() - started) - 50;
+    setTimeout(() => this.finish(EXIT.OK), Math.max(Math.min(left, 500), 0));
+  }
+
+  /**
+   * Ends the session once: aborts handlers, calls stop() (best effort), closes the channel.
+   * @param {number} code
+   */
+  async finish(code) {
+    if (this.finished) return;
+    this.finished = true;
+    clearTimeout(this.graceTimer);
+    this.abortAll('session ended');
+    for (const w of this.initialRegs) w.reject(new Error(`plugin ${this.name}: session ended before registration`));
+    for (const p of this.pendingRegs.values()) p.reject(new Error(`plugin ${this.name}: session ended before ${p.kind} tool ${p.name} was answered`));
+    if (!this.shuttingDown) await this.callStop(1000);
+    try { this.call.cancel(); } catch (_) { /* already closed */ }
+    try { this.client.close(); } catch (_) { /* already closed */ }
+    this.resolveRun(code);
+  }
+}
+
+/**
+ * Serves one plugin object over the Hearth session until it ends.
+ * @param {any} instance plugin object (LinkZone or HomeAgent style)
+ * @param {import('../index').ServeOptions} [opts]
+ * @returns {Promise<number>} exit code
+ */
+function serveInstance(instance, opts = {}) {
+  return new Session(instance, opts).run();
+}
+
+module.exports = { serveInstance, grpcTarget, EXIT, PROTOCOL_VERSION, SDK_NAME, FEATURES, MAX_MESSAGE };

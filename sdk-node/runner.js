@@ -1,0 +1,43 @@
+'use strict';
+
+/**
+ * hearth-sdk/runner: what the broker runs for a `runtime: "node"` plugin.
+ *
+ *   node -e "require(require.resolve('hearth-sdk/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])" /abs/plugin/index.js
+ *
+ * Loads the entry (CommonJS, or ESM by dynamic import), finds the plugin it exports and
+ * serves it; exits 0 after Shutdown or a clean end of the stream, 1 on a stream failure
+ * or when start() throws, 2 when the entry cannot be loaded or exports no plugin (or
+ * its metadata is invalid, or HEARTH_ADDR is unset), 3 when the broker rejects it.
+ */
+
+const path = require('node:path');
+
+/**
+ * Loads and serves the plugin in `entryPath`; never returns (exits the process).
+ * @param {string} entryPath plugin entry file (relative paths resolve against the cwd)
+ * @returns {Promise<never>}
+ */
+async function main(entryPath) {
+  if (!entryPath) {
+    process.stderr.write('hearth-sdk: runner: no plugin entry file given\n');
+    process.exit(2);
+  }
+  const file = path.resolve(entryPath);
+  const { loadModule, pluginFromExports } = require('./lib/load');
+  let instance;
+  try {
+    const exported = await loadModule(file);
+    instance = await pluginFromExports(exported, file, { pluginName: process.env.HEARTH_PLUGIN });
+  } catch (e) {
+    const err = /** @type {any} */ (e);
+    const msg = err && err.name === 'LoadError' ? err.message : `loading ${file} failed: ${(err && err.stack) || err}`;
+    process.stderr.write(`hearth-sdk: ${msg}\n`);
+    process.exit(2);
+  }
+  const { serveInstance } = require('./lib/session');
+  const code = await serveInstance(instance, {});
+  process.exit(code);
+}
+
+module.exports = { main };
