@@ -1,1 +1,128 @@
-//! Hearth plugin SDK for Rust (being written).
+//! Write Hearth plugins in Rust.
+//!
+//! A Hearth plugin is a child process of the broker. It dials back over gRPC
+//! (`HEARTH_ADDR`, `HEARTH_TOKEN`, `HEARTH_PLUGIN`), registers its tools and then answers
+//! calls. This crate does all of that: you write the tools, [`serve`] runs the session.
+//!
+//! Two styles, mixable in one plugin:
+//! - **Cyrene**: implement [`Tool`] (`definition` / `validate` / `execute`) and return
+//!   the tools from [`Plugin::tools`]. `validate` runs first; its error becomes a failed
+//!   result and `execute` is not called.
+//! - **HomeAgent**: in [`Plugin::start`], call [`Registrar::register_tool`] with a
+//!   [`ToolDef`] and an async closure taking the arguments as a [`serde_json::Value`].
+//!
+//! Each call runs as its own task: many calls are in flight at once, a `Ping` is
+//! answered while handlers are busy, a panicking handler becomes a failed result
+//! ("tool NAME panicked: …") and the plugin keeps serving, and a `Cancel` from the
+//! broker cancels the call's [`CallContext::cancellation_token`] and aborts its task.
+//! On `Shutdown` the SDK calls [`Plugin::stop`] and exits 0 within the grace period.
+//!
+//! # Example
+//!
+//! A complete plugin with one tool of each style:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use hearth_sdk::async_trait;
+//! use hearth_sdk::{
+//!     Args, BoxError, CallContext, Plugin, PluginMetadata, Registrar, Tool, ToolDef,
+//!     ToolDefinition, ToolResult,
+//! };
+//! use serde_json::{json, Value};
+//!
+//! struct HelloTool;
+//!
+//! #[async_trait]
+//! impl Tool for HelloTool {
+//!     fn definition(&self) -> ToolDefinition {
+//!         ToolDefinition {
+//!             name: "hello".into(),
+//!             description: "Greets the user. Call it when the user says hello.".into(),
+//!             parameters: json!({
+//!                 "type": "object",
+//!                 "properties": {"name": {"type": "string", "description": "user name"}},
+//!             }),
+//!         }
+//!     }
+//!
+//!     fn validate(&self, args: &Args) -> Result<(), BoxError> {
+//!         match args.get("name") {
+//!             None | Some(Value::String(_)) => Ok(()),
+//!             Some(_) => Err("`name` must be a string".into()),
+//!         }
+//!     }
+//!
+//!     async fn execute(&self, _ctx: &CallContext, args: Args) -> Result<ToolResult, BoxError> {
+//!         let name = args.get("name").and_then(Value::as_str).unwrap_or("world");
+//!         Ok(ToolResult::ok(format!("Hello, {name}!")))
+//!     }
+//! }
+//!
+//! struct HelloPlugin;
+//!
+//! #[async_trait]
+//! impl Plugin for HelloPlugin {
+//!     fn metadata(&self) -> PluginMetadata {
+//!         PluginMetadata {
+//!             name: "hello".into(),
+//!             version: "1.0.0".into(),
+//!             author: "you".into(),
+//!             description: "Says hello".into(),
+//!         }
+//!     }
+//!
+//!     fn tools(&self) -> Vec<Arc<dyn Tool>> {
+//!         vec![Arc::new(HelloTool)]
+//!     }
+//!
+//!     async fn start(&mut self, host: &mut Registrar) -> Result<(), BoxError> {
+//!         let def = ToolDef {
+//!             description: "Weather of a city".into(),
+//!             parameters: json!({
+//!                 "type": "object",
+//!                 "properties": {"city": {"type": "string"}},
+//!                 "required": ["city"],
+//!             }),
+//!         };
+//!         host.register_tool("weather_query", def, |args: Value| async move {
+//!             let city = args["city"].as_str().unwrap_or_default().to_string();
+//!             if city.is_empty() {
+//!                 // A failed result that the LLM should not retry.
+//!                 return Ok::<_, String>(json!({"isError": true, "content": "no city"}));
+//!             }
+//!             Ok(json!({"city": city, "temp": 25, "weather": "sunny"}))
+//!         })?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn main() {
+//!     hearth_sdk::serve(HelloPlugin)
+//! }
+//! ```
+//!
+//! Tests and embedders that do not want environment variables use [`serve_with`] with a
+//! [`ServeConfig`].
+//!
+//! # Layout
+//! - `tool`: [`Tool`], [`ToolDefinition`], [`ToolResult`], [`CallContext`].
+//! - `plugin`: [`Plugin`], [`PluginMetadata`], [`Registrar`] (HomeAgent `register_tool`).
+//! - `serve`: [`serve`], [`serve_async`], [`serve_with`]; the session loop.
+//! - `transport`: dialling `unix://` and `http://` broker addresses.
+//! - `error`: [`Error`].
+
+mod error;
+mod plugin;
+mod serve;
+mod tool;
+mod transport;
+
+pub use async_trait::async_trait;
+pub use hearth_proto as proto;
+pub use tokio_util::sync::CancellationToken;
+
+pub use error::{BoxError, Error};
+pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, ToolDef};
+pub use serve::{FEATURES, SDK_NAME, ServeConfig, serve, serve_async, serve_with};
+pub use tool::{Args, CallContext, Caller, Tool, ToolDefinition, ToolResult};

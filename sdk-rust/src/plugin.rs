@@ -1,0 +1,264 @@
+//! The plugin itself (Cyrene `Plugin`) and the [`Registrar`] it registers HomeAgent-style
+//! tools on.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tool::{Args, CallContext, Tool, ToolDefinition, ToolResult};
+use crate::{BoxError, Error};
+
+/// Metadata of a plugin (Cyrene `PluginMetadata`, the fields of `plugin.json`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginMetadata {
+    /// Plugin name; when empty the SDK uses the name the broker gave (`HEARTH_PLUGIN`).
+    pub name: String,
+    /// Plugin version, e.g. `1.0.0`.
+    pub version: String,
+    /// Author.
+    #[serde(default)]
+    pub author: String,
+    /// One-line description.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// What [`Plugin::init`] receives (Cyrene `PluginConfig`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PluginConfig {
+    /// Name the broker knows this plugin by (`HEARTH_PLUGIN`).
+    pub plugin: String,
+}
+
+impl PluginConfig {
+    /// A config for plugin `plugin`.
+    pub fn new(plugin: impl Into<String>) -> Self {
+        PluginConfig {
+            plugin: plugin.into(),
+        }
+    }
+}
+
+/// A plugin (Cyrene `Plugin`, with HomeAgent's `Start(sdk)` and `Stop`).
+///
+/// [`serve`](crate::serve) dials the broker, then calls `init`, `start`, `tools`, and
+/// registers the tools from `tools` and from `start`'s [`Registrar`]. `stop` runs on
+/// `Shutdown` or when the broker goes away.
+#[async_trait]
+pub trait Plugin: Send + 'static {
+    /// Name, version, author and description.
+    fn metadata(&self) -> PluginMetadata;
+
+    /// Prepares the plugin. An error ends [`serve`](crate::serve) before registration.
+    async fn init(&mut self, _config: &PluginConfig) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Registers tools HomeAgent style on `host` (e.g. with
+    /// [`Registrar::register_tool`]). An error ends [`serve`](crate::serve).
+    async fn start(&mut self, _host: &mut Registrar) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// The plugin's Cyrene-style tools.
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        Vec::new()
+    }
+
+    /// Cleans up: closes connections, stops background tasks. Bounded by the
+    /// broker's grace period; an error is logged to stderr.
+    async fn stop(&mut self) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// A HomeAgent tool definition: what the LLM sees besides the name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    /// What the LLM reads to decide whether to call the tool.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+type Handler = dyn Fn(CallContext, Value) -> BoxFuture<Result<Value, String>> + Send + Sync;
+
+/// Where a plugin registers tools in [`Plugin::start`] (HomeAgent's `PluginSDK`).
+pub struct Registrar {
+    plugin: String,
+    tools: Vec<Arc<dyn Tool>>,
+    names: Vec<String>,
+}
+
+impl std::fmt::Debug for Registrar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registrar")
+            .field("plugin", &self.plugin)
+            .field("tools", &self.names)
+            .finish()
+    }
+}
+
+impl Registrar {
+    /// An empty registrar for plugin `plugin`.
+    pub fn new(plugin: impl Into<String>) -> Self {
+        Registrar {
+            plugin: plugin.into(),
+            tools: Vec::new(),
+            names: Vec::new(),
+        }
+    }
+
+    /// Name the broker knows this plugin by (`HEARTH_PLUGIN`).
+    pub fn plugin_name(&self) -> &str {
+        &self.plugin
+    }
+
+    /// Names of the tools registered so far.
+    pub fn tool_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Registers a Cyrene-style [`Tool`]. Fails when the name is already taken.
+    pub fn add_tool(&mut self, tool: Arc<dyn Tool>) -> Result<(), Error> {
+        let name = tool.definition().name;
+        if self.names.contains(&name) {
+            return Err(Error::DuplicateTool {
+                plugin: self.plugin.clone(),
+                tool: name,
+            });
+        }
+        self.names.push(name);
+        self.tools.push(tool);
+        Ok(())
+    }
+
+    /// Registers a tool HomeAgent style (`RegisterTool(name, def, handler)`).
+    ///
+    /// `handler` gets the arguments object and returns a value: a string is the
+    /// result text as is; any other value is sent as JSON text and as structured data;
+    /// a map with `"isError": true` is a failed result whose error is its `content`;
+    /// `Err(e)` is a failed result with `e`'s text. Fails when the name is taken.
+    pub fn register_tool<F, Fut, E>(
+        &mut self,
+        name: impl Into<String>,
+        def: ToolDef,
+        handler: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        self.register_tool_with_context(name, def, move |_ctx, args| handler(args))
+    }
+
+    /// Like [`register_tool`](Self::register_tool), for handlers that want the
+    /// [`CallContext`] (cancellation, progress, caller).
+    pub fn register_tool_with_context<F, Fut, E>(
+        &mut self,
+        name: impl Into<String>,
+        def: ToolDef,
+        handler: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn(CallContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let handler: Arc<Handler> = Arc::new(move |ctx, args| {
+            let fut = handler(ctx, args);
+            Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+        });
+        self.add_tool(Arc::new(FnTool {
+            definition: ToolDefinition {
+                name: name.into(),
+                description: def.description,
+                parameters: def.parameters,
+            },
+            handler,
+        }))
+    }
+
+    pub(crate) fn into_tools(self) -> Vec<Arc<dyn Tool>> {
+        self.tools
+    }
+}
+
+/// A HomeAgent-style handler as a [`Tool`].
+struct FnTool {
+    definition: ToolDefinition,
+    handler: Arc<Handler>,
+}
+
+#[async_trait]
+impl Tool for FnTool {
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    async fn execute(&self, ctx: &CallContext, args: Args) -> Result<ToolResult, BoxError> {
+        let value = (self.handler)(ctx.clone(), Value::Object(args)).await;
+        Ok(homeagent_result(value))
+    }
+}
+
+/// Maps a HomeAgent handler's outcome onto a [`ToolResult`].
+pub(crate) fn homeagent_result(value: Result<Value, String>) -> ToolResult {
+    match value {
+        Err(e) => ToolResult::err(e),
+        Ok(Value::String(s)) => ToolResult::ok(s),
+        Ok(Value::Object(map)) if map.get("isError") == Some(&Value::Bool(true)) => {
+            let error = match map.get("content") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => Value::Object(map.clone()).to_string(),
+            };
+            ToolResult::err(error).with_data(Value::Object(map))
+        }
+        Ok(other) => ToolResult::ok(other.to_string()).with_data(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn homeagent_values_map_onto_results() {
+        let r = homeagent_result(Ok(json!("晴")));
+        assert_eq!((r.success, r.output.as_str(), r.data), (true, "晴", None));
+
+        let r = homeagent_result(Ok(json!({"temp": 25})));
+        assert!(r.success);
+        assert_eq!(r.output, r#"{"temp":25}"#);
+        assert_eq!(r.data, Some(json!({"temp": 25})));
+
+        let r = homeagent_result(Ok(json!({"isError": true, "content": "城市不存在"})));
+        assert!(!r.success);
+        assert_eq!(r.error, "城市不存在");
+
+        let r = homeagent_result(Err("boom".into()));
+        assert_eq!((r.success, r.error.as_str()), (false, "boom"));
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let mut reg = Registrar::new("p");
+        let def = ToolDef::default();
+        reg.register_tool("t", def.clone(), |_| async { Ok::<_, String>(Value::Null) })
+            .unwrap();
+        let err = reg
+            .register_tool("t", def, |_| async { Ok::<_, String>(Value::Null) })
+            .unwrap_err();
+        assert_eq!(err.to_string(), r#"plugin p: tool name "t" is registered twice"#);
+    }
+}

@@ -1,0 +1,455 @@
+//! Serving a plugin: the session with the broker (proto/README.md, "The plugin
+//! session, step by step").
+//!
+//! One I/O loop owns the session: it reads the broker's messages, answers `Ping` at
+//! once, spawns each `InvokeTool` as its own task (tracked in a `JoinSet`, with a
+//! cancellation token), and sends each finished task's result. Everything the plugin
+//! sends goes through one unbounded mpsc that feeds the request stream.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hearth_proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
+use hearth_proto::{ENV_ADDR, ENV_PLUGIN, ENV_TOKEN, PROTOCOL_VERSION, TOKEN_METADATA};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataValue;
+
+use crate::plugin::{Plugin, PluginConfig, Registrar};
+use crate::tool::{Args, CallContext, Tool};
+use crate::{Error, transport};
+
+/// SDK name sent in `Hello.sdk`.
+pub const SDK_NAME: &str = "hearth-sdk-rust";
+
+/// Optional protocol behaviours this SDK supports, sent in `Hello.features`.
+pub const FEATURES: &[&str] = &["cancel", "progress"];
+
+/// How long `stop()` may take when the broker gave no grace period or went away.
+const DEFAULT_STOP_BUDGET: Duration = Duration::from_secs(2);
+
+/// Where and as whom to serve: the values the broker passes in `HEARTH_ADDR`,
+/// `HEARTH_TOKEN` and `HEARTH_PLUGIN`.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeConfig {
+    /// Broker address: `unix:///abs/path/hearth.sock` or `http://127.0.0.1:PORT`.
+    pub addr: String,
+    /// Spawn token, sent as `x-hearth-token`.
+    pub token: String,
+    /// Name the broker knows this plugin by.
+    pub plugin: String,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("addr", &self.addr)
+            .field("token", &"<redacted>")
+            .field("plugin", &self.plugin)
+            .finish()
+    }
+}
+
+impl ServeConfig {
+    /// A config from explicit values (tests, embedding).
+    pub fn new(
+        addr: impl Into<String>,
+        token: impl Into<String>,
+        plugin: impl Into<String>,
+    ) -> Self {
+        ServeConfig {
+            addr: addr.into(),
+            token: token.into(),
+            plugin: plugin.into(),
+        }
+    }
+
+    /// The config the broker passed in the environment.
+    pub fn from_env() -> Result<Self, Error> {
+        let var = |var: &'static str| std::env::var(var).map_err(|_| Error::MissingEnv { var });
+        Ok(ServeConfig {
+            addr: var(ENV_ADDR)?,
+            token: var(ENV_TOKEN)?,
+            plugin: var(ENV_PLUGIN)?,
+        })
+    }
+}
+
+/// Serves `plugin` to the broker that spawned this process, then exits the process.
+///
+/// Builds a current-thread tokio runtime and runs [`serve_async`]. Exits 0 after a
+/// `Shutdown` or when the broker closes the session; on an error prints it to stderr
+/// and exits with [`Error::exit_code`] (3 when the registration was rejected).
+pub fn serve<P: Plugin>(plugin: P) -> ! {
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)
+        .and_then(|rt| rt.block_on(serve_async(plugin)));
+    let _ = std::io::stdout().flush();
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("hearth-sdk: {e}");
+            std::process::exit(e.exit_code())
+        }
+    }
+}
+
+/// Serves `plugin` with the config from the environment ([`ServeConfig::from_env`]).
+/// Returns `Ok` after a `Shutdown` or when the broker closes the session.
+pub async fn serve_async<P: Plugin>(plugin: P) -> Result<(), Error> {
+    serve_with(plugin, ServeConfig::from_env()?).await
+}
+
+/// Serves `plugin` with an explicit config. Returns `Ok` after a `Shutdown` (once
+/// `stop()` has run) or when the broker closes the session.
+pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result<(), Error> {
+    let name = config.plugin.clone();
+    let token = MetadataValue::try_from(config.token.as_str())
+        .map_err(|_| Error::BadToken { plugin: name.clone() })?;
+    let mut client = transport::connect(&config.addr).await?;
+
+    plugin
+        .init(&PluginConfig::new(name.clone()))
+        .await
+        .map_err(|source| Error::Init { plugin: name.clone(), source })?;
+    let mut registrar = Registrar::new(name.clone());
+    plugin
+        .start(&mut registrar)
+        .await
+        .map_err(|source| Error::Start { plugin: name.clone(), source })?;
+    let (tools, specs) = tool_table(&name, plugin.tools().into_iter().chain(registrar.into_tools()))?;
+
+    let mut meta = plugin.metadata();
+    if meta.name.is_empty() {
+        meta.name = name.clone();
+    }
+    let (out, out_rx) = mpsc::unbounded_channel();
+    let send = |msg| {
+        let _ = out.send(pb::PluginMessage { msg: Some(msg) });
+    };
+    send(Out::Hello(pb::Hello {
+        protocol_version: PROTOCOL_VERSION.into(),
+        sdk: SDK_NAME.into(),
+        sdk_version: env!("CARGO_PKG_VERSION").into(),
+        features: FEATURES.iter().map(|f| f.to_string()).collect(),
+        pid: std::process::id(),
+    }));
+    send(Out::Register(pb::Register {
+        plugin: Some(pb::PluginInfo {
+            name: meta.name,
+            version: meta.version,
+            author: meta.author,
+            description: meta.description,
+        }),
+        tools: specs,
+        ..Default::default()
+    }));
+
+    let mut request = tonic::Request::new(UnboundedReceiverStream::new(out_rx));
+    request.metadata_mut().insert(TOKEN_METADATA, token);
+    let inbound = client
+        .attach(request)
+        .await
+        .map_err(|status| Error::Attach {
+            plugin: name.clone(),
+            addr: config.addr.clone(),
+            status: Box::new(status),
+        })?
+        .into_inner();
+
+    Session {
+        plugin: name,
+        tools,
+        out,
+        inbound,
+        tasks: JoinSet::new(),
+        in_flight: HashMap::new(),
+        by_task: HashMap::new(),
+        all_calls: CancellationToken::new(),
+    }
+    .run(&mut plugin)
+    .await
+}
+
+/// The tools by name, and their wire specs in registration order.
+fn tool_table(
+    plugin: &str,
+    tools: impl Iterator<Item = Arc<dyn Tool>>,
+) -> Result<(HashMap<String, Arc<dyn Tool>>, Vec<pb::ToolSpec>), Error> {
+    let mut table = HashMap::new();
+    let mut specs = Vec::new();
+    for tool in tools {
+        let def = tool.definition();
+        if table.contains_key(&def.name) {
+            return Err(Error::DuplicateTool { plugin: plugin.into(), tool: def.name });
+        }
+        specs.push(pb::ToolSpec {
+            name: def.name.clone(),
+            description: def.description,
+            parameters_json: def.parameters.to_string(),
+            ..Default::default()
+        });
+        table.insert(def.name, tool);
+    }
+    Ok((table, specs))
+}
+
+/// A call whose handler task is running.
+struct InFlight {
+    tool: String,
+    cancel: CancellationToken,
+    abort: AbortHandle,
+}
+
+struct Session {
+    plugin: String,
+    tools: HashMap<String, Arc<dyn Tool>>,
+    out: mpsc::UnboundedSender<pb::PluginMessage>,
+    inbound: tonic::Streaming<pb::HostMessage>,
+    tasks: JoinSet<pb::ToolResult>,
+    /// Calls not yet answered nor cancelled, by call id.
+    in_flight: HashMap<u64, InFlight>,
+    /// Call id of each handler task (also of cancelled ones until they are reaped).
+    by_task: HashMap<tokio::task::Id, u64>,
+    /// Parent of every call's token; cancelled on shutdown.
+    all_calls: CancellationToken,
+}
+
+/// How the main loop ended.
+enum End {
+    Shutdown(Duration),
+    Closed,
+    Failed(tonic::Status),
+}
+
+impl Session {
+    async fn run<P: Plugin>(mut self, plugin: &mut P) -> Result<(), Error> {
+        if let Some(end) = self.await_registered().await? {
+            return self.finish(plugin, end).await;
+        }
+        let end = loop {
+            tokio::select! {
+                biased;
+                msg = self.inbound.message() => match msg {
+                    Ok(Some(msg)) => {
+                        if let Some(end) = self.on_message(msg)? {
+                            break end;
+                        }
+                    }
+                    Ok(None) => break End::Closed,
+                    Err(status) => break End::Failed(status),
+                },
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.on_task_done(joined);
+                }
+            }
+        };
+        self.finish(plugin, end).await
+    }
+
+    /// Waits for `Registered` / `Rejected`; `Some` when the session ended meanwhile.
+    async fn await_registered(&mut self) -> Result<Option<End>, Error> {
+        loop {
+            let msg = match self.inbound.message().await {
+                Ok(Some(msg)) => msg,
+                Ok(None) => {
+                    return Err(Error::ClosedBeforeRegistered { plugin: self.plugin.clone() });
+                }
+                Err(status) => {
+                    return Err(Error::Stream { plugin: self.plugin.clone(), status: Box::new(status) });
+                }
+            };
+            match msg.msg {
+                Some(In::Registered(r)) => {
+                    for item in &r.rejected {
+                        eprintln!(
+                            "hearth-sdk: plugin {}: broker rejected {} {}: {}",
+                            self.plugin, item.kind, item.name, item.reason
+                        );
+                    }
+                    return Ok(None);
+                }
+                Some(In::Rejected(r)) => {
+                    return Err(Error::Rejected {
+                        plugin: self.plugin.clone(),
+                        reason: r.reason,
+                        items: r.items,
+                    });
+                }
+                Some(In::Ping(p)) => self.send(Out::Pong(pb::Pong { nonce: p.nonce })),
+                Some(In::Shutdown(s)) => return Ok(Some(End::Shutdown(grace(s.grace_ms)))),
+                other => {
+                    return Err(Error::Protocol {
+                        plugin: self.plugin.clone(),
+                        detail: format!("expected Registered or Rejected, got {other:?}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Handles one broker message; `Some` ends the session.
+    fn on_message(&mut self, msg: pb::HostMessage) -> Result<Option<End>, Error> {
+        match msg.msg {
+            Some(In::Ping(p)) => self.send(Out::Pong(pb::Pong { nonce: p.nonce })),
+            Some(In::InvokeTool(call)) => self.invoke(call),
+            Some(In::Cancel(c)) => {
+                if let Some(call) = self.in_flight.remove(&c.call_id) {
+                    call.cancel.cancel();
+                    call.abort.abort();
+                }
+            }
+            Some(In::Shutdown(s)) => return Ok(Some(End::Shutdown(grace(s.grace_ms)))),
+            Some(In::Rejected(r)) => {
+                return Err(Error::Rejected { plugin: self.plugin.clone(), reason: r.reason, items: r.items });
+            }
+            Some(other) => eprintln!(
+                "hearth-sdk: plugin {}: ignoring unsupported broker message {other:?}",
+                self.plugin
+            ),
+            None => {}
+        }
+        Ok(None)
+    }
+
+    fn invoke(&mut self, call: pb::InvokeTool) {
+        let call_id = call.call_id;
+        let Some(tool) = self.tools.get(&call.tool).cloned() else {
+            self.send(Out::ToolResult(pb::ToolResult {
+                call_id,
+                success: false,
+                error: format!("plugin {} has no tool named {:?}", self.plugin, call.tool),
+                ..Default::default()
+            }));
+            return;
+        };
+        if self.in_flight.contains_key(&call_id) {
+            eprintln!(
+                "hearth-sdk: plugin {}: ignoring InvokeTool with call id {call_id}, already in flight",
+                self.plugin
+            );
+            return;
+        }
+        let cancel = self.all_calls.child_token();
+        let ctx = CallContext::new(
+            call_id,
+            call.tool.clone(),
+            self.plugin.clone(),
+            call.sender.map(Into::into).unwrap_or_default(),
+            (call.timeout_ms > 0).then(|| Duration::from_millis(call.timeout_ms.into())),
+            cancel.clone(),
+            self.out.clone(),
+        );
+        let abort = self.tasks.spawn(run_call(tool, ctx, call.args_json));
+        self.by_task.insert(abort.id(), call_id);
+        self.in_flight.insert(call_id, InFlight { tool: call.tool, cancel, abort });
+    }
+
+    fn on_task_done(&mut self, joined: Result<(tokio::task::Id, pb::ToolResult), tokio::task::JoinError>) {
+        let id = match &joined {
+            Ok((id, _)) => *id,
+            Err(e) => e.id(),
+        };
+        let Some(call_id) = self.by_task.remove(&id) else { return };
+        // Cancelled calls are no longer in flight: their outcome is not sent.
+        let Some(call) = self.in_flight.remove(&call_id) else { return };
+        let result = match joined {
+            Ok((_, result)) => result,
+            Err(e) if e.is_panic() => {
+                let msg = panic_text(e.into_panic());
+                eprintln!("hearth-sdk: plugin {}: tool {} panicked: {msg}", self.plugin, call.tool);
+                pb::ToolResult {
+                    call_id,
+                    success: false,
+                    error: format!("tool {} panicked: {msg}", call.tool),
+                    ..Default::default()
+                }
+            }
+            Err(_) => pb::ToolResult {
+                call_id,
+                success: false,
+                error: format!("tool {} was aborted", call.tool),
+                ..Default::default()
+            },
+        };
+        self.send(Out::ToolResult(result));
+    }
+
+    /// Stops calls, runs `stop()` within the budget, closes the stream.
+    async fn finish<P: Plugin>(mut self, plugin: &mut P, end: End) -> Result<(), Error> {
+        self.all_calls.cancel();
+        self.tasks.abort_all();
+        let budget = match &end {
+            End::Shutdown(grace) => *grace,
+            _ => DEFAULT_STOP_BUDGET,
+        };
+        match tokio::time::timeout(budget, plugin.stop()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("hearth-sdk: plugin {}: stop failed: {e}", self.plugin),
+            Err(_) => eprintln!(
+                "hearth-sdk: plugin {}: stop did not finish within {} ms",
+                self.plugin,
+                budget.as_millis()
+            ),
+        }
+        // Dropping the session drops the sender: the request stream ends.
+        match end {
+            End::Shutdown(_) | End::Closed => Ok(()),
+            End::Failed(status) => Err(Error::Stream { plugin: self.plugin.clone(), status: Box::new(status) }),
+        }
+    }
+
+    fn send(&self, msg: Out) {
+        // Fails only when the request stream is gone; the inbound side then ends too.
+        let _ = self.out.send(pb::PluginMessage { msg: Some(msg) });
+    }
+}
+
+/// Time `stop()` gets after `Shutdown{grace_ms}`: three quarters of the grace, so the
+/// process can exit inside it.
+fn grace(grace_ms: u32) -> Duration {
+    if grace_ms == 0 {
+        DEFAULT_STOP_BUDGET
+    } else {
+        Duration::from_millis(u64::from(grace_ms) * 3 / 4)
+    }
+}
+
+/// One call: parse, validate, execute. Runs as its own task.
+async fn run_call(tool: Arc<dyn Tool>, ctx: CallContext, args_json: String) -> pb::ToolResult {
+    let call_id = ctx.call_id();
+    let name = ctx.tool().to_string();
+    let failed = |error: String| pb::ToolResult { call_id, success: false, error, ..Default::default() };
+    let args: Args = if args_json.trim().is_empty() {
+        Args::new()
+    } else {
+        match serde_json::from_str(&args_json) {
+            Ok(args) => args,
+            Err(e) => return failed(format!("tool {name}: arguments are not a JSON object: {e}")),
+        }
+    };
+    if let Err(e) = tool.validate(&args) {
+        return failed(format!("invalid arguments for tool {name}: {e}"));
+    }
+    match tool.execute(&ctx, args).await {
+        Ok(result) => result.into_wire(call_id, &name),
+        Err(e) => failed(e.to_string()),
+    }
+}
+
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

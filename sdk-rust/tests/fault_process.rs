@@ -1,0 +1,1 @@
+//! The `fault` example as a real process against the fake broker.
