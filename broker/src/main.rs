@@ -1,1 +1,5 @@
-fn main() {}
+//! The `hearth` binary; see [`hearth::cli`].
+
+fn main() -> std::process::ExitCode {
+    hearth::cli::main()
+}

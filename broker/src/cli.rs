@@ -1,0 +1,312 @@
+//! The `hearth` command line: `run` starts the broker; the other commands are
+//! clients of a running broker, found through `<data_dir>/hearth.sock` and
+//! authenticated with `<data_dir>/admin.token`.
+//!
+//! Errors are one line on stderr (`error: …`) and exit status 1.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use clap::{Parser, Subcommand};
+use hearth_proto::v1::admin_client::AdminClient;
+use hearth_proto::v1::{
+    CallToolRequest, ListPluginsRequest, ListToolsRequest, PluginState, PluginStatus,
+    RestartPluginRequest,
+};
+use serde_json::json;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::server::{RunOptions, ADMIN_TOKEN_FILE, SOCKET_FILE};
+
+/// Hearth: an out-of-process plugin broker for LLM agents.
+#[derive(Debug, Parser)]
+#[command(name = "hearth", version, about)]
+pub struct Cli {
+    /// Data directory (socket, admin token, plugins/).
+    #[arg(long, global = true, env = "HEARTH_DATA_DIR", default_value = "./hearth-data")]
+    pub data_dir: PathBuf,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the broker in the foreground (Ctrl-C / SIGTERM stops every plugin).
+    Run {
+        /// Extra directory whose subdirectories are plugins (repeatable).
+        #[arg(long = "plugins", value_name = "DIR")]
+        plugins: Vec<PathBuf>,
+        /// Also serve on this TCP loopback address, e.g. 127.0.0.1:7777.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<std::net::SocketAddr>,
+        /// Milliseconds a plugin gets after `Shutdown` before SIGTERM.
+        #[arg(long, default_value_t = 2000, value_name = "MS")]
+        shutdown_grace_ms: u64,
+        /// Milliseconds a call waits for a restarting plugin.
+        #[arg(long, default_value_t = 5000, value_name = "MS")]
+        restart_wait_ms: u64,
+    },
+    /// Inspect and operate plugins.
+    Plugins {
+        /// Plugin operation.
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+    /// List and call tools.
+    Tools {
+        /// Tool operation.
+        #[command(subcommand)]
+        command: ToolsCommand,
+    },
+}
+
+/// `hearth plugins …`
+#[derive(Debug, Subcommand)]
+pub enum PluginsCommand {
+    /// Name, runtime, state, pid, restarts and tools of every plugin.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restart a plugin (also a failed one) and wait until it is ready.
+    Restart {
+        /// Plugin name.
+        name: String,
+    },
+}
+
+/// `hearth tools …`
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Every registered tool with its plugin and description.
+    List {
+        /// Print JSON (with parameter schemas) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call a tool and print its result.
+    Call {
+        /// Tool name.
+        name: String,
+        /// Arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+        /// Timeout in milliseconds (default: the plugin's call_timeout_s).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u32>,
+        /// Print the whole result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Parses the command line, runs it and maps errors to one line and exit status 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let result = match cli.command {
+        Command::Run { plugins, listen, shutdown_grace_ms, restart_wait_ms } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
+            runtime.map_err(anyhow::Error::from).and_then(|rt| {
+                rt.block_on(crate::server::run(RunOptions {
+                    data_dir: cli.data_dir,
+                    plugin_dirs: plugins,
+                    listen,
+                    shutdown_grace: Duration::from_millis(shutdown_grace_ms),
+                    restart_wait: Duration::from_millis(restart_wait_ms),
+                }))
+                .map(|()| ExitCode::SUCCESS)
+            })
+        }
+        other => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            runtime
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(client_command(&cli.data_dir, other)))
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
+}
+
+/// A connected admin client with the token attached to every call.
+pub struct AdminConn {
+    client: AdminClient<Channel>,
+    token: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl AdminConn {
+    /// Connects to the broker of `data_dir`. Errors name the missing socket or token.
+    pub async fn connect(data_dir: &Path) -> anyhow::Result<AdminConn> {
+        let socket = std::path::absolute(data_dir.join(SOCKET_FILE))?;
+        let token_path = data_dir.join(ADMIN_TOKEN_FILE);
+        if !socket.exists() {
+            return Err(anyhow!(
+                "no broker running for data dir {}: {} not found (start one with `hearth run`)",
+                data_dir.display(),
+                socket.display()
+            ));
+        }
+        let token = std::fs::read_to_string(&token_path)
+            .with_context(|| format!("reading admin token {}", token_path.display()))?;
+        let path = socket.clone();
+        let channel = Endpoint::try_from("http://localhost")?
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .with_context(|| format!("connecting to {}", socket.display()))?;
+        Ok(AdminConn {
+            client: AdminClient::new(channel)
+                .max_decoding_message_size(hearth_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(hearth_proto::MAX_MESSAGE_BYTES),
+            token: token.trim().parse().context("admin token is not ASCII")?,
+        })
+    }
+
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut().insert(hearth_proto::ADMIN_TOKEN_METADATA, self.token.clone());
+        r
+    }
+
+    /// The admin client; build requests with [`AdminConn::with_token`].
+    pub fn client(&mut self) -> &mut AdminClient<Channel> {
+        &mut self.client
+    }
+
+    /// Wraps `msg` in a request carrying the admin token.
+    pub fn with_token<T>(&self, msg: T) -> tonic::Request<T> {
+        self.request(msg)
+    }
+}
+
+fn status_error(s: tonic::Status) -> anyhow::Error {
+    anyhow!("{}", s.message())
+}
+
+fn state_name(state: i32) -> String {
+    PluginState::try_from(state)
+        .map(|s| s.as_str_name().trim_start_matches("PLUGIN_STATE_").to_lowercase())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn plugin_json(p: &PluginStatus) -> serde_json::Value {
+    json!({
+        "name": p.name, "runtime": p.runtime, "pid": p.pid, "state": state_name(p.state),
+        "restarts": p.restarts, "tools": p.tools, "dir": p.dir, "uptime_ms": p.uptime_ms,
+        "last_exit": p.last_exit, "reason": p.reason, "version": p.version, "sdk": p.sdk,
+    })
+}
+
+async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<ExitCode> {
+    let mut conn = AdminConn::connect(data_dir).await?;
+    match command {
+        Command::Run { .. } => unreachable!("handled in main"),
+        Command::Plugins { command: PluginsCommand::List { json } } => {
+            let req = conn.with_token(ListPluginsRequest {});
+            let plugins = conn.client().list_plugins(req).await.map_err(status_error)?.into_inner().plugins;
+            if json {
+                let v: Vec<_> = plugins.iter().map(plugin_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{:<16} {:<7} {:<9} {:>8} {:>8}  TOOLS", "NAME", "RUNTIME", "STATE", "PID", "RESTARTS");
+                for p in &plugins {
+                    println!(
+                        "{:<16} {:<7} {:<9} {:>8} {:>8}  {}",
+                        p.name,
+                        p.runtime,
+                        state_name(p.state),
+                        if p.pid == 0 { "-".to_string() } else { p.pid.to_string() },
+                        p.restarts,
+                        p.tools.join(",")
+                    );
+                    if !p.reason.is_empty() && p.state != PluginState::Ready as i32 {
+                        println!("{:<16} └ {}", "", p.reason);
+                    }
+                }
+            }
+        }
+        Command::Plugins { command: PluginsCommand::Restart { name } } => {
+            let req = conn.with_token(RestartPluginRequest { name });
+            let p = conn.client().restart_plugin(req).await.map_err(status_error)?.into_inner();
+            if let Some(p) = p.plugin {
+                println!("{} {} pid {} tools {}", p.name, state_name(p.state), p.pid, p.tools.join(","));
+            }
+        }
+        Command::Tools { command: ToolsCommand::List { json } } => {
+            let req = conn.with_token(ListToolsRequest {});
+            let tools = conn.client().list_tools(req).await.map_err(status_error)?.into_inner().tools;
+            if json {
+                let v: Vec<_> = tools
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "name": t.name, "plugin": t.plugin, "description": t.description,
+                            "parameters": serde_json::from_str::<serde_json::Value>(&t.parameters_json).unwrap_or_default(),
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{:<24} {:<16} DESCRIPTION", "NAME", "PLUGIN");
+                for t in &tools {
+                    let first = t.description.lines().next().unwrap_or("");
+                    println!("{:<24} {:<16} {}", t.name, t.plugin, first);
+                }
+            }
+        }
+        Command::Tools { command: ToolsCommand::Call { name, args, timeout_ms, json } } => {
+            let req = conn.with_token(CallToolRequest {
+                name: name.clone(),
+                args_json: args,
+                timeout_ms: timeout_ms.unwrap_or(0),
+                user_id: std::env::var("USER").unwrap_or_default(),
+                group_id: String::new(),
+            });
+            let r = conn.client().call_tool(req).await.map_err(status_error)?.into_inner();
+            if json {
+                let data = serde_json::from_str::<serde_json::Value>(&r.data_json).ok();
+                let v = json!({
+                    "tool": r.tool, "plugin": r.plugin, "success": r.success, "content": r.content,
+                    "data": data, "error": r.error, "elapsed_us": r.elapsed_us,
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if r.success {
+                if r.content.is_empty() && !r.data_json.is_empty() {
+                    println!("{}", r.data_json);
+                } else {
+                    println!("{}", r.content);
+                }
+            }
+            if !r.success {
+                let who = if r.plugin.is_empty() { String::new() } else { format!(" (plugin {})", r.plugin) };
+                let error = if r.error.is_empty() { "failed without an error message" } else { &r.error };
+                eprintln!("error: tool {name}{who}: {}", error.replace('\n', " "));
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,141 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hearth_proto::v1::admin_server::Admin;
+use hearth_proto::v1::{
+    CallToolRequest, CallToolResponse, ListPluginsRequest, ListPluginsResponse, ListToolsRequest,
+    ListToolsResponse, PluginStatus, RestartPluginRequest, RestartPluginResponse, Sender, ToolInfo,
+};
+use tonic::{Request, Response, Status};
+
+use crate::error::CallError;
+use crate::supervisor::{PluginSnapshot, Supervisor};
+
+/// `Admin`: what the CLI uses. Every call must carry the admin token.
+#[derive(Debug, Clone)]
+pub struct AdminService {
+    supervisor: Arc<Supervisor>,
+    token: Arc<str>,
+}
+
+impl AdminService {
+    /// Serves `supervisor`, accepting calls that carry `token`.
+    pub fn new(supervisor: Arc<Supervisor>, token: String) -> Self {
+        AdminService {
+            supervisor,
+            token: token.into(),
+        }
+    }
+
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let given = super::metadata(request, hearth_proto::ADMIN_TOKEN_METADATA)?;
+        let ok = given.len() == self.token.len()
+            && given.bytes().zip(self.token.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
+        if ok {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated(
+                "admin token does not match <data_dir>/admin.token of the running broker",
+            ))
+        }
+    }
+}
+
+fn to_wire(s: PluginSnapshot) -> PluginStatus {
+    PluginStatus {
+        name: s.name,
+        runtime: s.runtime,
+        pid: s.pid,
+        state: s.state as i32,
+        restarts: s.restarts,
+        tools: s.tools,
+        dir: s.dir,
+        uptime_ms: s.uptime.map(|d| d.as_millis() as u64).unwrap_or(0),
+        last_exit: s.last_exit,
+        reason: s.reason,
+        version: s.version,
+        sdk: s.sdk,
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn list_plugins(
+        &self,
+        request: Request<ListPluginsRequest>,
+    ) -> Result<Response<ListPluginsResponse>, Status> {
+        self.authorize(&request)?;
+        let plugins = self.supervisor.snapshots().into_iter().map(to_wire).collect();
+        Ok(Response::new(ListPluginsResponse { plugins }))
+    }
+
+    async fn restart_plugin(
+        &self,
+        request: Request<RestartPluginRequest>,
+    ) -> Result<Response<RestartPluginResponse>, Status> {
+        self.authorize(&request)?;
+        let snapshot = self.supervisor.restart(&request.get_ref().name).await?;
+        Ok(Response::new(RestartPluginResponse {
+            plugin: Some(to_wire(snapshot)),
+        }))
+    }
+
+    async fn list_tools(
+        &self,
+        request: Request<ListToolsRequest>,
+    ) -> Result<Response<ListToolsResponse>, Status> {
+        self.authorize(&request)?;
+        let tools = self
+            .supervisor
+            .registry()
+            .list()
+            .into_iter()
+            .map(|t| ToolInfo {
+                name: t.name.clone(),
+                plugin: t.plugin.clone(),
+                description: t.description.clone(),
+                parameters_json: t.schema.schema().to_string(),
+            })
+            .collect();
+        Ok(Response::new(ListToolsResponse { tools }))
+    }
+
+    async fn call_tool(
+        &self,
+        request: Request<CallToolRequest>,
+    ) -> Result<Response<CallToolResponse>, Status> {
+        self.authorize(&request)?;
+        let req = request.into_inner();
+        let started = Instant::now();
+        let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms.into()));
+        let sender = Sender {
+            user_id: req.user_id,
+            group_id: req.group_id,
+            channel: "admin".into(),
+            session_id: String::new(),
+        };
+        let outcome = self.supervisor.call_tool(&req.name, &req.args_json, timeout, Some(sender)).await;
+        let elapsed_us = started.elapsed().as_micros() as u64;
+        match outcome {
+            Ok((plugin, r)) => Ok(Response::new(CallToolResponse {
+                tool: req.name,
+                plugin,
+                success: r.success,
+                content: r.content,
+                data_json: r.data_json,
+                error: r.error,
+                elapsed_us,
+            })),
+            // A schema violation is the tool's error result: the plugin was not called.
+            Err(CallError::InvalidArguments { message, .. }) => Ok(Response::new(CallToolResponse {
+                plugin: self.supervisor.registry().get(&req.name).map(|t| t.plugin.clone()).unwrap_or_default(),
+                tool: req.name,
+                success: false,
+                error: message,
+                elapsed_us,
+                ..Default::default()
+            })),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

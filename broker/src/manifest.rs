@@ -1,0 +1,351 @@
+//! Plugins on disk: `<plugins_dir>/<name>/plugin.json` (Cyrene's manifest, extended)
+//! and runtime inference for directories without one.
+//!
+//! Shape (every field optional):
+//! ```json
+//! { "name": "calculator", "version": "1.0.0", "author": "…", "description": "…",
+//!   "runtime": "python", "entry": "main.py", "args": [], "env": {},
+//!   "python": "/path/to/python3", "node": "/path/to/node",
+//!   "startup_timeout_s": 10, "call_timeout_s": 60 }
+//! ```
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// How a plugin process is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// `<python> -m hearth run <entry>`.
+    Python,
+    /// `<node> -e <bootstrap> <entry>`; the bootstrap resolves `hearth-sdk/runner`
+    /// from the plugin's directory.
+    Node,
+    /// The entry is an executable (e.g. a Rust plugin binary).
+    Exec,
+}
+
+impl Runtime {
+    /// The manifest spelling: `python`, `node` or `exec`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Python => "python",
+            Runtime::Node => "node",
+            Runtime::Exec => "exec",
+        }
+    }
+}
+
+/// Default seconds from spawn to registration before a plugin counts as crashed.
+pub const DEFAULT_STARTUP_TIMEOUT_S: f64 = 10.0;
+/// Default seconds a tool call may take.
+pub const DEFAULT_CALL_TIMEOUT_S: f64 = 60.0;
+
+/// `plugin.json` as written by the author.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: Option<String>,
+    version: Option<String>,
+    #[allow(dead_code)] // shown by later admin views
+    author: Option<String>,
+    #[allow(dead_code)]
+    description: Option<String>,
+    runtime: Option<String>,
+    entry: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    python: Option<String>,
+    node: Option<String>,
+    startup_timeout_s: Option<f64>,
+    call_timeout_s: Option<f64>,
+    // Read by later issues; accepted now so manifests written for them load.
+    #[allow(dead_code)]
+    restart: Option<serde_json::Value>,
+    #[allow(dead_code)]
+    capabilities: Option<Vec<String>>,
+}
+
+/// A plugin ready to be spawned: its manifest with defaults applied and paths resolved.
+#[derive(Debug, Clone)]
+pub struct PluginSpec {
+    /// The manifest's `name`, else the directory's name.
+    pub name: String,
+    /// Plugin directory (absolute); the process's working directory.
+    pub dir: PathBuf,
+    /// How to start it.
+    pub runtime: Runtime,
+    /// Entry file (absolute).
+    pub entry: PathBuf,
+    /// Extra arguments after the entry.
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Interpreter override for `python` runtime (manifest `python`).
+    pub python: Option<String>,
+    /// Binary override for `node` runtime (manifest `node`).
+    pub node: Option<String>,
+    /// Seconds from spawn to registration.
+    pub startup_timeout_s: f64,
+    /// Default per-call timeout in seconds.
+    pub call_timeout_s: f64,
+    /// Manifest version, if any.
+    pub version: String,
+}
+
+/// Why a plugin directory could not be turned into a [`PluginSpec`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// `plugin.json` could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The manifest path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `plugin.json` is not valid JSON of the expected shape.
+    #[error("{path}: invalid plugin.json: {source}")]
+    Parse {
+        /// The manifest path.
+        path: PathBuf,
+        /// The parse error (names the field and line).
+        source: serde_json::Error,
+    },
+    /// A field has a value the broker cannot use.
+    #[error("{path}: field `{field}`: {message}")]
+    Field {
+        /// The manifest path.
+        path: PathBuf,
+        /// Field name.
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No manifest and nothing to infer the runtime from.
+    #[error("{dir}: cannot infer the runtime: no plugin.json, main.py, index.js, package.json or executable `{name}`")]
+    NoRuntime {
+        /// The plugin directory.
+        dir: PathBuf,
+        /// The directory's name.
+        name: String,
+    },
+    /// The entry file does not exist.
+    #[error("plugin {plugin}: entry {entry} does not exist")]
+    MissingEntry {
+        /// Plugin name.
+        plugin: String,
+        /// Entry path.
+        entry: PathBuf,
+    },
+}
+
+impl PluginSpec {
+    /// Reads `dir/plugin.json` if present, else infers the runtime from the files in
+    /// `dir`. `dir` need not be absolute.
+    pub fn load(dir: &Path) -> Result<PluginSpec, ManifestError> {
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let manifest_path = dir.join("plugin.json");
+        let raw = match std::fs::read(&manifest_path) {
+            Ok(bytes) => serde_json::from_slice::<RawManifest>(&bytes).map_err(|source| {
+                ManifestError::Parse {
+                    path: manifest_path.clone(),
+                    source,
+                }
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => RawManifest::default(),
+            Err(source) => {
+                return Err(ManifestError::Read {
+                    path: manifest_path,
+                    source,
+                })
+            }
+        };
+        let field = |field: &'static str, message: String| ManifestError::Field {
+            path: manifest_path.clone(),
+            field,
+            message,
+        };
+
+        let name = match raw.name {
+            Some(n) if n.trim().is_empty() => return Err(field("name", "is empty".into())),
+            Some(n) => n,
+            None => dir_name.clone(),
+        };
+        let runtime = match raw.runtime.as_deref() {
+            Some("python") => Some(Runtime::Python),
+            Some("node") => Some(Runtime::Node),
+            Some("exec") => Some(Runtime::Exec),
+            Some(other) => {
+                return Err(field(
+                    "runtime",
+                    format!("`{other}` is not one of python, node, exec"),
+                ))
+            }
+            None => None,
+        };
+        let (runtime, entry) = match (runtime, raw.entry) {
+            (Some(rt), Some(entry)) => (rt, dir.join(entry)),
+            (Some(rt), None) => {
+                let entry = match rt {
+                    Runtime::Python => Some(dir.join("main.py")),
+                    Runtime::Node => node_entry(&dir),
+                    Runtime::Exec => Some(dir.join(&dir_name)),
+                };
+                (rt, entry.ok_or_else(|| field("entry", "missing and not inferable".into()))?)
+            }
+            (None, entry) => {
+                let (rt, inferred) = infer(&dir, &dir_name)?;
+                (rt, entry.map(|e| dir.join(e)).unwrap_or(inferred))
+            }
+        };
+        if !entry.exists() {
+            return Err(ManifestError::MissingEntry {
+                plugin: name,
+                entry,
+            });
+        }
+        let timeout = |field_name: &'static str, v: Option<f64>, default: f64| match v {
+            None => Ok(default),
+            Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+            Some(v) => Err(field(field_name, format!("{v} is not a positive number of seconds"))),
+        };
+        Ok(PluginSpec {
+            name,
+            runtime,
+            entry,
+            args: raw.args,
+            env: raw.env,
+            python: raw.python,
+            node: raw.node,
+            startup_timeout_s: timeout(
+                "startup_timeout_s",
+                raw.startup_timeout_s,
+                DEFAULT_STARTUP_TIMEOUT_S,
+            )?,
+            call_timeout_s: timeout("call_timeout_s", raw.call_timeout_s, DEFAULT_CALL_TIMEOUT_S)?,
+            version: raw.version.unwrap_or_default(),
+            dir,
+        })
+    }
+}
+
+/// Node entry: `index.js`, else `package.json`'s `main`.
+fn node_entry(dir: &Path) -> Option<PathBuf> {
+    let index = dir.join("index.js");
+    if index.exists() {
+        return Some(index);
+    }
+    let pkg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("package.json")).ok()?).ok()?;
+    let main = pkg.get("main").and_then(|m| m.as_str()).unwrap_or("index.js");
+    Some(dir.join(main))
+}
+
+fn infer(dir: &Path, dir_name: &str) -> Result<(Runtime, PathBuf), ManifestError> {
+    if dir.join("main.py").exists() {
+        return Ok((Runtime::Python, dir.join("main.py")));
+    }
+    if dir.join("index.js").exists() || dir.join("package.json").exists() {
+        if let Some(entry) = node_entry(dir) {
+            return Ok((Runtime::Node, entry));
+        }
+    }
+    let exe = dir.join(dir_name);
+    let executable = std::fs::metadata(&exe)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false);
+    if executable {
+        return Ok((Runtime::Exec, exe));
+    }
+    Err(ManifestError::NoRuntime {
+        dir: dir.to_path_buf(),
+        name: dir_name.to_string(),
+    })
+}
+
+/// Every subdirectory of each directory in `roots`, sorted by name within a root;
+/// roots that do not exist are skipped. Hidden directories (`.name`) and
+/// `node_modules` are not plugins.
+pub fn discover(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+                !name.starts_with('.') && name != "node_modules"
+            })
+            .collect();
+        dirs.sort();
+        out.extend(dirs);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hearth-manifest-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn infers_python_and_uses_dir_name() {
+        let root = tempdir("py");
+        let dir = root.join("calc");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.py"), "").unwrap();
+        let spec = PluginSpec::load(&dir).unwrap();
+        assert_eq!(spec.name, "calc");
+        assert_eq!(spec.runtime, Runtime::Python);
+        assert_eq!(spec.call_timeout_s, DEFAULT_CALL_TIMEOUT_S);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn manifest_name_wins_and_bad_runtime_is_named() {
+        let root = tempdir("mf");
+        let dir = root.join("d");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("index.js"), "").unwrap();
+        std::fs::write(dir.join("plugin.json"), r#"{"name":"w","runtime":"node"}"#).unwrap();
+        let spec = PluginSpec::load(&dir).unwrap();
+        assert_eq!((spec.name.as_str(), spec.runtime), ("w", Runtime::Node));
+        std::fs::write(dir.join("plugin.json"), r#"{"runtime":"ruby"}"#).unwrap();
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("runtime") && err.contains("ruby"), "{err}");
+        std::fs::write(dir.join("plugin.json"), r#"{"call_timeout_s":-1}"#).unwrap();
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("call_timeout_s"), "{err}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn nothing_to_infer_is_a_clear_error() {
+        let root = tempdir("none");
+        let dir = root.join("empty");
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("cannot infer the runtime"), "{err}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}

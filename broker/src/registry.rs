@@ -1,0 +1,252 @@
+//! The tool registry: which plugin owns which tool, with its compiled schema.
+//!
+//! One lock owns the map. A plugin's registration replaces all of its previous tools
+//! in one step, so callers never see a half-registered plugin.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use hearth_proto::v1::{AiTool, RejectedItem, ToolSpec};
+
+use crate::schema::{linkzone_description, linkzone_schema, ArgsSchema};
+
+/// A registered tool.
+#[derive(Debug)]
+pub struct Tool {
+    /// Unique tool name.
+    pub name: String,
+    /// Owning plugin.
+    pub plugin: String,
+    /// What the LLM reads.
+    pub description: String,
+    /// Compiled argument schema.
+    pub schema: ArgsSchema,
+    /// LinkZone policies, when the tool came from `ai.tool`.
+    pub ai_tool: Option<AiTool>,
+    /// Must not run concurrently with other calls of a turn.
+    pub serial: bool,
+}
+
+/// Tool names must be usable as LLM function names (OpenAI, Anthropic, Gemini all
+/// accept this set).
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("tool name is empty".into());
+    }
+    if name.len() > 64 {
+        return Err(format!("tool name is {} bytes; at most 64", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(format!(
+            "tool name contains {c:?}; use letters, digits, `_` and `-`"
+        ));
+    }
+    Ok(())
+}
+
+fn rejected(name: &str, reason: String) -> RejectedItem {
+    RejectedItem {
+        kind: "tool".into(),
+        name: name.into(),
+        reason,
+    }
+}
+
+/// Builds a [`Tool`] from its wire spec (without the uniqueness check).
+fn build(plugin: &str, spec: &ToolSpec) -> Result<Tool, String> {
+    check_name(&spec.name)?;
+    let (schema, description) = match (&spec.ai_tool, spec.parameters_json.trim()) {
+        (Some(ai), "") => {
+            let schema = ArgsSchema::from_value(linkzone_schema(ai)?)?;
+            let description = if spec.description.is_empty() {
+                linkzone_description(ai)
+            } else {
+                spec.description.clone()
+            };
+            (schema, description)
+        }
+        (_, json) => (ArgsSchema::compile(json)?, spec.description.clone()),
+    };
+    Ok(Tool {
+        name: spec.name.clone(),
+        plugin: plugin.to_string(),
+        description,
+        schema,
+        ai_tool: spec.ai_tool.clone(),
+        serial: spec.serial,
+    })
+}
+
+/// All tools of all plugins, by name.
+#[derive(Debug, Default)]
+pub struct Registry {
+    tools: RwLock<HashMap<String, Arc<Tool>>>,
+}
+
+/// Outcome of [`Registry::replace_plugin_tools`].
+#[derive(Debug, Default)]
+pub struct Registration {
+    /// Names that registered, in the order given.
+    pub accepted: Vec<String>,
+    /// Items refused, each named with its reason.
+    pub rejected: Vec<RejectedItem>,
+}
+
+impl Registry {
+    /// Looks a tool up by name.
+    pub fn get(&self, name: &str) -> Option<Arc<Tool>> {
+        self.tools.read().unwrap().get(name).cloned()
+    }
+
+    /// Every tool, sorted by name.
+    pub fn list(&self) -> Vec<Arc<Tool>> {
+        let mut v: Vec<_> = self.tools.read().unwrap().values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Names of `plugin`'s tools, sorted.
+    pub fn plugin_tools(&self, plugin: &str) -> Vec<String> {
+        let mut v: Vec<_> = self
+            .tools
+            .read()
+            .unwrap()
+            .values()
+            .filter(|t| t.plugin == plugin)
+            .map(|t| t.name.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Replaces every tool of `plugin` with `specs`, atomically. A spec that is
+    /// invalid or whose name another plugin owns is rejected (naming both plugins);
+    /// the others register. With `all_or_nothing`, any rejection keeps the plugin's
+    /// previous tools and registers none of `specs`.
+    pub fn replace_plugin_tools(
+        &self,
+        plugin: &str,
+        specs: &[ToolSpec],
+        all_or_nothing: bool,
+    ) -> Registration {
+        let built: Vec<_> = specs.iter().map(|s| (s, build(plugin, s))).collect();
+        let mut tools = self.tools.write().unwrap();
+        let mut out = Registration::default();
+        let mut fresh: HashMap<String, Arc<Tool>> = HashMap::new();
+        for (spec, result) in built {
+            let tool = match result {
+                Ok(t) => t,
+                Err(reason) => {
+                    out.rejected.push(rejected(&spec.name, reason));
+                    continue;
+                }
+            };
+            if let Some(other) = tools.get(&tool.name).filter(|t| t.plugin != plugin) {
+                out.rejected.push(rejected(
+                    &tool.name,
+                    format!(
+                        "tool `{}` of plugin {plugin} is already registered by plugin {}",
+                        tool.name, other.plugin
+                    ),
+                ));
+                continue;
+            }
+            if fresh.contains_key(&tool.name) {
+                out.rejected.push(rejected(
+                    &tool.name,
+                    format!("plugin {plugin} registers tool `{}` twice", tool.name),
+                ));
+                continue;
+            }
+            out.accepted.push(tool.name.clone());
+            fresh.insert(tool.name.clone(), Arc::new(tool));
+        }
+        if all_or_nothing && !out.rejected.is_empty() {
+            out.accepted.clear();
+            return out;
+        }
+        tools.retain(|_, t| t.plugin != plugin);
+        tools.extend(fresh);
+        out
+    }
+
+    /// Adds one tool of `plugin` at run time (`RegisterTool`).
+    pub fn add_tool(&self, plugin: &str, spec: &ToolSpec) -> Result<(), String> {
+        let tool = build(plugin, spec)?;
+        let mut tools = self.tools.write().unwrap();
+        if let Some(other) = tools.get(&tool.name) {
+            return Err(format!(
+                "tool `{}` is already registered by plugin {}",
+                tool.name, other.plugin
+            ));
+        }
+        tools.insert(tool.name.clone(), Arc::new(tool));
+        Ok(())
+    }
+
+    /// Removes one tool of `plugin` (`UnregisterTool`).
+    pub fn remove_tool(&self, plugin: &str, name: &str) -> Result<(), String> {
+        let mut tools = self.tools.write().unwrap();
+        match tools.get(name) {
+            Some(t) if t.plugin == plugin => {
+                tools.remove(name);
+                Ok(())
+            }
+            Some(t) => Err(format!("tool `{name}` belongs to plugin {}", t.plugin)),
+            None => Err(format!("tool `{name}` is not registered")),
+        }
+    }
+
+    /// Removes every tool of `plugin`.
+    pub fn remove_plugin(&self, plugin: &str) {
+        self.tools.write().unwrap().retain(|_, t| t.plugin != plugin);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, params: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: "d".into(),
+            parameters_json: params.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_bad_tool_does_not_sink_the_others() {
+        let r = Registry::default();
+        let reg = r.replace_plugin_tools(
+            "p",
+            &[spec("good", ""), spec("bad", r#"{"type": 12}"#), spec("bad name", "")],
+            false,
+        );
+        assert_eq!(reg.accepted, vec!["good"]);
+        assert_eq!(reg.rejected.len(), 2);
+        assert_eq!(reg.rejected[0].name, "bad");
+        assert!(r.get("good").is_some());
+    }
+
+    #[test]
+    fn duplicates_name_both_plugins_and_reregistration_replaces() {
+        let r = Registry::default();
+        r.replace_plugin_tools("a", &[spec("x", ""), spec("y", "")], false);
+        let reg = r.replace_plugin_tools("b", &[spec("x", "")], false);
+        let reason = &reg.rejected[0].reason;
+        assert!(reason.contains("plugin a") && reason.contains("plugin b"), "{reason}");
+        // a re-registers without y: y is gone, x stays a's.
+        r.replace_plugin_tools("a", &[spec("x", "")], false);
+        assert!(r.get("y").is_none());
+        assert_eq!(r.get("x").unwrap().plugin, "a");
+        // all-or-nothing keeps the old tools on any rejection.
+        let reg = r.replace_plugin_tools("a", &[spec("z", ""), spec("w", "[")], true);
+        assert!(reg.accepted.is_empty());
+        assert!(r.get("x").is_some() && r.get("z").is_none());
+    }
+}

@@ -1,0 +1,183 @@
+//! `hearth run`: the data dir, the listeners, the admin token, plugin discovery and
+//! the graceful stop on SIGINT/SIGTERM.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use hearth_proto::v1::admin_server::AdminServer;
+use hearth_proto::v1::plugin_host_server::PluginHostServer;
+use hearth_proto::MAX_MESSAGE_BYTES;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::{AdminService, PluginHostService};
+use crate::manifest::discover;
+use crate::registry::Registry;
+use crate::supervisor::process::Interpreters;
+use crate::supervisor::{Supervisor, SupervisorConfig};
+
+/// Longest Unix socket path Linux accepts (`sun_path` is 108 bytes with the NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+/// Socket file name inside the data dir.
+pub const SOCKET_FILE: &str = "hearth.sock";
+/// Admin token file name inside the data dir (mode 0600).
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// Options of `hearth run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Data dir; holds `hearth.sock`, `admin.token` and `plugins/`.
+    pub data_dir: PathBuf,
+    /// Extra plugin roots besides `<data_dir>/plugins`.
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Optional TCP loopback address to serve on as well.
+    pub listen: Option<std::net::SocketAddr>,
+    /// Grace between `Shutdown` and SIGTERM.
+    pub shutdown_grace: Duration,
+    /// How long calls wait for a restarting plugin.
+    pub restart_wait: Duration,
+}
+
+/// Checks the socket path length and replaces a stale socket file left by a killed
+/// broker. Errors: the path is too long for the OS, or a live broker answers on it.
+pub fn prepare_socket(path: &Path) -> anyhow::Result<()> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        bail!(
+            "socket path {} is {len} bytes, longer than the OS limit of {MAX_SOCKET_PATH} bytes for Unix sockets; use a shorter --data-dir",
+            path.display()
+        );
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!("another broker is already running on {}", path.display());
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing stale socket {}", path.display()))?;
+        tracing::info!("replaced stale socket {}", path.display());
+    }
+    Ok(())
+}
+
+fn write_admin_token(path: &Path) -> anyhow::Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("reading the OS random source: {e}"))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let _ = std::fs::remove_file(path);
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(token.as_bytes())?;
+    Ok(token)
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+}
+
+/// Runs the broker until SIGINT/SIGTERM, then stops every plugin and returns.
+pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
+    let data_dir = std::path::absolute(&opts.data_dir)?;
+    std::fs::create_dir_all(data_dir.join("plugins"))
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    let socket = data_dir.join(SOCKET_FILE);
+    prepare_socket(&socket)?;
+    let listener = UnixListener::bind(&socket)
+        .with_context(|| format!("binding {}", socket.display()))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+    let admin_token = write_admin_token(&data_dir.join(ADMIN_TOKEN_FILE))?;
+    let tcp = match opts.listen {
+        Some(addr) => {
+            if !addr.ip().is_loopback() {
+                bail!("--listen {addr}: only loopback addresses are served (remote plugins need TLS, which is not built yet)");
+            }
+            Some(TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?)
+        }
+        None => None,
+    };
+
+    let registry = Arc::new(Registry::default());
+    let supervisor = Arc::new(Supervisor::new(
+        SupervisorConfig {
+            addr: format!("unix://{}", socket.display()),
+            interpreters: Interpreters::from_env(),
+            restart_wait: opts.restart_wait,
+            shutdown_grace: opts.shutdown_grace,
+        },
+        registry,
+    ));
+
+    let stop = CancellationToken::new();
+    let make_router = || {
+        tonic::transport::Server::builder()
+            .add_service(
+                PluginHostServer::new(PluginHostService::new(supervisor.clone()))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                AdminServer::new(AdminService::new(supervisor.clone(), admin_token.clone()))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+    };
+    let mut servers = Vec::new();
+    let unix_stop = stop.clone();
+    servers.push(tokio::spawn(make_router().serve_with_incoming_shutdown(
+        UnixListenerStream::new(listener),
+        unix_stop.cancelled_owned(),
+    )));
+    if let Some(tcp) = tcp {
+        let addr = tcp.local_addr()?;
+        tracing::info!("listening on http://{addr}");
+        let tcp_stop = stop.clone();
+        servers.push(tokio::spawn(make_router().serve_with_incoming_shutdown(
+            TcpListenerStream::new(tcp),
+            tcp_stop.cancelled_owned(),
+        )));
+    }
+    tracing::info!("listening on unix://{}", socket.display());
+
+    let mut roots = vec![data_dir.join("plugins")];
+    roots.extend(opts.plugin_dirs.iter().cloned());
+    for root in &opts.plugin_dirs {
+        if !root.is_dir() {
+            tracing::error!("--plugins {}: not a directory", root.display());
+        }
+    }
+    let dirs = discover(&roots);
+    for dir in &dirs {
+        let _ = supervisor.load(dir);
+    }
+    tracing::info!("broker ready: {} plugin dir(s) found", dirs.len());
+
+    stop_signal().await;
+    supervisor.shutdown().await;
+    stop.cancel();
+    for s in servers {
+        match tokio::time::timeout(Duration::from_secs(3), s).await {
+            Ok(Ok(Err(e))) => tracing::warn!("server: {e}"),
+            Err(_) => tracing::warn!("server did not drain within 3 s"),
+            _ => {}
+        }
+    }
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(data_dir.join(ADMIN_TOKEN_FILE));
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! One live `Attach` session: the outbound half of the stream and the calls in
+//! flight on it, matched by `call_id`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hearth_proto::v1::{host_message::Msg, Cancel, HostMessage, InvokeTool, Sender, ToolResult};
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+use crate::error::CallError;
+
+/// Outbound messages to the plugin (the server side of the response stream).
+pub type Outbound = mpsc::Sender<Result<HostMessage, Status>>;
+
+struct Pending {
+    tool: String,
+    reply: oneshot::Sender<Result<ToolResult, String>>,
+}
+
+struct Calls {
+    map: HashMap<u64, Pending>,
+    /// Set once the session is over; new calls are refused with this reason.
+    closed: Option<String>,
+}
+
+/// A registered plugin's session.
+pub struct Session {
+    plugin: String,
+    generation: u64,
+    out: Outbound,
+    calls: Mutex<Calls>,
+    next_call_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("plugin", &self.plugin)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+/// Removes a call from the pending map when its caller stops waiting (timeout or
+/// dropped future) and tells the plugin to cancel it.
+struct CallGuard<'a> {
+    session: &'a Session,
+    call_id: u64,
+    done: bool,
+    reason: &'static str,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let was_pending = self.session.calls.lock().unwrap().map.remove(&self.call_id).is_some();
+        if was_pending {
+            let _ = self.session.out.try_send(Ok(HostMessage {
+                msg: Some(Msg::Cancel(Cancel {
+                    call_id: self.call_id,
+                    reason: self.reason.into(),
+                })),
+            }));
+        }
+    }
+}
+
+impl Session {
+    /// A session of generation `generation` of `plugin`, writing to `out`.
+    pub fn new(plugin: String, generation: u64, out: Outbound) -> Session {
+        Session {
+            plugin,
+            generation,
+            out,
+            calls: Mutex::new(Calls {
+                map: HashMap::new(),
+                closed: None,
+            }),
+            next_call_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Which spawn of the plugin this session belongs to.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Sends a message to the plugin; false when the session is gone.
+    pub async fn send(&self, msg: Msg) -> bool {
+        self.out.send(Ok(HostMessage { msg: Some(msg) })).await.is_ok()
+    }
+
+    /// Sends without waiting; false when the session is gone or its queue is full.
+    pub fn try_send(&self, msg: Msg) -> bool {
+        self.out.try_send(Ok(HostMessage { msg: Some(msg) })).is_ok()
+    }
+
+    /// Calls `tool` with `args_json` and waits up to `timeout` for its result.
+    ///
+    /// Errors: [`CallError::Timeout`] (the plugin is sent `Cancel`),
+    /// [`CallError::PluginGone`] when the session ends first (the reason names the
+    /// exit), [`CallError::NotReady`] when it had already ended.
+    pub async fn invoke(
+        &self,
+        tool: &str,
+        args_json: String,
+        sender: Option<Sender>,
+        timeout: Duration,
+    ) -> Result<ToolResult, CallError> {
+        let call_id = self.next_call_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut calls = self.calls.lock().unwrap();
+            if let Some(reason) = &calls.closed {
+                return Err(CallError::NotReady {
+                    plugin: self.plugin.clone(),
+                    tool: tool.into(),
+                    reason: reason.clone(),
+                });
+            }
+            calls.map.insert(
+                call_id,
+                Pending {
+                    tool: tool.into(),
+                    reply: tx,
+                },
+            );
+        }
+        let mut guard = CallGuard {
+            session: self,
+            call_id,
+            done: false,
+            reason: "caller went away",
+        };
+        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let invoke = Msg::InvokeTool(InvokeTool {
+            call_id,
+            tool: tool.into(),
+            args_json,
+            sender,
+            timeout_ms,
+        });
+        if !self.send(invoke).await {
+            guard.done = true;
+            self.calls.lock().unwrap().map.remove(&call_id);
+            return Err(self.gone(tool, "its session closed".into()));
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(result))) => {
+                guard.done = true;
+                Ok(result)
+            }
+            Ok(Ok(Err(reason))) => {
+                guard.done = true;
+                Err(self.gone(tool, reason))
+            }
+            Ok(Err(_)) => {
+                guard.done = true;
+                Err(self.gone(tool, "its session closed".into()))
+            }
+            Err(_) => {
+                guard.reason = "timeout";
+                Err(CallError::Timeout {
+                    plugin: self.plugin.clone(),
+                    tool: tool.into(),
+                    after_ms: timeout.as_millis() as u64,
+                })
+            }
+        }
+    }
+
+    fn gone(&self, tool: &str, reason: String) -> CallError {
+        CallError::PluginGone {
+            plugin: self.plugin.clone(),
+            tool: tool.into(),
+            reason,
+        }
+    }
+
+    /// Delivers a `ToolResult`; a result for an unknown (timed out, cancelled) call
+    /// is dropped.
+    pub fn complete(&self, result: ToolResult) {
+        let pending = self.calls.lock().unwrap().map.remove(&result.call_id);
+        match pending {
+            Some(p) => {
+                let _ = p.reply.send(Ok(result));
+            }
+            None => tracing::debug!(
+                plugin = %self.plugin,
+                call_id = result.call_id,
+                "result for a call nobody waits for (timed out or cancelled); dropped"
+            ),
+        }
+    }
+
+    /// Ends the session: refuses new calls and fails every call in flight at once
+    /// with `reason` (e.g. "exit status 1"). Idempotent: the first reason wins.
+    pub fn close(&self, reason: &str) {
+        let drained: Vec<Pending> = {
+            let mut calls = self.calls.lock().unwrap();
+            if calls.closed.is_none() {
+                calls.closed = Some(reason.to_string());
+            }
+            calls.map.drain().map(|(_, p)| p).collect()
+        };
+        for p in drained {
+            tracing::warn!(plugin = %self.plugin, tool = %p.tool, "call failed: plugin {reason}");
+            let _ = p.reply.send(Err(reason.to_string()));
+        }
+    }
+
+    /// Number of calls in flight.
+    pub fn in_flight(&self) -> usize {
+        self.calls.lock().unwrap().map.len()
+    }
+}
