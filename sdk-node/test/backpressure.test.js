@@ -1,0 +1,58 @@
+'use strict';
+
+// Large results and write backpressure: the broker stops reading, the plugin's writes
+// back up (write() → false), the SDK queues and flushes on 'drain'; nothing is lost.
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { FakeBroker, fixture } = require('./helpers/broker');
+
+const MiB = 1024 * 1024;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+describe('large results and backpressure', () => {
+  let broker;
+  let p;
+  before(async () => {
+    broker = await FakeBroker.start();
+    p = await broker.attach(fixture('stress'), { env: { HEARTH_SDK_DEBUG: '1' } });
+  });
+  after(() => broker.close());
+
+  it('delivers a 6 MiB result intact', async () => {
+    const r = await p.session.call1(1, 'stress_big', { bytes: 6 * MiB });
+    assert.equal(r.success, true);
+    assert.equal(r.content.length, 6 * MiB);
+    assert.equal(r.content[r.content.length - 1], 'y');
+    assert.equal(r.content.indexOf('y'), 6 * MiB - 1);
+  });
+
+  it('queues writes while the broker does not read and flushes them on drain', async () => {
+    p.session.call.pause(); // stop reading: HTTP/2 flow control pushes back on the plugin
+    p.session.invoke(10, 'stress_big', { bytes: 6 * MiB });
+    for (let i = 0; i < 40; i++) p.session.invoke(100 + i, 'stress_echo', { x: i });
+    for (let i = 0; i < 100 && !/backpressure: write\(\) returned false/.test(p.proc.stderr); i++) await sleep(20);
+    assert.match(p.proc.stderr, /backpressure: write\(\) returned false; queueing until drain/);
+    p.session.call.resume();
+    const big = await p.session.result(10, 10000);
+    assert.equal(big.content.length, 6 * MiB);
+    for (let i = 0; i < 40; i++) {
+      const r = await p.session.result(100 + i);
+      assert.deepEqual(JSON.parse(r.content), { x: i });
+    }
+    for (let i = 0; i < 100 && !/drain: flushing/.test(p.proc.stderr); i++) await sleep(20);
+    const m = /drain: flushing (\d+) queued message\(s\)/.exec(p.proc.stderr);
+    assert.ok(m && Number(m[1]) > 0, `no drain flush logged:\n${p.proc.stderr}`);
+    // Ping still answered afterwards.
+    p.session.send({ ping: { nonce: 5 } });
+    assert.equal(Number((await p.session.nextOf('pong')).nonce), 5);
+  });
+
+  it('turns a result over the 64 MiB limit into an error result and keeps the session', async () => {
+    const r = await p.session.call1(20, 'stress_big', { bytes: 65 * MiB }, undefined);
+    assert.equal(r.success, false);
+    assert.match(r.error, /^tool stress_big: result is \d+ bytes, over the 64 MiB message limit$/);
+    const ok = await p.session.call1(21, 'stress_text', { text: 'still here' });
+    assert.equal(ok.content, 'still here');
+  });
+});

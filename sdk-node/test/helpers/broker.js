@@ -1,0 +1,216 @@
+'use strict';
+
+/**
+ * A fake Hearth broker for tests: a real grpc-js PluginHost server on a temp Unix
+ * socket that checks the spawn token, and real plugin processes spawned through the
+ * same bootstrap the broker uses.
+ */
+
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const crypto = require('node:crypto');
+const { spawn } = require('node:child_process');
+const grpc = require('@grpc/grpc-js');
+const { PluginHostService } = require('../../gen/services');
+
+/** The command line the broker uses: `node -e BOOTSTRAP /abs/entry`, cwd = plugin dir. */
+const BOOTSTRAP = "require(require.resolve('hearth-sdk/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])";
+const MAX = 64 * 1024 * 1024;
+
+/** One attached plugin session, seen from the broker. */
+class BrokerSession {
+  constructor(call) {
+    this.call = call;
+    this.messages = [];
+    this.waiters = [];
+    this.ended = false;
+    this.endWaiters = [];
+    call.on('data', (m) => { this.messages.push(m); this.wake(); });
+    call.on('end', () => { this.ended = true; this.wake(); for (const w of this.endWaiters) w(); });
+    call.on('error', () => { this.ended = true; this.wake(); for (const w of this.endWaiters) w(); });
+  }
+
+  wake() {
+    for (const w of this.waiters.slice()) w();
+  }
+
+  /**
+   * Takes the first message matching `pred` (waiting up to `ms`).
+   * @param {(m: any) => boolean} pred
+   * @param {number} [ms]
+   * @param {string} [what]
+   */
+  next(pred, ms = 5000, what = 'message') {
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        const i = this.messages.findIndex(pred);
+        if (i >= 0) {
+          done();
+          resolve(this.messages.splice(i, 1)[0]);
+          return true;
+        }
+        if (this.ended) {
+          done();
+          reject(new Error(`stream ended while waiting for ${what}`));
+          return true;
+        }
+        return false;
+      };
+      const timer = setTimeout(() => { done(); reject(new Error(`timed out after ${ms} ms waiting for ${what}`)); }, ms);
+      const done = () => { clearTimeout(timer); this.waiters = this.waiters.filter((w) => w !== check); };
+      if (!check()) this.waiters.push(check);
+    });
+  }
+
+  /** @param {string} kind oneof name */
+  nextOf(kind, ms) {
+    return this.next((m) => m.msg === kind, ms, kind).then((m) => m[kind]);
+  }
+
+  /** Waits for a ToolResult with this call id. */
+  result(callId, ms = 5000) {
+    return this.next((m) => m.msg === 'toolResult' && String(m.toolResult.callId) === String(callId), ms, `ToolResult ${callId}`).then((m) => m.toolResult);
+  }
+
+  /** Resolves when the plugin half-closes or the stream fails. */
+  waitEnd(ms = 5000) {
+    if (this.ended) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('plugin did not end the stream')), ms);
+      this.endWaiters.push(() => { clearTimeout(t); resolve(); });
+    });
+  }
+
+  send(msg) {
+    return this.call.write(msg);
+  }
+
+  invoke(callId, tool, args, sender) {
+    this.send({ invokeTool: { callId, tool, argsJson: JSON.stringify(args), sender: sender || { userId: 'u1', groupId: 'g1', channel: 'cli', sessionId: 's1' }, timeoutMs: 5000 } });
+  }
+
+  /** Runs one call and returns its ToolResult. */
+  async call1(callId, tool, args, sender) {
+    this.invoke(callId, tool, args, sender);
+    return this.result(callId);
+  }
+
+  end() {
+    this.call.end();
+  }
+}
+
+/** A spawned plugin process with its captured output. */
+class PluginProcess {
+  constructor(proc) {
+    this.proc = proc;
+    this.stdout = '';
+    this.stderr = '';
+    proc.stdout.on('data', (d) => { this.stdout += d; });
+    proc.stderr.on('data', (d) => { this.stderr += d; });
+    this.exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+    this.running = true;
+    this.exited.then(() => { this.running = false; });
+  }
+
+  /** Exit result, or rejects if the process is still alive after `ms`. */
+  async exit(ms = 5000) {
+    let t;
+    const timeout = new Promise((_, reject) => { t = setTimeout(() => reject(new Error(`plugin still running after ${ms} ms; stderr:\n${this.stderr}`)), ms); });
+    try {
+      return await Promise.race([this.exited, timeout]);
+    } finally {
+      clearTimeout(t);
+    }
+  }
+}
+
+class FakeBroker {
+  constructor() {
+    this.token = crypto.randomBytes(16).toString('hex');
+    this.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hearth-node-test-'));
+    this.sock = path.join(this.dir, 'hearth.sock');
+    this.addr = `unix://${this.sock}`;
+    this.sessions = [];
+    this.sessionWaiters = [];
+    this.unauthenticated = 0;
+    this.procs = [];
+    /** @type {(call: any) => boolean} hook to answer a session yourself */
+    this.server = new grpc.Server({ 'grpc.max_receive_message_length': MAX, 'grpc.max_send_message_length': MAX });
+    this.server.addService(PluginHostService, { attach: (call) => this.onAttach(call) });
+  }
+
+  static async start() {
+    const b = new FakeBroker();
+    await new Promise((resolve, reject) => b.server.bindAsync(b.addr, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
+    return b;
+  }
+
+  onAttach(call) {
+    const got = call.metadata.get('x-hearth-token')[0];
+    if (got !== this.token) {
+      this.unauthenticated++;
+      call.emit('error', { code: grpc.status.UNAUTHENTICATED, details: 'invalid or stale x-hearth-token' });
+      return;
+    }
+    const s = new BrokerSession(call);
+    const w = this.sessionWaiters.shift();
+    if (w) w(s);
+    else this.sessions.push(s);
+  }
+
+  nextSession(ms = 8000) {
+    const s = this.sessions.shift();
+    if (s) return Promise.resolve(s);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('no plugin attached')), ms);
+      this.sessionWaiters.push((x) => { clearTimeout(t); resolve(x); });
+    });
+  }
+
+  /**
+   * Spawns `node -e BOOTSTRAP entry` in the entry's directory, like the broker does.
+   * @param {string} entry absolute path
+   * @param {{env?: Record<string,string>, token?: string, name?: string}} [opts]
+   */
+  spawn(entry, opts = {}) {
+    const proc = spawn(process.execPath, ['-e', BOOTSTRAP, entry], {
+      cwd: path.dirname(entry),
+      env: { ...process.env, HEARTH_ADDR: this.addr, HEARTH_PLUGIN: opts.name || path.basename(path.dirname(entry)), HEARTH_TOKEN: opts.token || this.token, ...(opts.env || {}) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const p = new PluginProcess(proc);
+    this.procs.push(p);
+    return p;
+  }
+
+  /**
+   * Spawns a plugin, takes Hello and Register and answers Registered (all tools).
+   * @returns {Promise<{proc: PluginProcess, session: BrokerSession, hello: any, register: any}>}
+   */
+  async attach(entry, opts = {}) {
+    const proc = this.spawn(entry, opts);
+    let session;
+    try {
+      session = await this.nextSession();
+    } catch (e) {
+      throw new Error(`${e.message}; plugin stderr:\n${proc.stderr}`);
+    }
+    const hello = await session.nextOf('hello');
+    const register = await session.nextOf('register');
+    session.send({ registered: { plugin: register.plugin.name, tools: register.tools.map((t) => t.name), protocolVersion: '1.0.0', features: ['cancel', 'progress'], rejected: opts.rejected || [] } });
+    return { proc, session, hello, register };
+  }
+
+  async close() {
+    for (const p of this.procs) if (p.running) p.proc.kill('SIGKILL');
+    await Promise.all(this.procs.map((p) => p.exited));
+    this.server.forceShutdown();
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+const fixture = (name, file = 'index.js') => path.join(__dirname, '..', 'fixtures', name, file);
+
+module.exports = { FakeBroker, BOOTSTRAP, fixture };

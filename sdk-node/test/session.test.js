@@ -1,0 +1,228 @@
+'use strict';
+
+// The plugin session against a fake broker, with real plugin processes
+// (fixtures/stress: HomeAgent style, one tool per behaviour).
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
+const Long = require('long');
+const { FakeBroker, fixture } = require('./helpers/broker');
+
+const STRESS = fixture('stress');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+describe('session with a HomeAgent-style plugin', () => {
+  let broker;
+  let p;
+  before(async () => {
+    broker = await FakeBroker.start();
+    p = await broker.attach(STRESS);
+  });
+  after(() => broker.close());
+
+  it('sends Hello with protocol version, sdk, features and pid', () => {
+    assert.equal(p.hello.protocolVersion, '1.0.0');
+    assert.equal(p.hello.sdk, 'hearth-sdk-node');
+    assert.equal(p.hello.sdkVersion, require('../package.json').version);
+    assert.deepEqual(p.hello.features, ['cancel', 'progress']);
+    assert.equal(p.hello.pid, p.proc.proc.pid);
+  });
+
+  it('registers HomeAgent tools with the given JSON Schema and no aiTool', () => {
+    assert.equal(p.register.plugin.name, 'stress');
+    const echo = p.register.tools.find((t) => t.name === 'stress_echo');
+    assert.ok(echo, 'stress_echo registered');
+    assert.equal(echo.description, 'returns its arguments');
+    assert.deepEqual(JSON.parse(echo.parametersJson), { type: 'object', properties: { x: { type: 'number' } } });
+    assert.equal(echo.aiTool, null);
+    const fail = p.register.tools.find((t) => t.name === 'stress_fail');
+    assert.deepEqual(JSON.parse(fail.parametersJson), { type: 'object', properties: {} }, 'missing parameters default to an empty object schema');
+    assert.equal(p.register.inject, null);
+    assert.deepEqual(p.register.triggers, []);
+  });
+
+  it('maps a non-string value to JSON content and data_json', async () => {
+    const r = await p.session.call1(1, 'stress_echo', { x: 42, s: '天气', nested: { a: [1, 2] } });
+    assert.equal(r.success, true);
+    assert.deepEqual(JSON.parse(r.content), { x: 42, s: '天气', nested: { a: [1, 2] } });
+    assert.equal(r.dataJson, r.content);
+    assert.equal(r.error, '');
+  });
+
+  it('maps a string to content as is, without data_json', async () => {
+    const r = await p.session.call1(2, 'stress_text', { text: 'plain "text"' });
+    assert.deepEqual([r.success, r.content, r.dataJson], [true, 'plain "text"', '']);
+  });
+
+  it('maps {isError: true, content} to success=false with that error', async () => {
+    const r = await p.session.call1(3, 'stress_fail', {});
+    assert.deepEqual([r.success, r.error, r.content], [false, 'bad input: x must be positive', '']);
+  });
+
+  it('maps undefined to an empty successful result', async () => {
+    const r = await p.session.call1(4, 'stress_nothing', {});
+    assert.deepEqual([r.success, r.content, r.dataJson], [true, '', '']);
+  });
+
+  it('turns a thrown error into "<Name>: <message>" and keeps serving', async () => {
+    const r = await p.session.call1(5, 'stress_throw', {});
+    assert.deepEqual([r.success, r.error], [false, 'TypeError: boom at call']);
+    const again = await p.session.call1(6, 'stress_text', { text: 'alive' });
+    assert.equal(again.content, 'alive');
+    assert.match(p.proc.stderr, /tool stress_throw \(call 5\) failed: TypeError: boom at call/);
+  });
+
+  it('answers an unknown tool with an error naming it', async () => {
+    const r = await p.session.call1(7, 'no_such_tool', {});
+    assert.equal(r.success, false);
+    assert.match(r.error, /plugin stress has no tool no_such_tool/);
+  });
+
+  it('matches 50 concurrent calls by call_id', async () => {
+    const ids = Array.from({ length: 50 }, (_, i) => 1000 + i);
+    // Later calls sleep less, so results come back out of order.
+    for (const id of ids) p.session.invoke(id, 'stress_sleep', { ms: (1049 - id) * 4, id });
+    const got = await Promise.all(ids.map((id) => p.session.result(id)));
+    for (const [i, r] of got.entries()) {
+      assert.equal(r.success, true, r.error);
+      assert.deepEqual(JSON.parse(r.content), { id: ids[i], callId: String(ids[i]) });
+    }
+  });
+
+  it('echoes 64-bit call ids and ping nonces exactly', async () => {
+    const big = Long.fromString('18446744073709551615', true);
+    const r = await p.session.call1(big, 'stress_text', { text: 'x' });
+    assert.equal(r.callId.toString(), '18446744073709551615');
+    const nonce = Long.fromString('9007199254740993', true);
+    p.session.send({ ping: { nonce } });
+    const pong = await p.session.nextOf('pong');
+    assert.equal(pong.nonce.toString(), '9007199254740993');
+  });
+
+  it('answers Ping while a handler awaits a long promise', async () => {
+    p.session.invoke(2000, 'stress_sleep', { ms: 4000, id: 1 });
+    await sleep(50);
+    const t0 = Date.now();
+    p.session.send({ ping: { nonce: 77 } });
+    const pong = await p.session.nextOf('pong', 1000);
+    assert.equal(Number(pong.nonce), 77);
+    assert.ok(Date.now() - t0 < 1000);
+    p.session.send({ cancel: { callId: 2000, reason: 'test cleanup' } });
+  });
+
+  it('Cancel aborts the handler signal and no result is sent', async () => {
+    const marker = path.join(broker.dir, 'aborted.txt');
+    p.session.invoke(3000, 'stress_wait_abort', { marker });
+    await sleep(100);
+    p.session.send({ cancel: { callId: 3000, reason: 'caller went away' } });
+    for (let i = 0; i < 100 && !fs.existsSync(marker); i++) await sleep(20);
+    assert.match(fs.readFileSync(marker, 'utf8'), /aborted: call 3000 cancelled by the broker: caller went away/);
+    // A later call's result arrives; the cancelled call's never does.
+    await p.session.call1(3001, 'stress_text', { text: 'after' });
+    await sleep(100);
+    assert.equal(p.session.messages.some((m) => m.msg === 'toolResult' && String(m.toolResult.callId) === '3000'), false);
+  });
+
+  it('sends Progress for the call', async () => {
+    p.session.invoke(4000, 'stress_progress', {});
+    const prog = await p.session.nextOf('progress');
+    assert.deepEqual([String(prog.callId), prog.message, prog.fraction], ['4000', 'half way', 0.5]);
+    assert.equal((await p.session.result(4000)).content, 'done');
+  });
+
+  it('keeps working when the plugin floods stdout', async () => {
+    const r = await p.session.call1(5000, 'stress_noisy', {});
+    assert.equal(r.content, 'still fine');
+    await sleep(50);
+    assert.match(p.proc.stdout, /junk on stdout at load time/);
+    assert.match(p.proc.stdout, /junk line 1999/);
+  });
+});
+
+describe('session lifecycle', () => {
+  let broker;
+  before(async () => { broker = await FakeBroker.start(); });
+  after(() => broker.close());
+
+  it('Shutdown calls stop(), closes the stream and exits 0 within grace_ms', async () => {
+    const marker = path.join(broker.dir, 'stopped.txt');
+    const p = await broker.attach(STRESS, { env: { STOP_MARKER: marker } });
+    p.session.invoke(1, 'stress_sleep', { ms: 10000, id: 1 }); // in flight: abandoned, not waited for
+    await sleep(50);
+    const t0 = Date.now();
+    p.session.send({ shutdown: { graceMs: 1500, reason: 'test' } });
+    await p.session.waitEnd(1500);
+    const { code } = await p.proc.exit(1500);
+    assert.equal(code, 0);
+    assert.ok(Date.now() - t0 < 1500, `exited after ${Date.now() - t0} ms`);
+    assert.equal(fs.readFileSync(marker, 'utf8'), 'stopped');
+  });
+
+  it('exits when the broker closes the stream, calling stop()', async () => {
+    const marker = path.join(broker.dir, 'stopped2.txt');
+    const p = await broker.attach(STRESS, { env: { STOP_MARKER: marker } });
+    p.session.end();
+    const { code } = await p.proc.exit(3000);
+    assert.equal(code, 0);
+    assert.equal(fs.readFileSync(marker, 'utf8'), 'stopped');
+    assert.match(p.proc.stderr, /broker closed the session/);
+  });
+
+  it('exits 1 when the stream fails (broker killed mid-session)', async () => {
+    const other = await FakeBroker.start();
+    try {
+      const p = await other.attach(STRESS);
+      other.server.forceShutdown();
+      const { code } = await p.proc.exit(3000);
+      assert.equal(code, 1);
+      assert.match(p.proc.stderr, /session stream failed/);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('exits 1 with UNAUTHENTICATED on a wrong token', async () => {
+    const before = broker.unauthenticated;
+    const proc = broker.spawn(STRESS, { token: 'stale-token' });
+    const { code } = await proc.exit(5000);
+    assert.equal(code, 1);
+    assert.equal(broker.unauthenticated, before + 1);
+    assert.match(proc.stderr, /UNAUTHENTICATED: invalid or stale x-hearth-token/);
+  });
+
+  it('exits 1 when nothing listens on HEARTH_ADDR', async () => {
+    const proc = broker.spawn(STRESS, { env: { HEARTH_ADDR: `unix://${path.join(broker.dir, 'nobody.sock')}` } });
+    const { code } = await proc.exit(8000);
+    assert.equal(code, 1);
+    assert.match(proc.stderr, /UNAVAILABLE/);
+  });
+
+  it('exits 2 when HEARTH_ADDR is not set', async () => {
+    const proc = broker.spawn(STRESS, { env: { HEARTH_ADDR: '' } });
+    const { code } = await proc.exit(5000);
+    assert.equal(code, 2);
+    assert.match(proc.stderr, /HEARTH_ADDR is not set/);
+  });
+
+  it('exits 3 on Rejected, with the reason and items on stderr', async () => {
+    const proc = broker.spawn(STRESS);
+    const s = await broker.nextSession();
+    await s.nextOf('register');
+    s.send({ rejected: { reason: 'protocol major version 1 not supported', items: [{ kind: 'plugin', name: 'stress', reason: 'too old' }] } });
+    const { code } = await proc.exit(5000);
+    assert.equal(code, 3);
+    assert.match(proc.stderr, /broker rejected the registration: protocol major version 1 not supported/);
+    assert.match(proc.stderr, /rejected plugin stress: too old/);
+  });
+
+  it('logs each item of Registered.rejected by name and serves the rest', async () => {
+    const p = await broker.attach(STRESS, { rejected: [{ kind: 'tool', name: 'stress_fail', reason: 'duplicate tool name (plugin other has it)' }] });
+    const r = await p.session.call1(1, 'stress_text', { text: 'ok' });
+    assert.equal(r.content, 'ok');
+    assert.match(p.proc.stderr, /broker rejected tool stress_fail: duplicate tool name \(plugin other has it\)/);
+    p.session.send({ shutdown: { graceMs: 1000 } });
+    assert.equal((await p.proc.exit(2000)).code, 0);
+  });
+});
