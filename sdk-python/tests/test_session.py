@@ -185,7 +185,11 @@ def test_wrong_token_is_refused(tmp_path):
         entry = b.write_plugin(WORKER, name="worker")
         proc = b.spawn(entry, token="stale-token", env={"MARKER_DIR": str(tmp_path)})
         assert await proc.wait(10) == 1
-        assert "UNAUTHENTICATED" in proc.stderr()
+        err = proc.stderr()
+        assert "session with the broker failed" in err
+        # grpcio's client sometimes reports a server abort that races its first writes as
+        # "INTERNAL: Internal error from Core" instead of the server's status (seen ~1 in 10).
+        assert "UNAUTHENTICATED: stale or wrong spawn token" in err or "INTERNAL" in err, err
         assert b.sessions.empty()
 
     run(tmp_path, body)
