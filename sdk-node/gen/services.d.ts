@@ -5,79 +5,79 @@ import { hearth } from './hearth';
 
 /** grpc-js service definition of `hearth.v1.PluginHost`. */
 export declare const PluginHostService: {
-  attach: MethodDefinition<hearth.v1.IPluginMessage, hearth.v1.HostMessage, hearth.v1.PluginMessage, hearth.v1.IHostMessage> & { originalName: string };
+  attach: MethodDefinition<hearth.v1.IPluginMessage, hearth.v1.IHostMessage> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Admin`. */
 export declare const AdminService: {
-  listPlugins: MethodDefinition<hearth.v1.IListPluginsRequest, hearth.v1.ListPluginsResponse, hearth.v1.ListPluginsRequest, hearth.v1.IListPluginsResponse> & { originalName: string };
-  restartPlugin: MethodDefinition<hearth.v1.IRestartPluginRequest, hearth.v1.RestartPluginResponse, hearth.v1.RestartPluginRequest, hearth.v1.IRestartPluginResponse> & { originalName: string };
-  listTools: MethodDefinition<hearth.v1.IListToolsRequest, hearth.v1.ListToolsResponse, hearth.v1.ListToolsRequest, hearth.v1.IListToolsResponse> & { originalName: string };
-  callTool: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.CallToolResponse, hearth.v1.CallToolRequest, hearth.v1.ICallToolResponse> & { originalName: string };
+  listPlugins: MethodDefinition<hearth.v1.IListPluginsRequest, hearth.v1.IListPluginsResponse> & { originalName: string };
+  restartPlugin: MethodDefinition<hearth.v1.IRestartPluginRequest, hearth.v1.IRestartPluginResponse> & { originalName: string };
+  listTools: MethodDefinition<hearth.v1.IListToolsRequest, hearth.v1.IListToolsResponse> & { originalName: string };
+  callTool: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.ICallToolResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Settings`. */
 export declare const SettingsService: {
-  get: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.ValueResponse, hearth.v1.KeyRequest, hearth.v1.IValueResponse> & { originalName: string };
-  set: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.Empty, hearth.v1.SetRequest, hearth.v1.IEmpty> & { originalName: string };
-  list: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.KeysResponse, hearth.v1.PrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
-  getCore: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.ValueResponse, hearth.v1.KeyRequest, hearth.v1.IValueResponse> & { originalName: string };
-  setCore: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.Empty, hearth.v1.SetRequest, hearth.v1.IEmpty> & { originalName: string };
-  listCore: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.KeysResponse, hearth.v1.PrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
-  getPlugin: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.ValueResponse, hearth.v1.KeyRequest, hearth.v1.IValueResponse> & { originalName: string };
-  setPlugin: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.Empty, hearth.v1.SetRequest, hearth.v1.IEmpty> & { originalName: string };
-  listPlugin: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.KeysResponse, hearth.v1.PrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
-  registerDef: MethodDefinition<hearth.v1.IConfigDef, hearth.v1.Empty, hearth.v1.ConfigDef, hearth.v1.IEmpty> & { originalName: string };
-  defs: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.DefsResponse, hearth.v1.PrefixRequest, hearth.v1.IDefsResponse> & { originalName: string };
-  dump: MethodDefinition<hearth.v1.IEmpty, hearth.v1.DumpResponse, hearth.v1.Empty, hearth.v1.IDumpResponse> & { originalName: string };
-  plugins: MethodDefinition<hearth.v1.IEmpty, hearth.v1.KeysResponse, hearth.v1.Empty, hearth.v1.IKeysResponse> & { originalName: string };
+  get: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.IValueResponse> & { originalName: string };
+  set: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.IEmpty> & { originalName: string };
+  list: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
+  getCore: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.IValueResponse> & { originalName: string };
+  setCore: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.IEmpty> & { originalName: string };
+  listCore: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
+  getPlugin: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.IValueResponse> & { originalName: string };
+  setPlugin: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.IEmpty> & { originalName: string };
+  listPlugin: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
+  registerDef: MethodDefinition<hearth.v1.IConfigDef, hearth.v1.IEmpty> & { originalName: string };
+  defs: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IDefsResponse> & { originalName: string };
+  dump: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IDumpResponse> & { originalName: string };
+  plugins: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IKeysResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Memory`. */
 export declare const MemoryService: {
-  recall: MethodDefinition<hearth.v1.IRecallRequest, hearth.v1.RecallResponse, hearth.v1.RecallRequest, hearth.v1.IRecallResponse> & { originalName: string };
-  commit: MethodDefinition<hearth.v1.ICommitRequest, hearth.v1.CommitResponse, hearth.v1.CommitRequest, hearth.v1.ICommitResponse> & { originalName: string };
-  introspect: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IntrospectResponse, hearth.v1.Empty, hearth.v1.IIntrospectResponse> & { originalName: string };
-  mergeEntities: MethodDefinition<hearth.v1.IMergeRequest, hearth.v1.CountResponse, hearth.v1.MergeRequest, hearth.v1.ICountResponse> & { originalName: string };
-  purge: MethodDefinition<hearth.v1.IPurgeRequest, hearth.v1.CountResponse, hearth.v1.PurgeRequest, hearth.v1.ICountResponse> & { originalName: string };
+  recall: MethodDefinition<hearth.v1.IRecallRequest, hearth.v1.IRecallResponse> & { originalName: string };
+  commit: MethodDefinition<hearth.v1.ICommitRequest, hearth.v1.ICommitResponse> & { originalName: string };
+  introspect: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IIntrospectResponse> & { originalName: string };
+  mergeEntities: MethodDefinition<hearth.v1.IMergeRequest, hearth.v1.ICountResponse> & { originalName: string };
+  purge: MethodDefinition<hearth.v1.IPurgeRequest, hearth.v1.ICountResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.TextMemory`. */
 export declare const TextMemoryService: {
-  append: MethodDefinition<hearth.v1.ITextEvent, hearth.v1.Empty, hearth.v1.TextEvent, hearth.v1.IEmpty> & { originalName: string };
+  append: MethodDefinition<hearth.v1.ITextEvent, hearth.v1.IEmpty> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.DocMemory`. */
 export declare const DocMemoryService: {
-  query: MethodDefinition<hearth.v1.IDocQuery, hearth.v1.DocsResponse, hearth.v1.DocQuery, hearth.v1.IDocsResponse> & { originalName: string };
-  insert: MethodDefinition<hearth.v1.IDoc, hearth.v1.Empty, hearth.v1.Doc, hearth.v1.IEmpty> & { originalName: string };
-  remove: MethodDefinition<hearth.v1.IIdRequest, hearth.v1.Empty, hearth.v1.IdRequest, hearth.v1.IEmpty> & { originalName: string };
-  stats: MethodDefinition<hearth.v1.IEmpty, hearth.v1.StatsResponse, hearth.v1.Empty, hearth.v1.IStatsResponse> & { originalName: string };
+  query: MethodDefinition<hearth.v1.IDocQuery, hearth.v1.IDocsResponse> & { originalName: string };
+  insert: MethodDefinition<hearth.v1.IDoc, hearth.v1.IEmpty> & { originalName: string };
+  remove: MethodDefinition<hearth.v1.IIdRequest, hearth.v1.IEmpty> & { originalName: string };
+  stats: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IStatsResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Knowledge`. */
 export declare const KnowledgeService: {
-  search: MethodDefinition<hearth.v1.IKnowledgeQuery, hearth.v1.KnowledgeResponse, hearth.v1.KnowledgeQuery, hearth.v1.IKnowledgeResponse> & { originalName: string };
-  add: MethodDefinition<hearth.v1.IKnowledgeEntry, hearth.v1.Empty, hearth.v1.KnowledgeEntry, hearth.v1.IEmpty> & { originalName: string };
-  list: MethodDefinition<hearth.v1.IEmpty, hearth.v1.KeysResponse, hearth.v1.Empty, hearth.v1.IKeysResponse> & { originalName: string };
+  search: MethodDefinition<hearth.v1.IKnowledgeQuery, hearth.v1.IKnowledgeResponse> & { originalName: string };
+  add: MethodDefinition<hearth.v1.IKnowledgeEntry, hearth.v1.IEmpty> & { originalName: string };
+  list: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IKeysResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Llm`. */
 export declare const LlmService: {
-  listSources: MethodDefinition<hearth.v1.IEmpty, hearth.v1.KeysResponse, hearth.v1.Empty, hearth.v1.IKeysResponse> & { originalName: string };
-  setSource: MethodDefinition<hearth.v1.ISourceRequest, hearth.v1.Empty, hearth.v1.SourceRequest, hearth.v1.IEmpty> & { originalName: string };
-  currentSource: MethodDefinition<hearth.v1.IEmpty, hearth.v1.SourceRequest, hearth.v1.Empty, hearth.v1.ISourceRequest> & { originalName: string };
+  listSources: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IKeysResponse> & { originalName: string };
+  setSource: MethodDefinition<hearth.v1.ISourceRequest, hearth.v1.IEmpty> & { originalName: string };
+  currentSource: MethodDefinition<hearth.v1.IEmpty, hearth.v1.ISourceRequest> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Input`. */
 export declare const InputService: {
-  injectText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty, hearth.v1.InjectRequest, hearth.v1.IEmpty> & { originalName: string };
-  injectTextNoMemory: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty, hearth.v1.InjectRequest, hearth.v1.IEmpty> & { originalName: string };
-  injectInterruptText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty, hearth.v1.InjectRequest, hearth.v1.IEmpty> & { originalName: string };
+  injectText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.IEmpty> & { originalName: string };
+  injectTextNoMemory: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.IEmpty> & { originalName: string };
+  injectInterruptText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.IEmpty> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Agent`. */
 export declare const AgentService: {
-  chat: MethodDefinition<hearth.v1.IChatRequest, hearth.v1.ChatEvent, hearth.v1.ChatRequest, hearth.v1.IChatEvent> & { originalName: string };
-  confirm: MethodDefinition<hearth.v1.IConfirmResponse, hearth.v1.ConfirmAck, hearth.v1.ConfirmResponse, hearth.v1.IConfirmAck> & { originalName: string };
+  chat: MethodDefinition<hearth.v1.IChatRequest, hearth.v1.IChatEvent> & { originalName: string };
+  confirm: MethodDefinition<hearth.v1.IConfirmResponse, hearth.v1.IConfirmAck> & { originalName: string };
 };

@@ -36,16 +36,16 @@ function isPluginInstance(o) {
 }
 
 /**
- * A constructor that builds a plugin: a class with static metadata or a prototype
- * with start/executeTool/handleEvent (plain ES5 constructor functions included).
+ * A constructor that builds a plugin: a class with static metadata, or one whose
+ * prototype has its own start(sdk) (plain ES5 constructor functions included). A class
+ * with executeTool but no metadata is not one (its tool would have no name).
  * @param {any} f
  */
 function isPluginClass(f) {
   if (typeof f !== 'function' || !f.prototype) return false;
   if (f.metadata && typeof f.metadata === 'object') return true;
   const proto = f.prototype;
-  return (typeof proto.start === 'function' && proto.start !== Plugin.prototype.start) ||
-    (isClass(f) && (typeof proto.executeTool === 'function' || typeof proto.handleEvent === 'function'));
+  return typeof proto.start === 'function' && proto.start !== Plugin.prototype.start;
 }
 
 /** @param {any} v */

@@ -91,7 +91,7 @@ for (const svc of services) {
     js.push(`    responseDeserialize: deserialize(v1.${res}),`);
     js.push(`    originalName: '${m.name}',`);
     js.push('  },');
-    dts.push(`  ${lowerFirst(m.name)}: MethodDefinition<hearth.v1.I${req}, hearth.v1.${res}, hearth.v1.${req}, hearth.v1.I${res}> & { originalName: string };`);
+    dts.push(`  ${lowerFirst(m.name)}: MethodDefinition<hearth.v1.I${req}, hearth.v1.I${res}> & { originalName: string };`);
   }
   js.push('};', '');
   dts.push('};', '');

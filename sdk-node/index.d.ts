@@ -1,0 +1,185 @@
+// Types of the public API of hearth-sdk (CommonJS entry). The generated wire types are
+// in `hearth-sdk/gen/hearth` (camelCase fields: `call_id` → `callId`; 64-bit integers
+// are `Long | number`).
+
+/** Who a call is made for (wire `Sender`). Empty strings when unknown. */
+export interface Sender {
+  userId: string;
+  groupId: string;
+  /** Input channel, e.g. "cli", "qq". */
+  channel: string;
+  sessionId: string;
+}
+
+/** The `sender` of a LinkZone `handleEvent` (inject mode). */
+export interface EventSender extends Sender {
+  /** The full message text that matched a trigger. */
+  message: string;
+  /** Parsed parameters of the command. */
+  params: string[];
+  /** Aborted when the broker cancels the event. */
+  signal: AbortSignal;
+  /** `params[i]`, or `undefined` when absent. */
+  param(i: number): string | undefined;
+  /** Sends text to the user; may be called several times. Non-strings are sent as JSON. */
+  reply(text: unknown): Promise<void>;
+}
+
+/** Per-call context given to every tool handler. */
+export interface CallContext {
+  /** Aborted when the broker sends Cancel (timeout or caller gone) or the session ends. */
+  signal: AbortSignal;
+  /** The call id as decimal text (the wire value is echoed exactly). */
+  callId: string;
+  /** Tool name of this call. */
+  tool: string;
+  sender: Sender;
+  /** Milliseconds before the broker times the call out. */
+  timeoutMs: number;
+  /** Reports progress (extends the call's timeout, bounded). `fraction` 0..1 when known. */
+  progress(message: string, fraction?: number): void;
+}
+
+/** What a LinkZone `executeTool` returns. `data` travels as JSON text. */
+export interface LinkZoneResult {
+  success: boolean;
+  content?: string;
+  data?: unknown;
+  error?: string;
+}
+
+/** One LinkZone `ai.tool` parameter. */
+export interface LinkZoneParameter {
+  name: string;
+  /** string | number | integer | boolean | object | array */
+  type: string;
+  description: string;
+  required?: boolean;
+  default?: unknown;
+  enum?: unknown[];
+  example?: string;
+}
+
+/** LinkZone `ai.tool`: direct-call mode. The broker derives the JSON Schema and description. */
+export interface LinkZoneAiTool {
+  parameters: LinkZoneParameter[];
+  usage: string;
+  when_to_use: string;
+  /** Keep the conversation going after the call. */
+  continue?: boolean;
+  /** false ends the agentic loop after this tool. Default true. */
+  chainable?: boolean;
+  /** Calls per conversation; 0 = unlimited. */
+  max_calls?: number;
+  /** The user must approve each call. */
+  confirm?: boolean;
+  /** Seconds, per user. */
+  cooldown?: number;
+  /** Seconds; 0 = the plugin's call_timeout_s. */
+  timeout?: number;
+}
+
+/** LinkZone `ai.inject`: injection mode. */
+export interface LinkZoneAiInject {
+  usage: string;
+  format: string;
+  /** Argument name → one-sentence description for the LLM. */
+  args?: Record<string, string>;
+}
+
+/** LinkZone trigger: type 0 command, 1 keyword, 2 regex, 3 segment, 4 event (or the name). */
+export interface LinkZoneTrigger {
+  type: 0 | 1 | 2 | 3 | 4 | 'command' | 'keyword' | 'regex' | 'segment' | 'event';
+  pattern: string;
+}
+
+/** LinkZone `metadata` (static on the class, or `X.metadata = {...}`). */
+export interface LinkZoneMetadata {
+  /** Plugin name; also the name of its `ai.tool`. */
+  name: string;
+  version?: string;
+  author?: string;
+  description?: string;
+  triggers?: LinkZoneTrigger[];
+  ai?: { tool?: LinkZoneAiTool; inject?: LinkZoneAiInject };
+}
+
+/** HomeAgent `ToolDef`. */
+export interface ToolDef {
+  name?: string;
+  /** What the LLM reads. */
+  description?: string;
+  /** JSON Schema of the arguments object; default `{type: "object", properties: {}}`. */
+  parameters?: Record<string, unknown>;
+  /** Must not run concurrently with other tool calls of the same turn. */
+  serial?: boolean;
+}
+
+/**
+ * A HomeAgent tool handler. Its value maps to the result: a string is the content as is;
+ * anything else is JSON in content and data_json; `{isError: true, content}` fails with
+ * that content as the error; a throw fails with "<Name>: <message>".
+ */
+export type ToolHandler = (args: any, ctx: CallContext) => unknown | Promise<unknown>;
+
+/** The SDK object HomeAgent-style plugins receive in `start(sdk)`. */
+export interface HomeAgentSdk {
+  /** The plugin's name. */
+  readonly pluginName: string;
+  /**
+   * Registers a tool. During start() it goes out with Register; later, as RegisterTool.
+   * Throws synchronously on an invalid declaration; the promise settles when the broker
+   * answers (rejections are also logged, so not awaiting it is safe).
+   */
+  registerTool(name: string, def: ToolDef, handler: ToolHandler): Promise<void>;
+  /** Withdraws a tool at run time. */
+  unregisterTool(name: string): Promise<void>;
+  /** Writes a line to the plugin's log (stderr), prefixed with the plugin name. */
+  log(...args: unknown[]): void;
+}
+
+/**
+ * Base class of LinkZone-style plugins; optional for HomeAgent-style ones.
+ * Subclasses set `static metadata` and implement `executeTool` and/or `handleEvent`,
+ * or implement `start(sdk)`.
+ */
+export declare class Plugin {
+  /** LinkZone metadata; set it on the subclass. */
+  static metadata?: LinkZoneMetadata;
+  /** Runs one call of the tool named `metadata.name`. */
+  executeTool(sender: Sender, args: any, ctx: CallContext): Promise<LinkZoneResult | unknown>;
+  /** Handles a message that matched one of the plugin's triggers (inject mode). */
+  handleEvent?(sender: EventSender, ctx: { signal: AbortSignal; callId: string }): Promise<void> | void;
+  /** HomeAgent-style registration; the default does nothing. */
+  start(sdk: HomeAgentSdk): void | Promise<void>;
+  /** Called on Shutdown (and when the broker goes away). */
+  stop(): void | Promise<void>;
+}
+
+/** A HomeAgent-style plugin object (no base class needed). */
+export interface HomeAgentPlugin {
+  name(): string;
+  start(sdk: HomeAgentSdk): void | Promise<void>;
+  stop?(): void | Promise<void>;
+}
+
+/** Options of {@link serve}. */
+export interface ServeOptions {
+  /** Overrides HEARTH_ADDR (`unix:///abs/path`, `unix:/abs/path` or `http://127.0.0.1:PORT`). */
+  addr?: string;
+  /** Overrides HEARTH_TOKEN. */
+  token?: string;
+  /** Environment to read HEARTH_* from; default `process.env`. */
+  env?: Record<string, string | undefined>;
+  /** Exit the process when the session ends (default true). */
+  exit?: boolean;
+  /** Entry file name used in error messages. */
+  file?: string;
+}
+
+/**
+ * Serves a plugin (class or instance, LinkZone or HomeAgent style) until the broker shuts
+ * it down or goes away. Resolves with the exit code when `exit: false`:
+ * 0 ok, 1 stream failure or start() threw, 2 bad configuration, 3 rejected by the broker.
+ */
+export declare function serve(plugin: unknown, opts?: ServeOptions): Promise<number>;

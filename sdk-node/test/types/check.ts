@@ -1,0 +1,30 @@
+// Compiled by test/unit.test.js with tsc --noEmit: the public types accept both styles.
+import { Plugin, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult } from 'hearth-sdk';
+import { main } from 'hearth-sdk/runner';
+import { hearth } from 'hearth-sdk/gen/hearth';
+import { PluginHostService } from 'hearth-sdk/gen/services';
+
+class Calc extends Plugin {
+  static metadata = {
+    name: 'calc',
+    triggers: [{ type: 0 as const, pattern: '/calc' }],
+    ai: { tool: { parameters: [{ name: 'e', type: 'string', description: 'expr', required: true }], usage: 'u', when_to_use: 'w' } },
+  };
+  async executeTool(sender: Sender, args: { e: string }, ctx: CallContext): Promise<LinkZoneResult> {
+    ctx.signal.throwIfAborted();
+    return { success: true, content: `${sender.userId}: ${args.e}`, data: { n: 1 } };
+  }
+}
+
+const homeAgent = {
+  name: () => 'ha',
+  start(sdk: HomeAgentSdk) {
+    void sdk.registerTool('ha_tool', { description: 'd', parameters: { type: 'object' } }, async (args, { signal }) => ({ ok: !signal.aborted, args }));
+  },
+  stop() {},
+};
+
+const msg: hearth.v1.IPluginMessage = { toolResult: { callId: 1, success: true, content: 'x' } };
+const path: string = PluginHostService.attach.path;
+void msg; void path; void main; void homeAgent;
+void serve(Calc, { exit: false }).then((code: number) => code);
