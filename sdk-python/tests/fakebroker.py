@@ -146,18 +146,18 @@ class PluginProc:
     """A real plugin process started like the broker does."""
 
     def __init__(self, entry: Path, broker: "FakeBroker", token: Optional[str],
-                 env: Optional[dict], logdir: Path, name: str) -> None:
+                 env: Optional[dict], logdir: Path, name: str, argv: Optional[List[str]] = None) -> None:
         self.entry = entry
         e = dict(os.environ)
         e["PYTHONPATH"] = str(SDK_DIR) + os.pathsep + e.get("PYTHONPATH", "")
-        e.update(HEARTH_ADDR=f"unix://{broker.sock}", HEARTH_PLUGIN=name,
+        e.update(HEARTH_ADDR=broker.addr, HEARTH_PLUGIN=name,
                  HEARTH_TOKEN=broker.token if token is None else token)
         e.update(env or {})
         self.out_path = logdir / f"{name}.stdout"
         self.err_path = logdir / f"{name}.stderr"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hearth", "run", str(entry)], cwd=str(entry.parent),
+                argv or [sys.executable, "-m", "hearth", "run", str(entry)], cwd=str(entry.parent),
                 env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
 
     @property
@@ -191,8 +191,10 @@ class PluginProc:
 class FakeBroker:
     """The PluginHost server plus the plugin processes it spawned."""
 
-    def __init__(self, workdir: Path, token: str = "tok-5f1c") -> None:
+    def __init__(self, workdir: Path, token: str = "tok-5f1c", tcp: bool = False) -> None:
         self.workdir = workdir
+        self.tcp = tcp
+        self.addr = ""
         # Unix socket paths are limited to ~107 bytes: keep it short, outside tmp_path.
         self.sockdir = tempfile.mkdtemp(prefix="hsdk-")
         self.sock = os.path.join(self.sockdir, "hearth.sock")
@@ -205,7 +207,12 @@ class FakeBroker:
         self.server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX),
                                                ("grpc.max_receive_message_length", MAX)])
         pb_grpc.add_PluginHostServicer_to_server(_Servicer(self), self.server)
-        self.server.add_insecure_port(f"unix://{self.sock}")
+        if self.tcp:
+            port = self.server.add_insecure_port("127.0.0.1:0")
+            self.addr = f"http://127.0.0.1:{port}"
+        else:
+            self.server.add_insecure_port(f"unix://{self.sock}")
+            self.addr = f"unix://{self.sock}"
         await self.server.start()
 
     async def stop(self) -> None:
@@ -223,8 +230,9 @@ class FakeBroker:
         return p
 
     def spawn(self, entry: Path, *, token: Optional[str] = None, env: Optional[dict] = None,
-              name: Optional[str] = None) -> PluginProc:
-        proc = PluginProc(entry, self, token, env, self.workdir, name or entry.parent.name)
+              name: Optional[str] = None, argv: Optional[List[str]] = None) -> PluginProc:
+        """Start `entry` as the broker does (`python -m hearth run ENTRY`, cwd = its dir), or `argv`."""
+        proc = PluginProc(entry, self, token, env, self.workdir, name or entry.parent.name, argv)
         self.procs.append(proc)
         return proc
 
@@ -252,11 +260,12 @@ class FakeBroker:
         return proc, sess
 
 
-def run(tmp_path: Path, body: Callable[[FakeBroker], Awaitable[None]], timeout: float = 25.0) -> None:
+def run(tmp_path: Path, body: Callable[[FakeBroker], Awaitable[None]], timeout: float = 25.0,
+        tcp: bool = False) -> None:
     """Run `body(broker)` on a fresh event loop; always kills the processes and the server."""
 
     async def main() -> None:
-        broker = FakeBroker(tmp_path)
+        broker = FakeBroker(tmp_path, tcp=tcp)
         await broker.start()
         try:
             await asyncio.wait_for(body(broker), timeout)
