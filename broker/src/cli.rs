@@ -110,7 +110,11 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let result = match cli.command {
         Command::Run { plugins, listen, shutdown_grace_ms, restart_wait_ms } => {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
@@ -146,6 +150,7 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 /// A connected admin client with the token attached to every call.
+#[derive(Debug, Clone)]
 pub struct AdminConn {
     client: AdminClient<Channel>,
     token: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,

@@ -1,0 +1,302 @@
+//! Test harness: a real `hearth run` process in a temp data dir, plugin directories
+//! written per test, and an admin client.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hearth::cli::AdminConn;
+use hearth_proto::v1::{
+    CallToolRequest, CallToolResponse, ListPluginsRequest, ListToolsRequest, PluginState,
+    PluginStatus,
+};
+use serde_json::{json, Value};
+
+/// Repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Cargo's output dir of this build (`target/debug`).
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_hearth")).parent().unwrap().to_path_buf()
+}
+
+/// A Rust binary built by `cargo build --workspace --examples`, e.g. `examples/fault`.
+pub fn rust_binary(rel: &str) -> PathBuf {
+    let p = target_dir().join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace --examples` before the integration tests",
+        p.display()
+    );
+    p
+}
+
+/// Python with the SDK installed: `$HEARTH_PYTHON`, else the repo's `.venv`.
+pub fn python() -> String {
+    std::env::var("HEARTH_PYTHON")
+        .unwrap_or_else(|_| repo().join(".venv/bin/python").display().to_string())
+}
+
+/// A plugin directory to create: `plugins/<dir>/plugin.json` = `manifest`.
+pub struct PluginDir {
+    /// Directory name.
+    pub dir: String,
+    /// plugin.json content.
+    pub manifest: Value,
+}
+
+/// Python test plugin `tests/plugins/py_echo.py` named `name`.
+pub fn py_echo(name: &str, env: Value) -> PluginDir {
+    PluginDir {
+        dir: name.into(),
+        manifest: json!({"name": name, "runtime": "python",
+            "entry": repo().join("tests/plugins/py_echo.py"), "env": env}),
+    }
+}
+
+/// Node test plugin `tests/plugins/node_echo.js` named `name`.
+pub fn node_echo(name: &str) -> PluginDir {
+    PluginDir {
+        dir: name.into(),
+        manifest: json!({"name": name, "runtime": "node",
+            "entry": repo().join("tests/plugins/node_echo.js")}),
+    }
+}
+
+/// Rust fault plugin (`sdk-rust/examples/fault.rs`) named `name`, tools prefixed
+/// `<name>_`, with `HEARTH_FAULT=faults`.
+pub fn rust_fault(name: &str, faults: &str) -> PluginDir {
+    PluginDir {
+        dir: name.into(),
+        manifest: json!({"name": name, "runtime": "exec",
+            "entry": rust_binary("examples/fault"),
+            "env": {"HEARTH_TOOL_PREFIX": "1", "HEARTH_FAULT": faults}}),
+    }
+}
+
+/// An example plugin of `examples/plugins/<name>` (the Rust `hello` uses the built
+/// binary).
+pub fn example(name: &str) -> PluginDir {
+    let src = repo().join("examples/plugins").join(name);
+    let mut manifest: Value =
+        serde_json::from_slice(&std::fs::read(src.join("plugin.json")).unwrap()).unwrap();
+    let entry = if name == "hello" {
+        rust_binary("hello")
+    } else {
+        src.join(manifest["entry"].as_str().unwrap())
+    };
+    manifest["entry"] = json!(entry);
+    PluginDir {
+        dir: name.into(),
+        manifest,
+    }
+}
+
+/// A running broker; stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Broker {
+    /// Temp root (data dir, plugins, log).
+    pub root: tempfile::TempDir,
+    /// The broker process.
+    pub child: Option<Child>,
+    /// Admin client.
+    pub admin: AdminConn,
+}
+
+impl Broker {
+    /// Data dir of this broker.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// Starts `hearth run` with `plugins` and waits until every one of them is ready.
+    pub async fn start(plugins: Vec<PluginDir>) -> Broker {
+        Self::start_with(plugins, &[]).await
+    }
+
+    /// Like [`Broker::start`] with extra `hearth run` arguments.
+    pub async fn start_with(plugins: Vec<PluginDir>, args: &[&str]) -> Broker {
+        let root = tempfile::Builder::new().prefix("hearth-it").tempdir_in("/tmp").unwrap();
+        let plugin_root = root.path().join("plugins");
+        let names: Vec<String> = plugins
+            .iter()
+            .map(|p| p.manifest["name"].as_str().unwrap_or(&p.dir).to_string())
+            .collect();
+        for p in &plugins {
+            let dir = plugin_root.join(&p.dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("plugin.json"), p.manifest.to_string()).unwrap();
+        }
+        std::fs::create_dir_all(&plugin_root).unwrap();
+        let data = root.path().join("data");
+        let log = std::fs::File::create(root.path().join("broker.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("run")
+            .arg("--plugins")
+            .arg(&plugin_root)
+            .args(args)
+            .env("HEARTH_PYTHON", python())
+            .env("NODE_PATH", repo().join("node_modules"))
+            .env("HEARTH_LOG", "info,hearth=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn hearth run");
+        let started = Instant::now();
+        let admin = loop {
+            if data.join("admin.token").exists() {
+                if let Ok(c) = AdminConn::connect(&data).await {
+                    break c;
+                }
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "broker did not come up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let mut broker = Broker {
+            root,
+            child: Some(child),
+            admin,
+        };
+        for name in names {
+            broker.wait_ready(&name).await;
+        }
+        broker
+    }
+
+    /// A second admin client on the same connection (for concurrent calls).
+    pub fn admin_clone(b: &Broker) -> AdminConn {
+        b.admin.clone()
+    }
+
+    /// The broker's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("broker.log")).unwrap_or_default()
+    }
+
+    /// Every plugin's status.
+    pub async fn plugins(&mut self) -> Vec<PluginStatus> {
+        let req = self.admin.with_token(ListPluginsRequest {});
+        self.admin.client().list_plugins(req).await.unwrap().into_inner().plugins
+    }
+
+    /// The status of `name`.
+    pub async fn plugin(&mut self, name: &str) -> PluginStatus {
+        self.plugins()
+            .await
+            .into_iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("no plugin {name}"))
+    }
+
+    /// Waits (up to 30 s) until `name` is ready; panics with the broker log if not.
+    pub async fn wait_ready(&mut self, name: &str) -> PluginStatus {
+        let started = Instant::now();
+        loop {
+            let p = self.plugins().await.into_iter().find(|p| p.name == name);
+            if let Some(p) = p.filter(|p| p.state == PluginState::Ready as i32) {
+                return p;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                panic!("plugin {name} not ready after 30 s; broker log:\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Names of all registered tools.
+    pub async fn tools(&mut self) -> Vec<String> {
+        let req = self.admin.with_token(ListToolsRequest {});
+        let tools = self.admin.client().list_tools(req).await.unwrap().into_inner().tools;
+        tools.into_iter().map(|t| t.name).collect()
+    }
+
+    /// Calls `tool` through the Admin service.
+    pub async fn call(&mut self, tool: &str, args: Value) -> Result<CallToolResponse, tonic::Status> {
+        let req = self.admin.with_token(CallToolRequest {
+            name: tool.into(),
+            args_json: args.to_string(),
+            ..Default::default()
+        });
+        self.admin.client().call_tool(req).await.map(|r| r.into_inner())
+    }
+
+    /// Runs the `hearth` CLI against this broker; returns (exit code, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Sends `signal` to the broker and waits (up to 15 s) for it to exit.
+    pub fn stop_with(&mut self, signal: i32) {
+        if let Some(mut child) = self.child.take() {
+            unsafe {
+                libc::kill(child.id() as i32, signal);
+            }
+            let started = Instant::now();
+            while child.try_wait().unwrap().is_none() {
+                if started.elapsed() > Duration::from_secs(15) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("broker did not exit within 15 s of signal {signal}");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let started = Instant::now();
+            while child.try_wait().ok().flatten().is_none() {
+                if started.elapsed() > Duration::from_secs(10) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// True while a process `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // state is the field after the parenthesised command name
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start().chars().next();
+            !matches!(state, Some('Z') | Some('X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `within` for every pid in `pids` to be gone; returns the survivors.
+pub fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
+    let started = Instant::now();
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() || started.elapsed() > within {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
