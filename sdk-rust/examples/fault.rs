@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_sdk::{
-    Args, BoxError, CallContext, Plugin, PluginMetadata, Registrar, Tool, ToolDef,
-    ToolDefinition, ToolResult, async_trait,
+    async_trait, Args, BoxError, CallContext, Plugin, PluginMetadata, Registrar, Tool, ToolDef,
+    ToolDefinition, ToolResult,
 };
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 /// Faults selected by `HEARTH_FAULT`.
 #[derive(Clone, Copy, Default)]
@@ -185,11 +185,18 @@ impl Plugin for FaultPlugin {
 
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
         let mut tools: Vec<Arc<dyn Tool>> = vec![
-            Arc::new(SleepTool { name: self.name("rs_sleep"), faults: self.faults }),
-            Arc::new(PanicTool { name: self.name("rs_panic") }),
+            Arc::new(SleepTool {
+                name: self.name("rs_sleep"),
+                faults: self.faults,
+            }),
+            Arc::new(PanicTool {
+                name: self.name("rs_panic"),
+            }),
         ];
         if self.faults.bad_schema {
-            tools.push(Arc::new(BadSchemaTool { name: self.name("rs_bad_schema") }));
+            tools.push(Arc::new(BadSchemaTool {
+                name: self.name("rs_bad_schema"),
+            }));
         }
         tools
     }
@@ -217,7 +224,9 @@ fn main() {
         junk("starting");
     }
     let prefix = match std::env::var("HEARTH_TOOL_PREFIX") {
-        Ok(v) if !v.is_empty() => format!("{}_", std::env::var("HEARTH_PLUGIN").unwrap_or_default()),
+        Ok(v) if !v.is_empty() => {
+            format!("{}_", std::env::var("HEARTH_PLUGIN").unwrap_or_default())
+        }
         _ => String::new(),
     };
     hearth_sdk::serve(FaultPlugin { prefix, faults })

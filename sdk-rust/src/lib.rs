@@ -124,5 +124,10 @@ pub use tokio_util::sync::CancellationToken;
 
 pub use error::{BoxError, Error};
 pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, ToolDef};
-pub use serve::{FEATURES, SDK_NAME, ServeConfig, serve, serve_async, serve_with};
+pub use serve::{serve, serve_async, serve_with, ServeConfig, FEATURES, SDK_NAME};
 pub use tool::{Args, CallContext, Caller, Tool, ToolDefinition, ToolResult};
+
+/// Compiles the README's example as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

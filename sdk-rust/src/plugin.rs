@@ -259,6 +259,9 @@ mod tests {
         let err = reg
             .register_tool("t", def, |_| async { Ok::<_, String>(Value::Null) })
             .unwrap_err();
-        assert_eq!(err.to_string(), r#"plugin p: tool name "t" is registered twice"#);
+        assert_eq!(
+            err.to_string(),
+            r#"plugin p: tool name "t" is registered twice"#
+        );
     }
 }

@@ -21,7 +21,7 @@ use tonic::metadata::MetadataValue;
 
 use crate::plugin::{Plugin, PluginConfig, Registrar};
 use crate::tool::{Args, CallContext, Tool};
-use crate::{Error, transport};
+use crate::{transport, Error};
 
 /// SDK name sent in `Hello.sdk`.
 pub const SDK_NAME: &str = "hearth-sdk-rust";
@@ -111,20 +111,30 @@ pub async fn serve_async<P: Plugin>(plugin: P) -> Result<(), Error> {
 /// `stop()` has run) or when the broker closes the session.
 pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result<(), Error> {
     let name = config.plugin.clone();
-    let token = MetadataValue::try_from(config.token.as_str())
-        .map_err(|_| Error::BadToken { plugin: name.clone() })?;
+    let token = MetadataValue::try_from(config.token.as_str()).map_err(|_| Error::BadToken {
+        plugin: name.clone(),
+    })?;
     let mut client = transport::connect(&config.addr).await?;
 
     plugin
         .init(&PluginConfig::new(name.clone()))
         .await
-        .map_err(|source| Error::Init { plugin: name.clone(), source })?;
+        .map_err(|source| Error::Init {
+            plugin: name.clone(),
+            source,
+        })?;
     let mut registrar = Registrar::new(name.clone());
     plugin
         .start(&mut registrar)
         .await
-        .map_err(|source| Error::Start { plugin: name.clone(), source })?;
-    let (tools, specs) = tool_table(&name, plugin.tools().into_iter().chain(registrar.into_tools()))?;
+        .map_err(|source| Error::Start {
+            plugin: name.clone(),
+            source,
+        })?;
+    let (tools, specs) = tool_table(
+        &name,
+        plugin.tools().into_iter().chain(registrar.into_tools()),
+    )?;
 
     let mut meta = plugin.metadata();
     if meta.name.is_empty() {
@@ -178,17 +188,23 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
     .await
 }
 
+/// Tools by name.
+type ToolTable = HashMap<String, Arc<dyn Tool>>;
+
 /// The tools by name, and their wire specs in registration order.
 fn tool_table(
     plugin: &str,
     tools: impl Iterator<Item = Arc<dyn Tool>>,
-) -> Result<(HashMap<String, Arc<dyn Tool>>, Vec<pb::ToolSpec>), Error> {
+) -> Result<(ToolTable, Vec<pb::ToolSpec>), Error> {
     let mut table = HashMap::new();
     let mut specs = Vec::new();
     for tool in tools {
         let def = tool.definition();
         if table.contains_key(&def.name) {
-            return Err(Error::DuplicateTool { plugin: plugin.into(), tool: def.name });
+            return Err(Error::DuplicateTool {
+                plugin: plugin.into(),
+                tool: def.name,
+            });
         }
         specs.push(pb::ToolSpec {
             name: def.name.clone(),
@@ -210,7 +226,7 @@ struct InFlight {
 
 struct Session {
     plugin: String,
-    tools: HashMap<String, Arc<dyn Tool>>,
+    tools: ToolTable,
     out: mpsc::UnboundedSender<pb::PluginMessage>,
     inbound: tonic::Streaming<pb::HostMessage>,
     tasks: JoinSet<pb::ToolResult>,
@@ -260,10 +276,15 @@ impl Session {
             let msg = match self.inbound.message().await {
                 Ok(Some(msg)) => msg,
                 Ok(None) => {
-                    return Err(Error::ClosedBeforeRegistered { plugin: self.plugin.clone() });
+                    return Err(Error::ClosedBeforeRegistered {
+                        plugin: self.plugin.clone(),
+                    });
                 }
                 Err(status) => {
-                    return Err(Error::Stream { plugin: self.plugin.clone(), status: Box::new(status) });
+                    return Err(Error::Stream {
+                        plugin: self.plugin.clone(),
+                        status: Box::new(status),
+                    });
                 }
             };
             match msg.msg {
@@ -308,7 +329,11 @@ impl Session {
             }
             Some(In::Shutdown(s)) => return Ok(Some(End::Shutdown(grace(s.grace_ms)))),
             Some(In::Rejected(r)) => {
-                return Err(Error::Rejected { plugin: self.plugin.clone(), reason: r.reason, items: r.items });
+                return Err(Error::Rejected {
+                    plugin: self.plugin.clone(),
+                    reason: r.reason,
+                    items: r.items,
+                });
             }
             Some(other) => eprintln!(
                 "hearth-sdk: plugin {}: ignoring unsupported broker message {other:?}",
@@ -349,22 +374,39 @@ impl Session {
         );
         let abort = self.tasks.spawn(run_call(tool, ctx, call.args_json));
         self.by_task.insert(abort.id(), call_id);
-        self.in_flight.insert(call_id, InFlight { tool: call.tool, cancel, abort });
+        self.in_flight.insert(
+            call_id,
+            InFlight {
+                tool: call.tool,
+                cancel,
+                abort,
+            },
+        );
     }
 
-    fn on_task_done(&mut self, joined: Result<(tokio::task::Id, pb::ToolResult), tokio::task::JoinError>) {
+    fn on_task_done(
+        &mut self,
+        joined: Result<(tokio::task::Id, pb::ToolResult), tokio::task::JoinError>,
+    ) {
         let id = match &joined {
             Ok((id, _)) => *id,
             Err(e) => e.id(),
         };
-        let Some(call_id) = self.by_task.remove(&id) else { return };
+        let Some(call_id) = self.by_task.remove(&id) else {
+            return;
+        };
         // Cancelled calls are no longer in flight: their outcome is not sent.
-        let Some(call) = self.in_flight.remove(&call_id) else { return };
+        let Some(call) = self.in_flight.remove(&call_id) else {
+            return;
+        };
         let result = match joined {
             Ok((_, result)) => result,
             Err(e) if e.is_panic() => {
                 let msg = panic_text(e.into_panic());
-                eprintln!("hearth-sdk: plugin {}: tool {} panicked: {msg}", self.plugin, call.tool);
+                eprintln!(
+                    "hearth-sdk: plugin {}: tool {} panicked: {msg}",
+                    self.plugin, call.tool
+                );
                 pb::ToolResult {
                     call_id,
                     success: false,
@@ -402,7 +444,10 @@ impl Session {
         // Dropping the session drops the sender: the request stream ends.
         match end {
             End::Shutdown(_) | End::Closed => Ok(()),
-            End::Failed(status) => Err(Error::Stream { plugin: self.plugin.clone(), status: Box::new(status) }),
+            End::Failed(status) => Err(Error::Stream {
+                plugin: self.plugin.clone(),
+                status: Box::new(status),
+            }),
         }
     }
 
@@ -426,7 +471,12 @@ fn grace(grace_ms: u32) -> Duration {
 async fn run_call(tool: Arc<dyn Tool>, ctx: CallContext, args_json: String) -> pb::ToolResult {
     let call_id = ctx.call_id();
     let name = ctx.tool().to_string();
-    let failed = |error: String| pb::ToolResult { call_id, success: false, error, ..Default::default() };
+    let failed = |error: String| pb::ToolResult {
+        call_id,
+        success: false,
+        error,
+        ..Default::default()
+    };
     let args: Args = if args_json.trim().is_empty() {
         Args::new()
     } else {

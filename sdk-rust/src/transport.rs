@@ -1,12 +1,12 @@
 //! Dialling the broker: `unix:///abs/path` or `http://host:port`.
 
-use hearth_proto::MAX_MESSAGE_BYTES;
 use hearth_proto::v1::plugin_host_client::PluginHostClient;
+use hearth_proto::MAX_MESSAGE_BYTES;
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::Error;
 use crate::error::chain;
+use crate::Error;
 
 /// A `PluginHost` client on `addr`, with Hearth's message-size limits.
 pub(crate) async fn connect(addr: &str) -> Result<PluginHostClient<Channel>, Error> {

@@ -27,12 +27,18 @@ impl PluginHost for Fake {
         &self,
         request: Request<Streaming<pb::PluginMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
-        let token = request.metadata().get(TOKEN_METADATA).and_then(|v| v.to_str().ok());
+        let token = request
+            .metadata()
+            .get(TOKEN_METADATA)
+            .and_then(|v| v.to_str().ok());
         if token != Some(self.token.as_str()) {
             return Err(Status::unauthenticated("missing or wrong x-hearth-token"));
         }
         let (to_plugin, rx) = mpsc::unbounded_channel();
-        let _ = self.sessions.send(Session { from_plugin: request.into_inner(), to_plugin: Some(to_plugin) });
+        let _ = self.sessions.send(Session {
+            from_plugin: request.into_inner(),
+            to_plugin: Some(to_plugin),
+        });
         Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
 }
@@ -56,9 +62,12 @@ impl Drop for Broker {
 
 fn service(token: &str) -> (PluginHostServer<Fake>, mpsc::UnboundedReceiver<Session>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let svc = PluginHostServer::new(Fake { token: token.into(), sessions: tx })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let svc = PluginHostServer::new(Fake {
+        token: token.into(),
+        sessions: tx,
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     (svc, rx)
 }
 
@@ -77,7 +86,13 @@ impl Broker {
                 .await
                 .unwrap();
         });
-        Broker { addr: format!("unix://{}", path.display()), token, sessions, server, _dir: Some(dir) }
+        Broker {
+            addr: format!("unix://{}", path.display()),
+            token,
+            sessions,
+            server,
+            _dir: Some(dir),
+        }
     }
 
     /// A broker on TCP loopback, port chosen by the OS.
@@ -93,7 +108,13 @@ impl Broker {
                 .await
                 .unwrap();
         });
-        Broker { addr, token, sessions, server, _dir: None }
+        Broker {
+            addr,
+            token,
+            sessions,
+            server,
+            _dir: None,
+        }
     }
 
     /// The next session a plugin opened.
@@ -159,8 +180,12 @@ impl Session {
 
     /// Reads Hello and Register and answers Registered with every tool.
     pub(crate) async fn handshake(&mut self) -> (pb::Hello, pb::Register) {
-        let Out::Hello(hello) = self.recv().await else { panic!("first message is not Hello") };
-        let Out::Register(register) = self.recv().await else { panic!("second message is not Register") };
+        let Out::Hello(hello) = self.recv().await else {
+            panic!("first message is not Hello")
+        };
+        let Out::Register(register) = self.recv().await else {
+            panic!("second message is not Register")
+        };
         self.send(In::Registered(pb::Registered {
             plugin: register.plugin.clone().unwrap_or_default().name,
             tools: register.tools.iter().map(|t| t.name.clone()).collect(),
@@ -193,7 +218,12 @@ impl Session {
     }
 
     /// Invokes a tool and returns its result (no other call may be in flight).
-    pub(crate) async fn call(&mut self, call_id: u64, tool: &str, args: serde_json::Value) -> pb::ToolResult {
+    pub(crate) async fn call(
+        &mut self,
+        call_id: u64,
+        tool: &str,
+        args: serde_json::Value,
+    ) -> pb::ToolResult {
         self.invoke(call_id, tool, args);
         let r = self.result().await;
         assert_eq!(r.call_id, call_id, "result for another call");

@@ -1,20 +1,20 @@
 //! The session protocol, with an in-test plugin served by `serve_with`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hearth_sdk::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
 use hearth_sdk::{
-    Args, BoxError, CallContext, Error, Plugin, PluginConfig, PluginMetadata, Registrar,
-    ServeConfig, Tool, ToolDef, ToolDefinition, ToolResult, async_trait, serve_with,
+    async_trait, serve_with, Args, BoxError, CallContext, Error, Plugin, PluginConfig,
+    PluginMetadata, Registrar, ServeConfig, Tool, ToolDef, ToolDefinition, ToolResult,
 };
-use serde_json::{Value, json};
-use tokio::sync::{Notify, mpsc};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
-use crate::broker::{Broker, STEP, Session};
+use crate::broker::{Broker, Session, STEP};
 
 /// What the test plugin reports back to the test.
 #[derive(Default)]
@@ -71,7 +71,11 @@ struct Panicker;
 #[async_trait]
 impl Tool for Panicker {
     fn definition(&self) -> ToolDefinition {
-        ToolDefinition { name: "t_panic".into(), description: "panics".into(), parameters: json!({"type": "object"}) }
+        ToolDefinition {
+            name: "t_panic".into(),
+            description: "panics".into(),
+            parameters: json!({"type": "object"}),
+        }
     }
 
     async fn execute(&self, _ctx: &CallContext, _args: Args) -> Result<ToolResult, BoxError> {
@@ -107,24 +111,35 @@ impl Plugin for TestPlugin {
     }
 
     async fn start(&mut self, host: &mut Registrar) -> Result<(), BoxError> {
-        let def = |d: &str| ToolDef { description: d.into(), parameters: json!({"type": "object"}) };
-        host.register_tool("t_echo", def("echo"), |args: Value| async move { Ok::<_, String>(args) })?;
+        let def = |d: &str| ToolDef {
+            description: d.into(),
+            parameters: json!({"type": "object"}),
+        };
+        host.register_tool("t_echo", def("echo"), |args: Value| async move {
+            Ok::<_, String>(args)
+        })?;
         host.register_tool("t_text", def("text"), |args: Value| async move {
             Ok::<_, String>(Value::String(format!("text:{}", args["x"])))
         })?;
         host.register_tool("t_weather", def("weather"), |args: Value| async move {
             if args["city"] == "atlantis" {
-                return Ok::<_, String>(json!({"isError": true, "content": "no such city: atlantis"}));
+                return Ok::<_, String>(
+                    json!({"isError": true, "content": "no such city: atlantis"}),
+                );
             }
             Ok(json!({"city": args["city"], "temp": 25}))
         })?;
         host.register_tool("t_fail", def("fails"), |_args: Value| async move {
             Err::<Value, _>("backend unreachable")
         })?;
-        host.register_tool("t_sleep", def("sleeps ms then echoes i"), |args: Value| async move {
-            tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(0))).await;
-            Ok::<_, String>(json!({"i": args["i"]}))
-        })?;
+        host.register_tool(
+            "t_sleep",
+            def("sleeps ms then echoes i"),
+            |args: Value| async move {
+                tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(0))).await;
+                Ok::<_, String>(json!({"i": args["i"]}))
+            },
+        )?;
         let probe = self.0.clone();
         host.register_tool("t_block", def("waits for the test"), move |_args: Value| {
             let probe = probe.clone();
@@ -134,22 +149,26 @@ impl Plugin for TestPlugin {
             }
         })?;
         let probe = self.0.clone();
-        host.register_tool_with_context("t_wait_cancel", def("waits for cancel"), move |ctx: CallContext, _args| {
-            let probe = probe.clone();
-            async move {
-                let id = ctx.call_id();
-                let _guard = DropSignal(probe.clone(), id);
-                let token = ctx.cancellation_token().clone();
-                let watcher = probe.clone();
-                tokio::spawn(async move {
-                    token.cancelled().await;
-                    watcher.event("cancelled", id);
-                });
-                probe.event("started", id);
-                std::future::pending::<()>().await;
-                Ok::<Value, String>(Value::Null)
-            }
-        })?;
+        host.register_tool_with_context(
+            "t_wait_cancel",
+            def("waits for cancel"),
+            move |ctx: CallContext, _args| {
+                let probe = probe.clone();
+                async move {
+                    let id = ctx.call_id();
+                    let _guard = DropSignal(probe.clone(), id);
+                    let token = ctx.cancellation_token().clone();
+                    let watcher = probe.clone();
+                    tokio::spawn(async move {
+                        token.cancelled().await;
+                        watcher.event("cancelled", id);
+                    });
+                    probe.event("started", id);
+                    std::future::pending::<()>().await;
+                    Ok::<Value, String>(Value::Null)
+                }
+            },
+        )?;
         Ok(())
     }
 
@@ -184,20 +203,41 @@ async fn start_on(mut broker: Broker) -> (Running, pb::Hello, pb::Register) {
     let serve = tokio::spawn(serve_with(TestPlugin(probe.clone()), config));
     let mut session = broker.session().await;
     let (hello, register) = session.handshake().await;
-    (Running { broker, session, probe, events, serve }, hello, register)
+    (
+        Running {
+            broker,
+            session,
+            probe,
+            events,
+            serve,
+        },
+        hello,
+        register,
+    )
 }
 
 impl Running {
     async fn event(&mut self) -> (&'static str, u64) {
-        tokio::time::timeout(STEP, self.events.recv()).await.expect("no event in time").unwrap()
+        tokio::time::timeout(STEP, self.events.recv())
+            .await
+            .expect("no event in time")
+            .unwrap()
     }
 
     /// Sends Shutdown and checks serve returns Ok after stop().
     async fn shutdown(self) {
-        self.session.send(In::Shutdown(pb::Shutdown { grace_ms: 2000, reason: "test over".into() }));
-        let res = tokio::time::timeout(Duration::from_secs(2), self.serve).await.expect("serve did not return within grace");
+        self.session.send(In::Shutdown(pb::Shutdown {
+            grace_ms: 2000,
+            reason: "test over".into(),
+        }));
+        let res = tokio::time::timeout(Duration::from_secs(2), self.serve)
+            .await
+            .expect("serve did not return within grace");
         res.unwrap().expect("serve failed after Shutdown");
-        assert!(self.probe.stopped.load(Ordering::SeqCst), "stop() was not called");
+        assert!(
+            self.probe.stopped.load(Ordering::SeqCst),
+            "stop() was not called"
+        );
         drop(self.broker);
     }
 }
@@ -212,18 +252,38 @@ async fn hello_and_register_carry_sdk_plugin_and_tools() {
     assert_eq!(hello.pid, std::process::id());
 
     let info = register.plugin.clone().unwrap();
-    assert_eq!((info.name.as_str(), info.version.as_str(), info.author.as_str()), ("testplug", "9.9.9", "tester"));
+    assert_eq!(
+        (
+            info.name.as_str(),
+            info.version.as_str(),
+            info.author.as_str()
+        ),
+        ("testplug", "9.9.9", "tester")
+    );
     assert_eq!(info.description, "plugin under test");
     let names: Vec<_> = register.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        ["t_greet", "t_panic", "t_echo", "t_text", "t_weather", "t_fail", "t_sleep", "t_block", "t_wait_cancel"]
+        [
+            "t_greet",
+            "t_panic",
+            "t_echo",
+            "t_text",
+            "t_weather",
+            "t_fail",
+            "t_sleep",
+            "t_block",
+            "t_wait_cancel"
+        ]
     );
     let greet = &register.tools[0];
     assert_eq!(greet.description, "greets");
     let schema: Value = serde_json::from_str(&greet.parameters_json).unwrap();
     assert_eq!(schema["required"], json!(["name"]));
-    assert_eq!(serde_json::from_str::<Value>(&register.tools[2].parameters_json).unwrap(), json!({"type": "object"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&register.tools[2].parameters_json).unwrap(),
+        json!({"type": "object"})
+    );
     assert_eq!(*run.probe.init_name.lock().unwrap(), "testplug");
     run.shutdown().await;
 }
@@ -234,15 +294,28 @@ async fn cyrene_tools_validate_before_execute() {
     let r = run.session.call(1, "t_greet", json!({"name": "Ada"})).await;
     assert!(r.success, "{r:?}");
     assert_eq!(r.content, "hello Ada");
-    assert_eq!(serde_json::from_str::<Value>(&r.data_json).unwrap(), json!({"greeted": "Ada"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.data_json).unwrap(),
+        json!({"greeted": "Ada"})
+    );
     assert_eq!(run.probe.greet_executions.load(Ordering::SeqCst), 1);
 
     let r = run.session.call(2, "t_greet", json!({"name": 5})).await;
     assert!(!r.success);
-    assert_eq!(r.error, "invalid arguments for tool t_greet: `name` must be a non-empty string");
-    assert_eq!(run.probe.greet_executions.load(Ordering::SeqCst), 1, "execute ran despite validate failing");
+    assert_eq!(
+        r.error,
+        "invalid arguments for tool t_greet: `name` must be a non-empty string"
+    );
+    assert_eq!(
+        run.probe.greet_executions.load(Ordering::SeqCst),
+        1,
+        "execute ran despite validate failing"
+    );
 
-    let r = run.session.call(3, "t_greet", json!({"name": "error"})).await;
+    let r = run
+        .session
+        .call(3, "t_greet", json!({"name": "error"}))
+        .await;
     assert!(!r.success);
     assert_eq!(r.error, "t_greet cannot greet error");
 
@@ -250,34 +323,65 @@ async fn cyrene_tools_validate_before_execute() {
     assert!(!r.success);
     assert_eq!(r.error, r#"plugin testplug has no tool named "nope""#);
 
-    run.session.send(In::InvokeTool(pb::InvokeTool { call_id: 5, tool: "t_greet".into(), args_json: "[1]".into(), ..Default::default() }));
+    run.session.send(In::InvokeTool(pb::InvokeTool {
+        call_id: 5,
+        tool: "t_greet".into(),
+        args_json: "[1]".into(),
+        ..Default::default()
+    }));
     let r = run.session.result().await;
     assert_eq!(r.call_id, 5);
-    assert!(r.error.starts_with("tool t_greet: arguments are not a JSON object"), "{}", r.error);
+    assert!(
+        r.error
+            .starts_with("tool t_greet: arguments are not a JSON object"),
+        "{}",
+        r.error
+    );
     run.shutdown().await;
 }
 
 #[tokio::test]
 async fn homeagent_handler_values_map_onto_results() {
     let (mut run, _, _) = start().await;
-    let r = run.session.call(1, "t_echo", json!({"a": 1, "b": [true, null], "c": "x"})).await;
+    let r = run
+        .session
+        .call(1, "t_echo", json!({"a": 1, "b": [true, null], "c": "x"}))
+        .await;
     assert!(r.success);
-    assert_eq!(serde_json::from_str::<Value>(&r.content).unwrap(), json!({"a": 1, "b": [true, null], "c": "x"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.content).unwrap(),
+        json!({"a": 1, "b": [true, null], "c": "x"})
+    );
     assert_eq!(r.data_json, r.content);
 
     let r = run.session.call(2, "t_text", json!({"x": 7})).await;
-    assert_eq!((r.success, r.content.as_str(), r.data_json.as_str()), (true, "text:7", ""));
+    assert_eq!(
+        (r.success, r.content.as_str(), r.data_json.as_str()),
+        (true, "text:7", "")
+    );
 
-    let r = run.session.call(3, "t_weather", json!({"city": "Paris"})).await;
+    let r = run
+        .session
+        .call(3, "t_weather", json!({"city": "Paris"}))
+        .await;
     assert!(r.success);
-    assert_eq!(serde_json::from_str::<Value>(&r.data_json).unwrap(), json!({"city": "Paris", "temp": 25}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.data_json).unwrap(),
+        json!({"city": "Paris", "temp": 25})
+    );
 
-    let r = run.session.call(4, "t_weather", json!({"city": "atlantis"})).await;
+    let r = run
+        .session
+        .call(4, "t_weather", json!({"city": "atlantis"}))
+        .await;
     assert!(!r.success);
     assert_eq!(r.error, "no such city: atlantis");
 
     let r = run.session.call(5, "t_fail", json!({})).await;
-    assert_eq!((r.success, r.error.as_str()), (false, "backend unreachable"));
+    assert_eq!(
+        (r.success, r.error.as_str()),
+        (false, "backend unreachable")
+    );
     run.shutdown().await;
 }
 
@@ -287,14 +391,19 @@ async fn fifty_concurrent_calls_are_matched_by_call_id() {
     let started = Instant::now();
     for i in 0..50u64 {
         // Later calls sleep less, so results come back out of order.
-        run.session.invoke(1000 + i, "t_sleep", json!({"i": i, "ms": 300 - i * 5}));
+        run.session
+            .invoke(1000 + i, "t_sleep", json!({"i": i, "ms": 300 - i * 5}));
     }
     let mut seen = HashMap::new();
     for _ in 0..50 {
         let r = run.session.result().await;
         assert!(r.success, "{r:?}");
         let v: Value = serde_json::from_str(&r.data_json).unwrap();
-        assert!(seen.insert(r.call_id, v["i"].as_u64().unwrap()).is_none(), "two results for {}", r.call_id);
+        assert!(
+            seen.insert(r.call_id, v["i"].as_u64().unwrap()).is_none(),
+            "two results for {}",
+            r.call_id
+        );
     }
     let elapsed = started.elapsed();
     for (call_id, i) in &seen {
@@ -302,7 +411,10 @@ async fn fifty_concurrent_calls_are_matched_by_call_id() {
     }
     assert_eq!(seen.len(), 50);
     // Serially this would take ~8.9 s.
-    assert!(elapsed < Duration::from_secs(3), "calls did not run concurrently: {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "calls did not run concurrently: {elapsed:?}"
+    );
     run.shutdown().await;
 }
 
@@ -318,7 +430,10 @@ async fn ping_is_answered_while_a_handler_is_busy() {
     }
     run.probe.release.notify_one();
     let r = run.session.result().await;
-    assert_eq!((r.call_id, r.success, r.content.as_str()), (1, true, "released"));
+    assert_eq!(
+        (r.call_id, r.success, r.content.as_str()),
+        (1, true, "released")
+    );
     run.shutdown().await;
 }
 
@@ -328,7 +443,10 @@ async fn panic_becomes_error_result_and_plugin_keeps_serving() {
     let r = run.session.call(1, "t_panic", json!({})).await;
     assert!(!r.success);
     assert_eq!(r.error, "tool t_panic panicked: boom at 42");
-    let r = run.session.call(2, "t_echo", json!({"still": "here"})).await;
+    let r = run
+        .session
+        .call(2, "t_echo", json!({"still": "here"}))
+        .await;
     assert!(r.success, "{r:?}");
     run.session.send(In::Ping(pb::Ping { nonce: 1 }));
     assert!(matches!(run.session.recv().await, Out::Pong(_)));
@@ -342,20 +460,36 @@ async fn cancel_cancels_the_token_aborts_the_task_and_sends_no_result() {
     run.session.invoke(8, "t_wait_cancel", json!({}));
     assert_eq!(run.event().await.0, "started");
     assert_eq!(run.event().await.0, "started");
-    run.session.send(In::Cancel(pb::Cancel { call_id: 7, reason: "timeout".into() }));
+    run.session.send(In::Cancel(pb::Cancel {
+        call_id: 7,
+        reason: "timeout".into(),
+    }));
     let mut got = vec![run.event().await, run.event().await];
     got.sort();
     assert_eq!(got, vec![("cancelled", 7), ("dropped", 7)]);
     // No result for 7; call 8 still runs and other calls are served.
     let r = run.session.call(9, "t_echo", json!({})).await;
     assert!(r.success);
-    assert!(run.session.recv_within(Duration::from_millis(300)).await.is_none(), "a result was sent after Cancel");
+    assert!(
+        run.session
+            .recv_within(Duration::from_millis(300))
+            .await
+            .is_none(),
+        "a result was sent after Cancel"
+    );
     // Shutdown cancels what is still in flight.
-    run.session.send(In::Shutdown(pb::Shutdown { grace_ms: 1000, reason: String::new() }));
+    run.session.send(In::Shutdown(pb::Shutdown {
+        grace_ms: 1000,
+        reason: String::new(),
+    }));
     let mut got = vec![run.event().await, run.event().await];
     got.sort();
     assert_eq!(got, vec![("cancelled", 8), ("dropped", 8)]);
-    tokio::time::timeout(Duration::from_secs(1), run.serve).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(1), run.serve)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(run.probe.stopped.load(Ordering::SeqCst));
 }
 
@@ -366,35 +500,60 @@ async fn progress_reaches_the_broker() {
     #[async_trait]
     impl Plugin for P {
         fn metadata(&self) -> PluginMetadata {
-            PluginMetadata { name: "prog".into(), version: "1".into(), ..Default::default() }
+            PluginMetadata {
+                name: "prog".into(),
+                version: "1".into(),
+                ..Default::default()
+            }
         }
         async fn start(&mut self, host: &mut Registrar) -> Result<(), BoxError> {
-            host.register_tool_with_context("p", ToolDef::default(), |ctx: CallContext, _| async move {
-                assert!(ctx.progress("half way", Some(0.5)));
-                Ok::<_, String>(Value::Null)
-            })?;
+            host.register_tool_with_context(
+                "p",
+                ToolDef::default(),
+                |ctx: CallContext, _| async move {
+                    assert!(ctx.progress("half way", Some(0.5)));
+                    Ok::<_, String>(Value::Null)
+                },
+            )?;
             Ok(())
         }
     }
-    let serve = tokio::spawn(serve_with(P, ServeConfig::new(broker.addr.clone(), broker.token.clone(), "prog")));
+    let serve = tokio::spawn(serve_with(
+        P,
+        ServeConfig::new(broker.addr.clone(), broker.token.clone(), "prog"),
+    ));
     let mut s = broker.session().await;
     s.handshake().await;
     s.invoke(3, "p", json!({}));
     match s.recv().await {
-        Out::Progress(p) => assert_eq!((p.call_id, p.message.as_str(), p.fraction), (3, "half way", 0.5)),
+        Out::Progress(p) => assert_eq!(
+            (p.call_id, p.message.as_str(), p.fraction),
+            (3, "half way", 0.5)
+        ),
         other => panic!("expected Progress, got {other:?}"),
     }
     let r = s.result().await;
-    assert_eq!((r.call_id, r.success, r.content.as_str()), (3, true, "null"));
+    assert_eq!(
+        (r.call_id, r.success, r.content.as_str()),
+        (3, true, "null")
+    );
     s.close();
-    tokio::time::timeout(STEP, serve).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(STEP, serve)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]
 async fn broker_closing_the_stream_ends_serve_ok_after_stop() {
     let (mut run, _, _) = start().await;
     run.session.close();
-    tokio::time::timeout(STEP, run.serve).await.unwrap().unwrap().expect("clean end is Ok");
+    tokio::time::timeout(STEP, run.serve)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("clean end is Ok");
     assert!(run.probe.stopped.load(Ordering::SeqCst));
 }
 
@@ -417,10 +576,18 @@ async fn rejected_registration_is_an_error_naming_the_items() {
     assert!(matches!(s.recv().await, Out::Register(_)));
     s.send(In::Rejected(pb::Rejected {
         reason: "protocol major version 1 not supported".into(),
-        items: vec![pb::RejectedItem { kind: "plugin".into(), name: "testplug".into(), reason: "too old".into() }],
+        items: vec![pb::RejectedItem {
+            kind: "plugin".into(),
+            name: "testplug".into(),
+            reason: "too old".into(),
+        }],
     }));
     s.close();
-    let err = tokio::time::timeout(STEP, serve).await.unwrap().unwrap().unwrap_err();
+    let err = tokio::time::timeout(STEP, serve)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
     assert!(matches!(err, Error::Rejected { .. }));
     assert_eq!(err.exit_code(), 3);
     assert_eq!(
@@ -443,12 +610,23 @@ async fn partly_rejected_registration_keeps_serving() {
     s.send(In::Registered(pb::Registered {
         plugin: "testplug".into(),
         tools: vec!["t_echo".into()],
-        rejected: vec![pb::RejectedItem { kind: "tool".into(), name: "t_greet".into(), reason: "duplicate".into() }],
+        rejected: vec![pb::RejectedItem {
+            kind: "tool".into(),
+            name: "t_greet".into(),
+            reason: "duplicate".into(),
+        }],
         ..Default::default()
     }));
     assert!(s.call(1, "t_echo", json!({})).await.success);
-    s.send(In::Shutdown(pb::Shutdown { grace_ms: 500, reason: String::new() }));
-    tokio::time::timeout(STEP, serve).await.unwrap().unwrap().unwrap();
+    s.send(In::Shutdown(pb::Shutdown {
+        grace_ms: 500,
+        reason: String::new(),
+    }));
+    tokio::time::timeout(STEP, serve)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(probe.stopped.load(Ordering::SeqCst));
 }
 
@@ -456,25 +634,50 @@ async fn partly_rejected_registration_keeps_serving() {
 async fn wrong_token_is_an_attach_error() {
     let broker = Broker::unix();
     let config = ServeConfig::new(broker.addr.clone(), "wrong", "testplug");
-    let err = serve_with(TestPlugin(Arc::default()), config).await.unwrap_err();
+    let err = serve_with(TestPlugin(Arc::default()), config)
+        .await
+        .unwrap_err();
     match &err {
         Error::Attach { status, .. } => assert_eq!(status.code(), tonic::Code::Unauthenticated),
         other => panic!("expected Attach error, got {other:?}"),
     }
-    assert!(err.to_string().starts_with(&format!("plugin testplug: attach to {} failed: missing or wrong x-hearth-token", broker.addr)), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "plugin testplug: attach to {} failed: missing or wrong x-hearth-token",
+            broker.addr
+        )),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn bad_addresses_and_dead_brokers_are_named() {
-    let err = serve_with(TestPlugin(Arc::default()), ServeConfig::new("tcp://1.2.3.4", "t", "p")).await.unwrap_err();
-    assert_eq!(err.to_string(), r#"broker address "tcp://1.2.3.4" is neither unix:///abs/path nor http://host:port"#);
+    let err = serve_with(
+        TestPlugin(Arc::default()),
+        ServeConfig::new("tcp://1.2.3.4", "t", "p"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"broker address "tcp://1.2.3.4" is neither unix:///abs/path nor http://host:port"#
+    );
     assert_eq!(err.exit_code(), 2);
 
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("unix://{}/nobody.sock", dir.path().display());
-    let err = serve_with(TestPlugin(Arc::default()), ServeConfig::new(addr.clone(), "t", "p")).await.unwrap_err();
+    let err = serve_with(
+        TestPlugin(Arc::default()),
+        ServeConfig::new(addr.clone(), "t", "p"),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
-    assert!(err.to_string().starts_with(&format!("connect to {addr} failed: ")), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("connect to {addr} failed: ")),
+        "{err}"
+    );
     assert!(err.to_string().contains("No such file"), "{err}");
 }
 
@@ -487,7 +690,9 @@ async fn duplicate_tool_names_across_styles_fail_before_connecting() {
             PluginMetadata::default()
         }
         async fn start(&mut self, host: &mut Registrar) -> Result<(), BoxError> {
-            host.register_tool("t_panic", ToolDef::default(), |_| async { Ok::<_, String>(Value::Null) })?;
+            host.register_tool("t_panic", ToolDef::default(), |_| async {
+                Ok::<_, String>(Value::Null)
+            })?;
             Ok(())
         }
         fn tools(&self) -> Vec<Arc<dyn Tool>> {
@@ -495,6 +700,14 @@ async fn duplicate_tool_names_across_styles_fail_before_connecting() {
         }
     }
     let broker = Broker::unix();
-    let err = serve_with(Dup, ServeConfig::new(broker.addr.clone(), broker.token.clone(), "dup")).await.unwrap_err();
-    assert_eq!(err.to_string(), r#"plugin dup: tool name "t_panic" is registered twice"#);
+    let err = serve_with(
+        Dup,
+        ServeConfig::new(broker.addr.clone(), broker.token.clone(), "dup"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"plugin dup: tool name "t_panic" is registered twice"#
+    );
 }

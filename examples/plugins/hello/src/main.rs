@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use hearth_sdk::{
-    Args, BoxError, CallContext, Plugin, PluginMetadata, Tool, ToolDefinition, ToolResult,
-    async_trait,
+    async_trait, Args, BoxError, CallContext, Plugin, PluginMetadata, Tool, ToolDefinition,
+    ToolResult,
 };
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 /// Greets `name` (default 开拓者).
 struct HelloTool;
@@ -67,16 +67,24 @@ mod tests {
     use super::*;
 
     async fn greet(args: Value) -> ToolResult {
-        let Value::Object(args) = args else { unreachable!() };
+        let Value::Object(args) = args else {
+            unreachable!()
+        };
         let ctx = CallContext::standalone("hello", "hello");
         HelloTool.execute(&ctx, args).await.unwrap()
     }
 
     #[tokio::test]
     async fn greets_by_name_or_trailblazer() {
-        assert_eq!(greet(json!({"name": "三月七"})).await.output, "三月七，昔涟向你问好♪");
+        assert_eq!(
+            greet(json!({"name": "三月七"})).await.output,
+            "三月七，昔涟向你问好♪"
+        );
         assert_eq!(greet(json!({})).await.output, "开拓者，昔涟向你问好♪");
-        assert_eq!(greet(json!({"name": ""})).await.output, "开拓者，昔涟向你问好♪");
+        assert_eq!(
+            greet(json!({"name": ""})).await.output,
+            "开拓者，昔涟向你问好♪"
+        );
     }
 
     #[test]
