@@ -222,6 +222,7 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
         "name": p.name, "runtime": p.runtime, "pid": p.pid, "state": state_name(p.state),
         "restarts": p.restarts, "tools": p.tools, "dir": p.dir, "uptime_ms": p.uptime_ms,
         "last_exit": p.last_exit, "reason": p.reason, "version": p.version, "sdk": p.sdk,
+        "startup_ms": p.startup_ms,
     })
 }
 

@@ -810,6 +810,7 @@ export namespace hearth {
             reason?: (string|null);
             version?: (string|null);
             sdk?: (string|null);
+            startupMs?: (number|null);
         }
 
         class PluginStatus implements IPluginStatus {
@@ -826,6 +827,7 @@ export namespace hearth {
             public reason: string;
             public version: string;
             public sdk: string;
+            public startupMs: number;
             public static create(properties?: hearth.v1.IPluginStatus): hearth.v1.PluginStatus;
             public static encode(message: hearth.v1.IPluginStatus, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginStatus;

@@ -3964,6 +3964,7 @@ $root.hearth = (function() {
             PluginStatus.prototype.reason = "";
             PluginStatus.prototype.version = "";
             PluginStatus.prototype.sdk = "";
+            PluginStatus.prototype.startupMs = 0;
 
             PluginStatus.create = function create(properties) {
                 return new PluginStatus(properties);
@@ -4001,6 +4002,8 @@ $root.hearth = (function() {
                     writer.uint32(90).string(message.version);
                 if (message.sdk != null && Object.hasOwnProperty.call(message, "sdk"))
                     writer.uint32(98).string(message.sdk);
+                if (message.startupMs != null && Object.hasOwnProperty.call(message, "startupMs"))
+                    writer.uint32(104).uint32(message.startupMs);
                 return writer;
             };
 
@@ -4075,6 +4078,10 @@ $root.hearth = (function() {
                         }
                     case 12: {
                             message.sdk = reader.string();
+                            break;
+                        }
+                    case 13: {
+                            message.startupMs = reader.uint32();
                             break;
                         }
                     default:

@@ -55,6 +55,7 @@ fn to_wire(s: PluginSnapshot) -> PluginStatus {
         reason: s.reason,
         version: s.version,
         sdk: s.sdk,
+        startup_ms: s.startup.map(|d| d.as_millis() as u32).unwrap_or(0),
     }
 }
 

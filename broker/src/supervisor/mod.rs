@@ -71,6 +71,8 @@ struct Inner {
     generation: u64,
     attached: bool,
     ready_at: Option<Instant>,
+    spawned_at: Option<Instant>,
+    startup: Option<Duration>,
     last_exit: String,
     reason: String,
     sdk: String,
@@ -120,6 +122,8 @@ pub struct PluginSnapshot {
     pub version: String,
     /// SDK the plugin reported in `Hello`.
     pub sdk: String,
+    /// Spawn to registered of the current process.
+    pub startup: Option<Duration>,
 }
 
 fn random_token() -> String {
@@ -164,6 +168,7 @@ impl Plugin {
             reason: s.reason.clone(),
             version: self.spec.version.clone(),
             sdk: s.sdk.clone(),
+            startup: s.startup.filter(|_| s.state == PluginState::Ready),
         }
     }
 
@@ -246,7 +251,12 @@ impl Plugin {
                 }
             };
             let pid = child.id().unwrap_or(0);
-            self.status.lock().unwrap().pid = pid;
+            {
+                let mut s = self.status.lock().unwrap();
+                s.pid = pid;
+                s.spawned_at = Some(Instant::now());
+                s.startup = None;
+            }
             tracing::info!(plugin = %name, pid, runtime = self.spec.runtime.as_str(), "spawned");
             for (stream, reader) in [
                 ("stdout", child.stdout.take().map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)),
@@ -287,6 +297,7 @@ impl Plugin {
                                 let mut s = self.status.lock().unwrap();
                                 s.state = PluginState::Ready;
                                 s.ready_at = Some(Instant::now());
+                                s.startup = s.spawned_at.map(|t| t.elapsed());
                             }
                         }
                         Some(Control::SessionEnded(g)) if g == generation => {
@@ -502,6 +513,8 @@ impl Supervisor {
                 generation: 0,
                 attached: false,
                 ready_at: None,
+                spawned_at: None,
+                startup: None,
                 last_exit: String::new(),
                 reason: String::new(),
                 sdk: String::new(),
@@ -544,6 +557,7 @@ impl Supervisor {
             reason: e.reason.clone(),
             version: String::new(),
             sdk: String::new(),
+            startup: None,
         }));
         out
     }

@@ -24,35 +24,35 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/admin.proto\x12\thearth.v1\"\x14\n\x12ListPluginsRequest\"\xe3\x01\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07runtime\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\r\n\x05tools\x18\x06 \x03(\t\x12\x0b\n\x03\x64ir\x18\x07 \x01(\t\x12\x11\n\tuptime_ms\x18\x08 \x01(\x04\x12\x11\n\tlast_exit\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0b\n\x03sdk\x18\x0c \x01(\t\"?\n\x13ListPluginsResponse\x12(\n\x07plugins\x18\x01 \x03(\x0b\x32\x17.hearth.v1.PluginStatus\"$\n\x14RestartPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x15RestartPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"\x12\n\x10ListToolsRequest\"V\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\"7\n\x11ListToolsResponse\x12\"\n\x05tools\x18\x01 \x03(\x0b\x32\x13.hearth.v1.ToolInfo\"i\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12\x0f\n\x07user_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\"\x88\x01\n\x10\x43\x61llToolResponse\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\tdata_json\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x12\n\nelapsed_us\x18\x07 \x01(\x04*\xe0\x01\n\x0bPluginState\x12\x1c\n\x18PLUGIN_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PLUGIN_STATE_STARTING\x10\x01\x12\x16\n\x12PLUGIN_STATE_READY\x10\x02\x12\x18\n\x14PLUGIN_STATE_CRASHED\x10\x03\x12\x18\n\x14PLUGIN_STATE_BACKOFF\x10\x04\x12\x17\n\x13PLUGIN_STATE_FAILED\x10\x05\x12\x19\n\x15PLUGIN_STATE_STOPPING\x10\x06\x12\x18\n\x14PLUGIN_STATE_STOPPED\x10\x07\x32\xb6\x02\n\x05\x41\x64min\x12L\n\x0bListPlugins\x12\x1d.hearth.v1.ListPluginsRequest\x1a\x1e.hearth.v1.ListPluginsResponse\x12R\n\rRestartPlugin\x12\x1f.hearth.v1.RestartPluginRequest\x1a .hearth.v1.RestartPluginResponse\x12\x46\n\tListTools\x12\x1b.hearth.v1.ListToolsRequest\x1a\x1c.hearth.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.hearth.v1.CallToolRequest\x1a\x1b.hearth.v1.CallToolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/admin.proto\x12\thearth.v1\"\x14\n\x12ListPluginsRequest\"\xf7\x01\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07runtime\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\r\n\x05tools\x18\x06 \x03(\t\x12\x0b\n\x03\x64ir\x18\x07 \x01(\t\x12\x11\n\tuptime_ms\x18\x08 \x01(\x04\x12\x11\n\tlast_exit\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0b\n\x03sdk\x18\x0c \x01(\t\x12\x12\n\nstartup_ms\x18\r \x01(\r\"?\n\x13ListPluginsResponse\x12(\n\x07plugins\x18\x01 \x03(\x0b\x32\x17.hearth.v1.PluginStatus\"$\n\x14RestartPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x15RestartPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"\x12\n\x10ListToolsRequest\"V\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\"7\n\x11ListToolsResponse\x12\"\n\x05tools\x18\x01 \x03(\x0b\x32\x13.hearth.v1.ToolInfo\"i\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12\x0f\n\x07user_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\"\x88\x01\n\x10\x43\x61llToolResponse\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\tdata_json\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x12\n\nelapsed_us\x18\x07 \x01(\x04*\xe0\x01\n\x0bPluginState\x12\x1c\n\x18PLUGIN_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PLUGIN_STATE_STARTING\x10\x01\x12\x16\n\x12PLUGIN_STATE_READY\x10\x02\x12\x18\n\x14PLUGIN_STATE_CRASHED\x10\x03\x12\x18\n\x14PLUGIN_STATE_BACKOFF\x10\x04\x12\x17\n\x13PLUGIN_STATE_FAILED\x10\x05\x12\x19\n\x15PLUGIN_STATE_STOPPING\x10\x06\x12\x18\n\x14PLUGIN_STATE_STOPPED\x10\x07\x32\xb6\x02\n\x05\x41\x64min\x12L\n\x0bListPlugins\x12\x1d.hearth.v1.ListPluginsRequest\x1a\x1e.hearth.v1.ListPluginsResponse\x12R\n\rRestartPlugin\x12\x1f.hearth.v1.RestartPluginRequest\x1a .hearth.v1.RestartPluginResponse\x12\x46\n\tListTools\x12\x1b.hearth.v1.ListToolsRequest\x1a\x1c.hearth.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.hearth.v1.CallToolRequest\x1a\x1b.hearth.v1.CallToolResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hearth.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PLUGINSTATE']._serialized_start=869
-  _globals['_PLUGINSTATE']._serialized_end=1093
+  _globals['_PLUGINSTATE']._serialized_start=889
+  _globals['_PLUGINSTATE']._serialized_end=1113
   _globals['_LISTPLUGINSREQUEST']._serialized_start=36
   _globals['_LISTPLUGINSREQUEST']._serialized_end=56
   _globals['_PLUGINSTATUS']._serialized_start=59
-  _globals['_PLUGINSTATUS']._serialized_end=286
-  _globals['_LISTPLUGINSRESPONSE']._serialized_start=288
-  _globals['_LISTPLUGINSRESPONSE']._serialized_end=351
-  _globals['_RESTARTPLUGINREQUEST']._serialized_start=353
-  _globals['_RESTARTPLUGINREQUEST']._serialized_end=389
-  _globals['_RESTARTPLUGINRESPONSE']._serialized_start=391
-  _globals['_RESTARTPLUGINRESPONSE']._serialized_end=455
-  _globals['_LISTTOOLSREQUEST']._serialized_start=457
-  _globals['_LISTTOOLSREQUEST']._serialized_end=475
-  _globals['_TOOLINFO']._serialized_start=477
-  _globals['_TOOLINFO']._serialized_end=563
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=565
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=620
-  _globals['_CALLTOOLREQUEST']._serialized_start=622
-  _globals['_CALLTOOLREQUEST']._serialized_end=727
-  _globals['_CALLTOOLRESPONSE']._serialized_start=730
-  _globals['_CALLTOOLRESPONSE']._serialized_end=866
-  _globals['_ADMIN']._serialized_start=1096
-  _globals['_ADMIN']._serialized_end=1406
+  _globals['_PLUGINSTATUS']._serialized_end=306
+  _globals['_LISTPLUGINSRESPONSE']._serialized_start=308
+  _globals['_LISTPLUGINSRESPONSE']._serialized_end=371
+  _globals['_RESTARTPLUGINREQUEST']._serialized_start=373
+  _globals['_RESTARTPLUGINREQUEST']._serialized_end=409
+  _globals['_RESTARTPLUGINRESPONSE']._serialized_start=411
+  _globals['_RESTARTPLUGINRESPONSE']._serialized_end=475
+  _globals['_LISTTOOLSREQUEST']._serialized_start=477
+  _globals['_LISTTOOLSREQUEST']._serialized_end=495
+  _globals['_TOOLINFO']._serialized_start=497
+  _globals['_TOOLINFO']._serialized_end=583
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=585
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=640
+  _globals['_CALLTOOLREQUEST']._serialized_start=642
+  _globals['_CALLTOOLREQUEST']._serialized_end=747
+  _globals['_CALLTOOLRESPONSE']._serialized_start=750
+  _globals['_CALLTOOLRESPONSE']._serialized_end=886
+  _globals['_ADMIN']._serialized_start=1116
+  _globals['_ADMIN']._serialized_end=1426
 # @@protoc_insertion_point(module_scope)
