@@ -408,6 +408,7 @@ class Session:
                 for item in r.items:
                     log(f"plugin {self.name}:   {item.kind} {item.name}: {item.reason}")
                 self.closing = True
+                await self._stop_plugin(2.0)
                 return EXIT_REJECTED
             elif kind == "shutdown":
                 sd = msg.shutdown
