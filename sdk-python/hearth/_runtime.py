@@ -17,6 +17,7 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
+import itertools
 import json
 import os
 import sys
@@ -206,7 +207,7 @@ class Session:
         self.tasks: Dict[Tuple[str, int], asyncio.Task] = {}
         self.cancelled: set = set()
         self.closing = False
-        self._req_seq = 0
+        self._req_ids = itertools.count(1)  # next() is atomic: handler threads register too
 
     # ---------------------------------------------------------------- writing
 
@@ -215,8 +216,16 @@ class Session:
         self.out.put_nowait(msg)
 
     def send_threadsafe(self, msg: pb.PluginMessage) -> None:
-        """Queue one message from any thread."""
+        """Queue one message from another thread."""
         self.loop.call_soon_threadsafe(self.out.put_nowait, msg)
+
+    def send_any(self, msg: pb.PluginMessage) -> None:
+        """Queue one message from the loop thread or any other (handler threads)."""
+        try:
+            same = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            same = False
+        (self.send if same else self.send_threadsafe)(msg)
 
     async def _requests(self):
         while True:
@@ -228,12 +237,8 @@ class Session:
     # ---------------------------------------------------------------- calls
 
     def _send_progress(self, call_id: int, message: str, fraction: float) -> None:
-        msg = pb.PluginMessage(progress=pb.Progress(call_id=call_id, message=message, fraction=fraction))
-        try:
-            running = asyncio.get_running_loop() is self.loop
-        except RuntimeError:
-            running = False
-        (self.send if running else self.send_threadsafe)(msg)
+        self.send_any(pb.PluginMessage(progress=pb.Progress(call_id=call_id, message=message,
+                                                            fraction=fraction)))
 
     async def _run_tool(self, inv: pb.InvokeTool) -> None:
         key = ("tool", inv.call_id)
@@ -280,12 +285,7 @@ class Session:
         error = ""
 
         def reply(text: str) -> None:
-            msg = pb.PluginMessage(reply=pb.Reply(call_id=ev.call_id, text=text))
-            try:
-                same = asyncio.get_running_loop() is self.loop
-            except RuntimeError:
-                same = False
-            (self.send if same else self.send_threadsafe)(msg)
+            self.send_any(pb.PluginMessage(reply=pb.Reply(call_id=ev.call_id, text=text)))
 
         try:
             if not self.a.has_event_handler:
@@ -318,17 +318,15 @@ class Session:
     # ---------------------------------------------------------------- live registration
 
     def _live_register(self, entry: ToolEntry) -> None:
-        self._req_seq += 1
         spec = tool_spec(entry, f"plugin {self.name}")
         self.a.tools[entry.name] = entry
-        msg = pb.PluginMessage(register_tool=pb.RegisterTool(request_id=f"py-{self._req_seq}", tool=spec))
-        self.send_threadsafe(msg)
+        self.send_any(pb.PluginMessage(
+            register_tool=pb.RegisterTool(request_id=f"py-{next(self._req_ids)}", tool=spec)))
 
     def _live_unregister(self, name: str) -> None:
-        self._req_seq += 1
         self.a.tools.pop(name, None)
-        self.send_threadsafe(pb.PluginMessage(
-            unregister_tool=pb.UnregisterTool(request_id=f"py-{self._req_seq}", name=name)))
+        self.send_any(pb.PluginMessage(
+            unregister_tool=pb.UnregisterTool(request_id=f"py-{next(self._req_ids)}", name=name)))
 
     # ---------------------------------------------------------------- lifecycle
 
