@@ -203,8 +203,8 @@ async fn plugins_printing_junk_on_stdout_still_work() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_killed_mid_call_fails_the_call_and_comes_back() {
-    let mut b = Broker::start(vec![rust_fault("rs", ""), node_echo("nd")]).await;
-    for (plugin, tool) in [("rs", "rs_rs_sleep"), ("nd", "nd_sleep")] {
+    let mut b = Broker::start(vec![rust_fault("rs", ""), node_echo("nd"), py_echo("py", json!({}))]).await;
+    for (plugin, tool) in [("rs", "rs_rs_sleep"), ("nd", "nd_sleep"), ("py", "py_sleep")] {
         let before = b.plugin(plugin).await;
         let mut admin = Broker::admin_clone(&b);
         let call = tokio::spawn(async move {
@@ -304,4 +304,56 @@ async fn a_stale_socket_is_replaced_and_a_long_path_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("longer than the OS limit"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_fails_and_the_plugin_gets_cancel() {
+    let mut b = Broker::start(vec![py_echo("py", json!({}))]).await;
+    let req = b.admin.with_token(hearth_proto::v1::CallToolRequest {
+        name: "py_sleep".into(),
+        args_json: r#"{"ms": 30000}"#.into(),
+        timeout_ms: 300,
+        ..Default::default()
+    });
+    let err = b.admin.client().call_tool(req).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(err.message().contains("plugin py: tool py_sleep timed out after 300 ms"), "{}", err.message());
+    // The plugin received Cancel: its handler saw the cancellation.
+    let started = std::time::Instant::now();
+    while !b.log().contains("py_sleep: cancelled after Cancel") {
+        assert!(started.elapsed() < Duration::from_secs(10), "no cancellation in log:\n{}", b.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // And it keeps serving.
+    assert!(b.call("py_sleep", json!({"ms": 1})).await.unwrap().success);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_also_serves_on_tcp_loopback_when_asked() {
+    let b = Broker::start_with(vec![py_echo("py", json!({}))], &["--listen", "127.0.0.1:0"]).await;
+    let log = b.log();
+    let addr = log
+        .lines()
+        .find_map(|l| l.split("listening on http://").nth(1))
+        .unwrap_or_else(|| panic!("no TCP listen line:\n{log}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let token = std::fs::read_to_string(b.data_dir().join("admin.token")).unwrap();
+    let mut admin = hearth_proto::v1::admin_client::AdminClient::connect(format!("http://{addr}")).await.unwrap();
+    let mut req = tonic::Request::new(hearth_proto::v1::CallToolRequest {
+        name: "py_echo".into(),
+        args_json: r#"{"over": "tcp"}"#.into(),
+        ..Default::default()
+    });
+    req.metadata_mut().insert(hearth_proto::ADMIN_TOKEN_METADATA, token.trim().parse().unwrap());
+    let r = admin.call_tool(req).await.unwrap().into_inner();
+    assert!(r.success && r.content.contains("tcp"), "{r:?}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["--data-dir", "/tmp/x", "run", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only loopback"));
 }

@@ -55,7 +55,11 @@ class EchoPlugin(Plugin):
         return args
 
     async def sleep(self, args):
-        await asyncio.sleep(args["ms"] / 1000)
+        try:
+            await asyncio.sleep(args["ms"] / 1000)
+        except asyncio.CancelledError:
+            print(f"{PREFIX}_sleep: cancelled after Cancel from the broker", flush=True)
+            raise
         return f"slept {args['ms']} ms"
 
     def stop(self):
