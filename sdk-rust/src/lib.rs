@@ -9,7 +9,8 @@
 //!   the tools from [`Plugin::tools`]. `validate` runs first; its error becomes a failed
 //!   result and `execute` is not called.
 //! - **HomeAgent**: in [`Plugin::start`], call [`Registrar::register_tool`] with a
-//!   [`ToolDef`] and an async closure taking the arguments as a [`serde_json::Value`].
+//!   [`ToolDef`] and an async closure taking the arguments as a [`serde_json::Value`],
+//!   and [`Registrar::register_stage`] for pipeline stage hooks.
 //!
 //! Each call runs as its own task: many calls are in flight at once, a `Ping` is
 //! answered while handlers are busy, a panicking handler becomes a failed result
@@ -107,7 +108,8 @@
 //!
 //! # Layout
 //! - `tool`: [`Tool`], [`ToolDefinition`], [`ToolResult`], [`CallContext`].
-//! - `plugin`: [`Plugin`], [`PluginMetadata`], [`Registrar`] (HomeAgent `register_tool`).
+//! - `plugin`: [`Plugin`], [`PluginMetadata`], [`Registrar`] (HomeAgent `register_tool`,
+//!   `register_stage`).
 //! - `serve`: [`serve`], [`serve_async`], [`serve_with`]; the session loop.
 //! - `transport`: dialling `unix://` and `http://` broker addresses.
 //! - `error`: [`Error`].
@@ -120,6 +122,7 @@ mod transport;
 
 pub use async_trait::async_trait;
 pub use hearth_proto as proto;
+pub use hearth_proto::v1::{Stage, StageContext};
 pub use tokio_util::sync::CancellationToken;
 
 pub use error::{BoxError, Error};

@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use hearth_proto::v1::{Stage, StageContext, StageHook};
+
 use crate::tool::{Args, CallContext, Tool, ToolDefinition, ToolResult};
 use crate::{BoxError, Error};
 
@@ -89,12 +91,22 @@ pub struct ToolDef {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 type Handler = dyn Fn(CallContext, Value) -> BoxFuture<Result<Value, String>> + Send + Sync;
+/// A stage handler as the session runs it.
+pub(crate) type StageHandler =
+    dyn Fn(StageContext) -> BoxFuture<Result<StageContext, String>> + Send + Sync;
+
+/// A registered stage hook: its wire form and its handler.
+pub(crate) struct StageEntry {
+    pub(crate) hook: StageHook,
+    pub(crate) handler: Arc<StageHandler>,
+}
 
 /// Where a plugin registers tools in [`Plugin::start`] (HomeAgent's `PluginSDK`).
 pub struct Registrar {
     plugin: String,
     tools: Vec<Arc<dyn Tool>>,
     names: Vec<String>,
+    stages: Vec<StageEntry>,
 }
 
 impl std::fmt::Debug for Registrar {
@@ -102,6 +114,14 @@ impl std::fmt::Debug for Registrar {
         f.debug_struct("Registrar")
             .field("plugin", &self.plugin)
             .field("tools", &self.names)
+            .field(
+                "stages",
+                &self
+                    .stages
+                    .iter()
+                    .map(|s| &s.hook.hook_id)
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -113,6 +133,7 @@ impl Registrar {
             plugin: plugin.into(),
             tools: Vec::new(),
             names: Vec::new(),
+            stages: Vec::new(),
         }
     }
 
@@ -187,8 +208,58 @@ impl Registrar {
         }))
     }
 
-    pub(crate) fn into_tools(self) -> Vec<Arc<dyn Tool>> {
-        self.tools
+    /// Registers a pipeline stage hook (HomeAgent `RegisterStage`).
+    ///
+    /// `handler` gets the stage's [`StageContext`] and returns it, changed or not; the
+    /// broker keeps only the fields that stage may write (see the permission matrix)
+    /// and runs one stage's hooks in registration order. Setting `response`
+    /// short-circuits to `after_output`. `Err(e)` (or a panic) is logged by the broker
+    /// and the pipeline goes on without this hook's writes. JSON-shaped fields are JSON
+    /// text (`context_msgs_json`, `extra_json`, `arguments_json`, …).
+    pub fn register_stage<F, Fut, E>(&mut self, stage: Stage, handler: F)
+    where
+        F: Fn(StageContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<StageContext, E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        self.add_stage(stage, false, handler)
+    }
+
+    /// Like [`register_stage`](Self::register_stage), but `before_toolcall` /
+    /// `after_toolcall` hooks see only calls of this plugin's own tools
+    /// (HomeAgent `RegisterStageOwnTools`); other stages behave as `register_stage`.
+    pub fn register_stage_own_tools<F, Fut, E>(&mut self, stage: Stage, handler: F)
+    where
+        F: Fn(StageContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<StageContext, E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        self.add_stage(stage, true, handler)
+    }
+
+    fn add_stage<F, Fut, E>(&mut self, stage: Stage, own_tools_only: bool, handler: F)
+    where
+        F: Fn(StageContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<StageContext, E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let hook_id = format!("{}#{}", hearth_proto::stage_name(stage), self.stages.len());
+        let handler: Arc<StageHandler> = Arc::new(move |ctx| {
+            let fut = handler(ctx);
+            Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+        });
+        self.stages.push(StageEntry {
+            hook: StageHook {
+                stage: stage.into(),
+                own_tools_only,
+                hook_id,
+            },
+            handler,
+        });
+    }
+
+    pub(crate) fn into_parts(self) -> (Vec<Arc<dyn Tool>>, Vec<StageEntry>) {
+        (self.tools, self.stages)
     }
 }
 

@@ -19,7 +19,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 
-use crate::plugin::{Plugin, PluginConfig, Registrar};
+use crate::plugin::{Plugin, PluginConfig, Registrar, StageEntry, StageHandler};
 use crate::tool::{Args, CallContext, Tool};
 use crate::{transport, Error};
 
@@ -131,10 +131,13 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
             plugin: name.clone(),
             source,
         })?;
-    let (tools, specs) = tool_table(
-        &name,
-        plugin.tools().into_iter().chain(registrar.into_tools()),
-    )?;
+    let (registered_tools, stage_entries) = registrar.into_parts();
+    let (tools, specs) = tool_table(&name, plugin.tools().into_iter().chain(registered_tools))?;
+    let stage_hooks: Vec<pb::StageHook> = stage_entries.iter().map(|e| e.hook.clone()).collect();
+    let stages: HashMap<String, Arc<StageHandler>> = stage_entries
+        .into_iter()
+        .map(|StageEntry { hook, handler }| (hook.hook_id, handler))
+        .collect();
 
     let mut meta = plugin.metadata();
     if meta.name.is_empty() {
@@ -159,6 +162,7 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
             description: meta.description,
         }),
         tools: specs,
+        stages: stage_hooks,
         ..Default::default()
     }));
 
@@ -177,6 +181,7 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
     Session {
         plugin: name,
         tools,
+        stages,
         out,
         inbound,
         tasks: JoinSet::new(),
@@ -217,9 +222,17 @@ fn tool_table(
     Ok((table, specs))
 }
 
+/// What a handler task runs.
+enum Work {
+    /// A tool call, with the tool's name.
+    Tool(String),
+    /// A stage hook run, with the hook id.
+    Stage(String),
+}
+
 /// A call whose handler task is running.
 struct InFlight {
-    tool: String,
+    work: Work,
     cancel: CancellationToken,
     abort: AbortHandle,
 }
@@ -227,9 +240,12 @@ struct InFlight {
 struct Session {
     plugin: String,
     tools: ToolTable,
+    /// Stage handlers by hook id.
+    stages: HashMap<String, Arc<StageHandler>>,
     out: mpsc::UnboundedSender<pb::PluginMessage>,
     inbound: tonic::Streaming<pb::HostMessage>,
-    tasks: JoinSet<pb::ToolResult>,
+    /// Handler tasks; each yields the message that answers its call.
+    tasks: JoinSet<Out>,
     /// Calls not yet answered nor cancelled, by call id.
     in_flight: HashMap<u64, InFlight>,
     /// Call id of each handler task (also of cancelled ones until they are reaped).
@@ -327,6 +343,18 @@ impl Session {
                     call.abort.abort();
                 }
             }
+            Some(In::RunStage(run)) => self.run_stage(run),
+            Some(In::HandleEvent(ev)) => self.send(Out::EventDone(pb::EventDone {
+                call_id: ev.call_id,
+                error: format!(
+                    "plugin {}: events (triggers) are not supported by {SDK_NAME}",
+                    self.plugin
+                ),
+            })),
+            Some(In::ToolRegistration(tr)) if !tr.ok => eprintln!(
+                "hearth-sdk: plugin {}: tool {}: registration refused: {}",
+                self.plugin, tr.name, tr.error
+            ),
             Some(In::Shutdown(s)) => return Ok(Some(End::Shutdown(grace(s.grace_ms)))),
             Some(In::Rejected(r)) => {
                 return Err(Error::Rejected {
@@ -372,22 +400,59 @@ impl Session {
             cancel.clone(),
             self.out.clone(),
         );
-        let abort = self.tasks.spawn(run_call(tool, ctx, call.args_json));
+        let abort = self
+            .tasks
+            .spawn(async move { Out::ToolResult(run_call(tool, ctx, call.args_json).await) });
+        self.track(call_id, Work::Tool(call.tool), cancel, abort);
+    }
+
+    fn run_stage(&mut self, run: pb::RunStage) {
+        let call_id = run.call_id;
+        let Some(handler) = self.stages.get(&run.hook_id).cloned() else {
+            self.send(Out::StageResult(pb::StageResult {
+                call_id,
+                context: run.context,
+                error: format!("plugin {} has no stage hook {:?}", self.plugin, run.hook_id),
+            }));
+            return;
+        };
+        if self.in_flight.contains_key(&call_id) {
+            eprintln!(
+                "hearth-sdk: plugin {}: ignoring RunStage with call id {call_id}, already in flight",
+                self.plugin
+            );
+            return;
+        }
+        let cancel = self.all_calls.child_token();
+        let hook = run.hook_id.clone();
+        let context = run.context.unwrap_or_default();
+        let abort = self.tasks.spawn(async move {
+            let (context, error) = match handler(context).await {
+                Ok(context) => (Some(context), String::new()),
+                Err(e) => (None, format!("stage hook {hook}: {e}")),
+            };
+            Out::StageResult(pb::StageResult {
+                call_id,
+                context,
+                error,
+            })
+        });
+        self.track(call_id, Work::Stage(run.hook_id), cancel, abort);
+    }
+
+    fn track(&mut self, call_id: u64, work: Work, cancel: CancellationToken, abort: AbortHandle) {
         self.by_task.insert(abort.id(), call_id);
         self.in_flight.insert(
             call_id,
             InFlight {
-                tool: call.tool,
+                work,
                 cancel,
                 abort,
             },
         );
     }
 
-    fn on_task_done(
-        &mut self,
-        joined: Result<(tokio::task::Id, pb::ToolResult), tokio::task::JoinError>,
-    ) {
+    fn on_task_done(&mut self, joined: Result<(tokio::task::Id, Out), tokio::task::JoinError>) {
         let id = match &joined {
             Ok((id, _)) => *id,
             Err(e) => e.id(),
@@ -399,29 +464,33 @@ impl Session {
         let Some(call) = self.in_flight.remove(&call_id) else {
             return;
         };
-        let result = match joined {
-            Ok((_, result)) => result,
-            Err(e) if e.is_panic() => {
-                let msg = panic_text(e.into_panic());
-                eprintln!(
-                    "hearth-sdk: plugin {}: tool {} panicked: {msg}",
-                    self.plugin, call.tool
-                );
-                pb::ToolResult {
+        let failure = match joined {
+            Ok((_, answer)) => return self.send(answer),
+            Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e.into_panic())),
+            Err(_) => "was aborted".to_string(),
+        };
+        let answer = match call.work {
+            Work::Tool(tool) => {
+                let error = format!("tool {tool} {failure}");
+                eprintln!("hearth-sdk: plugin {}: {error}", self.plugin);
+                Out::ToolResult(pb::ToolResult {
                     call_id,
                     success: false,
-                    error: format!("tool {} panicked: {msg}", call.tool),
+                    error,
                     ..Default::default()
-                }
+                })
             }
-            Err(_) => pb::ToolResult {
-                call_id,
-                success: false,
-                error: format!("tool {} was aborted", call.tool),
-                ..Default::default()
-            },
+            Work::Stage(hook) => {
+                let error = format!("stage hook {hook} {failure}");
+                eprintln!("hearth-sdk: plugin {}: {error}", self.plugin);
+                Out::StageResult(pb::StageResult {
+                    call_id,
+                    context: None,
+                    error,
+                })
+            }
         };
-        self.send(Out::ToolResult(result));
+        self.send(answer);
     }
 
     /// Stops calls, runs `stop()` within the budget, closes the stream.

@@ -711,3 +711,137 @@ async fn duplicate_tool_names_across_styles_fail_before_connecting() {
         r#"plugin dup: tool name "t_panic" is registered twice"#
     );
 }
+
+#[tokio::test]
+async fn stage_hooks_register_run_and_fail_by_hook_id() {
+    use hearth_sdk::{Stage, StageContext};
+    struct Stages;
+    #[async_trait]
+    impl Plugin for Stages {
+        fn metadata(&self) -> PluginMetadata {
+            PluginMetadata {
+                name: "stg".into(),
+                version: "1".into(),
+                ..Default::default()
+            }
+        }
+        async fn start(&mut self, host: &mut Registrar) -> Result<(), BoxError> {
+            host.register_stage(Stage::OnInput, |mut ctx: StageContext| async move {
+                if ctx.user_id == "blocked" {
+                    ctx.response = Some("已被限制使用".into());
+                }
+                ctx.raw_message = ctx.raw_message.to_uppercase();
+                Ok::<_, String>(ctx)
+            });
+            host.register_stage_own_tools(Stage::BeforeToolcall, |_ctx: StageContext| async move {
+                Err::<StageContext, _>("audit backend down")
+            });
+            host.register_stage(Stage::AfterOutput, |_ctx: StageContext| async move {
+                if true {
+                    panic!("observer broke");
+                }
+                Ok::<_, String>(StageContext::default())
+            });
+            Ok(())
+        }
+    }
+    let mut broker = Broker::unix();
+    let serve = tokio::spawn(serve_with(
+        Stages,
+        ServeConfig::new(broker.addr.clone(), broker.token.clone(), "stg"),
+    ));
+    let mut s = broker.session().await;
+    let (_, register) = s.handshake().await;
+    let hooks: Vec<_> = register
+        .stages
+        .iter()
+        .map(|h| (h.stage, h.own_tools_only, h.hook_id.as_str()))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            (Stage::OnInput as i32, false, "on_input#0"),
+            (Stage::BeforeToolcall as i32, true, "before_toolcall#1"),
+            (Stage::AfterOutput as i32, false, "after_output#2"),
+        ]
+    );
+    let run = |call_id, hook: &str, context: StageContext| {
+        In::RunStage(pb::RunStage {
+            call_id,
+            stage: 0,
+            hook_id: hook.into(),
+            context: Some(context),
+            timeout_ms: 1000,
+        })
+    };
+    let stage_result = |m: Out| match m {
+        Out::StageResult(r) => r,
+        other => panic!("expected StageResult, got {other:?}"),
+    };
+    s.send(run(
+        1,
+        "on_input#0",
+        StageContext {
+            raw_message: "hi".into(),
+            user_id: "blocked".into(),
+            ..Default::default()
+        },
+    ));
+    let r = stage_result(s.recv().await);
+    let ctx = r.context.unwrap();
+    assert_eq!((r.call_id, r.error.as_str()), (1, ""));
+    assert_eq!(
+        (ctx.raw_message.as_str(), ctx.response.as_deref()),
+        ("HI", Some("已被限制使用"))
+    );
+
+    s.send(run(2, "before_toolcall#1", StageContext::default()));
+    let r = stage_result(s.recv().await);
+    assert_eq!(
+        (r.call_id, r.error.as_str()),
+        (2, "stage hook before_toolcall#1: audit backend down")
+    );
+
+    s.send(run(3, "after_output#2", StageContext::default()));
+    let r = stage_result(s.recv().await);
+    assert_eq!(
+        (r.call_id, r.error.as_str()),
+        (3, "stage hook after_output#2 panicked: observer broke")
+    );
+
+    s.send(run(
+        4,
+        "nope#9",
+        StageContext {
+            raw_message: "kept".into(),
+            ..Default::default()
+        },
+    ));
+    let r = stage_result(s.recv().await);
+    assert_eq!(r.error, r#"plugin stg has no stage hook "nope#9""#);
+    assert_eq!(r.context.unwrap().raw_message, "kept");
+
+    s.send(In::HandleEvent(pb::HandleEvent {
+        call_id: 5,
+        ..Default::default()
+    }));
+    match s.recv().await {
+        Out::EventDone(d) => assert_eq!(
+            (d.call_id, d.error.as_str()),
+            (
+                5,
+                "plugin stg: events (triggers) are not supported by hearth-sdk-rust"
+            )
+        ),
+        other => panic!("expected EventDone, got {other:?}"),
+    }
+    s.send(In::Shutdown(pb::Shutdown {
+        grace_ms: 500,
+        reason: String::new(),
+    }));
+    tokio::time::timeout(STEP, serve)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
