@@ -25,7 +25,12 @@ use crate::server::{RunOptions, ADMIN_TOKEN_FILE, SOCKET_FILE};
 #[command(name = "hearth", version, about)]
 pub struct Cli {
     /// Data directory (socket, admin token, plugins/).
-    #[arg(long, global = true, env = "HEARTH_DATA_DIR", default_value = "./hearth-data")]
+    #[arg(
+        long,
+        global = true,
+        env = "HEARTH_DATA_DIR",
+        default_value = "./hearth-data"
+    )]
     pub data_dir: PathBuf,
     /// What to do.
     #[command(subcommand)]
@@ -116,8 +121,15 @@ pub fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
-        Command::Run { plugins, listen, shutdown_grace_ms, restart_wait_ms } => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
+        Command::Run {
+            plugins,
+            listen,
+            shutdown_grace_ms,
+            restart_wait_ms,
+        } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build();
             runtime.map_err(anyhow::Error::from).and_then(|rt| {
                 rt.block_on(crate::server::run(RunOptions {
                     data_dir: cli.data_dir,
@@ -130,7 +142,9 @@ pub fn main() -> ExitCode {
             })
         }
         other => {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
             runtime
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| rt.block_on(client_command(&cli.data_dir, other)))
@@ -146,7 +160,11 @@ pub fn main() -> ExitCode {
 }
 
 fn one_line(e: &anyhow::Error) -> String {
-    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ").replace('\n', " ")
+    e.chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+        .replace('\n', " ")
 }
 
 /// A connected admin client with the token attached to every call.
@@ -192,7 +210,8 @@ impl AdminConn {
 
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
-        r.metadata_mut().insert(hearth_proto::ADMIN_TOKEN_METADATA, self.token.clone());
+        r.metadata_mut()
+            .insert(hearth_proto::ADMIN_TOKEN_METADATA, self.token.clone());
         r
     }
 
@@ -213,7 +232,11 @@ fn status_error(s: tonic::Status) -> anyhow::Error {
 
 fn state_name(state: i32) -> String {
     PluginState::try_from(state)
-        .map(|s| s.as_str_name().trim_start_matches("PLUGIN_STATE_").to_lowercase())
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("PLUGIN_STATE_")
+                .to_lowercase()
+        })
         .unwrap_or_else(|_| "unknown".into())
 }
 
@@ -230,21 +253,36 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
     let mut conn = AdminConn::connect(data_dir).await?;
     match command {
         Command::Run { .. } => unreachable!("handled in main"),
-        Command::Plugins { command: PluginsCommand::List { json } } => {
+        Command::Plugins {
+            command: PluginsCommand::List { json },
+        } => {
             let req = conn.with_token(ListPluginsRequest {});
-            let plugins = conn.client().list_plugins(req).await.map_err(status_error)?.into_inner().plugins;
+            let plugins = conn
+                .client()
+                .list_plugins(req)
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .plugins;
             if json {
                 let v: Vec<_> = plugins.iter().map(plugin_json).collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                println!("{:<16} {:<7} {:<9} {:>8} {:>8}  TOOLS", "NAME", "RUNTIME", "STATE", "PID", "RESTARTS");
+                println!(
+                    "{:<16} {:<7} {:<9} {:>8} {:>8}  TOOLS",
+                    "NAME", "RUNTIME", "STATE", "PID", "RESTARTS"
+                );
                 for p in &plugins {
                     println!(
                         "{:<16} {:<7} {:<9} {:>8} {:>8}  {}",
                         p.name,
                         p.runtime,
                         state_name(p.state),
-                        if p.pid == 0 { "-".to_string() } else { p.pid.to_string() },
+                        if p.pid == 0 {
+                            "-".to_string()
+                        } else {
+                            p.pid.to_string()
+                        },
                         p.restarts,
                         p.tools.join(",")
                     );
@@ -254,16 +292,37 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 }
             }
         }
-        Command::Plugins { command: PluginsCommand::Restart { name } } => {
+        Command::Plugins {
+            command: PluginsCommand::Restart { name },
+        } => {
             let req = conn.with_token(RestartPluginRequest { name });
-            let p = conn.client().restart_plugin(req).await.map_err(status_error)?.into_inner();
+            let p = conn
+                .client()
+                .restart_plugin(req)
+                .await
+                .map_err(status_error)?
+                .into_inner();
             if let Some(p) = p.plugin {
-                println!("{} {} pid {} tools {}", p.name, state_name(p.state), p.pid, p.tools.join(","));
+                println!(
+                    "{} {} pid {} tools {}",
+                    p.name,
+                    state_name(p.state),
+                    p.pid,
+                    p.tools.join(",")
+                );
             }
         }
-        Command::Tools { command: ToolsCommand::List { json } } => {
+        Command::Tools {
+            command: ToolsCommand::List { json },
+        } => {
             let req = conn.with_token(ListToolsRequest {});
-            let tools = conn.client().list_tools(req).await.map_err(status_error)?.into_inner().tools;
+            let tools = conn
+                .client()
+                .list_tools(req)
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .tools;
             if json {
                 let v: Vec<_> = tools
                     .iter()
@@ -283,7 +342,15 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 }
             }
         }
-        Command::Tools { command: ToolsCommand::Call { name, args, timeout_ms, json } } => {
+        Command::Tools {
+            command:
+                ToolsCommand::Call {
+                    name,
+                    args,
+                    timeout_ms,
+                    json,
+                },
+        } => {
             let req = conn.with_token(CallToolRequest {
                 name: name.clone(),
                 args_json: args,
@@ -291,7 +358,12 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 user_id: std::env::var("USER").unwrap_or_default(),
                 group_id: String::new(),
             });
-            let r = conn.client().call_tool(req).await.map_err(status_error)?.into_inner();
+            let r = conn
+                .client()
+                .call_tool(req)
+                .await
+                .map_err(status_error)?
+                .into_inner();
             if json {
                 let data = serde_json::from_str::<serde_json::Value>(&r.data_json).ok();
                 let v = json!({
@@ -307,8 +379,16 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 }
             }
             if !r.success {
-                let who = if r.plugin.is_empty() { String::new() } else { format!(" (plugin {})", r.plugin) };
-                let error = if r.error.is_empty() { "failed without an error message" } else { &r.error };
+                let who = if r.plugin.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (plugin {})", r.plugin)
+                };
+                let error = if r.error.is_empty() {
+                    "failed without an error message"
+                } else {
+                    &r.error
+                };
                 eprintln!("error: tool {name}{who}: {}", error.replace('\n', " "));
                 return Ok(ExitCode::FAILURE);
             }

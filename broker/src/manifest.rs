@@ -201,7 +201,10 @@ impl PluginSpec {
                     Runtime::Node => node_entry(&dir),
                     Runtime::Exec => Some(dir.join(&dir_name)),
                 };
-                (rt, entry.ok_or_else(|| field("entry", "missing and not inferable".into()))?)
+                (
+                    rt,
+                    entry.ok_or_else(|| field("entry", "missing and not inferable".into()))?,
+                )
             }
             (None, entry) => {
                 let (rt, inferred) = infer(&dir, &dir_name)?;
@@ -217,7 +220,10 @@ impl PluginSpec {
         let timeout = |field_name: &'static str, v: Option<f64>, default: f64| match v {
             None => Ok(default),
             Some(v) if v.is_finite() && v > 0.0 => Ok(v),
-            Some(v) => Err(field(field_name, format!("{v} is not a positive number of seconds"))),
+            Some(v) => Err(field(
+                field_name,
+                format!("{v} is not a positive number of seconds"),
+            )),
         };
         Ok(PluginSpec {
             name,
@@ -247,7 +253,10 @@ fn node_entry(dir: &Path) -> Option<PathBuf> {
     }
     let pkg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("package.json")).ok()?).ok()?;
-    let main = pkg.get("main").and_then(|m| m.as_str()).unwrap_or("index.js");
+    let main = pkg
+        .get("main")
+        .and_then(|m| m.as_str())
+        .unwrap_or("index.js");
     Some(dir.join(main))
 }
 
@@ -287,7 +296,10 @@ pub fn discover(roots: &[PathBuf]) -> Vec<PathBuf> {
             .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
             .map(|e| e.path())
             .filter(|p| {
-                let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default();
                 !name.starts_with('.') && name != "node_modules"
             })
             .collect();

@@ -202,7 +202,10 @@ impl Registry {
 
     /// Removes every tool of `plugin`.
     pub fn remove_plugin(&self, plugin: &str) {
-        self.tools.write().unwrap().retain(|_, t| t.plugin != plugin);
+        self.tools
+            .write()
+            .unwrap()
+            .retain(|_, t| t.plugin != plugin);
     }
 }
 
@@ -224,7 +227,11 @@ mod tests {
         let r = Registry::default();
         let reg = r.replace_plugin_tools(
             "p",
-            &[spec("good", ""), spec("bad", r#"{"type": 12}"#), spec("bad name", "")],
+            &[
+                spec("good", ""),
+                spec("bad", r#"{"type": 12}"#),
+                spec("bad name", ""),
+            ],
             false,
         );
         assert_eq!(reg.accepted, vec!["good"]);
@@ -239,7 +246,10 @@ mod tests {
         r.replace_plugin_tools("a", &[spec("x", ""), spec("y", "")], false);
         let reg = r.replace_plugin_tools("b", &[spec("x", "")], false);
         let reason = &reg.rejected[0].reason;
-        assert!(reason.contains("plugin a") && reason.contains("plugin b"), "{reason}");
+        assert!(
+            reason.contains("plugin a") && reason.contains("plugin b"),
+            "{reason}"
+        );
         // a re-registers without y: y is gone, x stays a's.
         r.replace_plugin_tools("a", &[spec("x", "")], false);
         assert!(r.get("y").is_none());

@@ -37,7 +37,11 @@ impl ArgsSchema {
         }
         if let Err(e) = jsonschema::meta::validate(&schema) {
             let at = e.instance_path().to_string();
-            let at = if at.is_empty() { String::new() } else { format!(" at {at}") };
+            let at = if at.is_empty() {
+                String::new()
+            } else {
+                format!(" at {at}")
+            };
             return Err(format!("parameters is not a valid JSON Schema{at}: {e}"));
         }
         match schema.get("type") {
@@ -121,7 +125,10 @@ pub fn linkzone_schema(tool: &AiTool) -> Result<Value, String> {
                 }
                 Ok(_) => return Err(format!("parameter `{}`: enum must be an array", p.name)),
                 Err(e) => {
-                    return Err(format!("parameter `{}`: enum is not valid JSON: {e}", p.name))
+                    return Err(format!(
+                        "parameter `{}`: enum is not valid JSON: {e}",
+                        p.name
+                    ))
                 }
             }
         }
@@ -194,12 +201,17 @@ mod tests {
                 "required": ["city"]
             })
         );
-        assert_eq!(linkzone_description(&tool), "查询天气\nWhen to use: 当用户询问天气时");
+        assert_eq!(
+            linkzone_description(&tool),
+            "查询天气\nWhen to use: 当用户询问天气时"
+        );
         let compiled = ArgsSchema::from_value(schema).unwrap();
         assert!(compiled.validate(&json!({"city": "北京"})).is_ok());
         let err = compiled.validate(&json!({"city": 3})).unwrap_err();
         assert!(err.starts_with("argument `city`"), "{err}");
-        let err = compiled.validate(&json!({"city": "x", "unit": "k"})).unwrap_err();
+        let err = compiled
+            .validate(&json!({"city": "x", "unit": "k"}))
+            .unwrap_err();
         assert!(err.starts_with("argument `unit`"), "{err}");
         let err = compiled.validate(&json!({})).unwrap_err();
         assert!(err.contains("city") && err.contains("required"), "{err}");
@@ -211,7 +223,9 @@ mod tests {
             parameters: vec![param("a", "float", true)],
             ..Default::default()
         };
-        assert!(linkzone_schema(&tool).unwrap_err().contains("parameter `a`"));
+        assert!(linkzone_schema(&tool)
+            .unwrap_err()
+            .contains("parameter `a`"));
         let tool = AiTool {
             parameters: vec![param("a", "string", true), param("a", "string", false)],
             ..Default::default()
@@ -221,7 +235,9 @@ mod tests {
 
     #[test]
     fn invalid_schemas_are_rejected() {
-        assert!(ArgsSchema::compile("{").unwrap_err().contains("not valid JSON"));
+        assert!(ArgsSchema::compile("{")
+            .unwrap_err()
+            .contains("not valid JSON"));
         assert!(ArgsSchema::compile(r#"{"type": 12}"#)
             .unwrap_err()
             .contains("not a valid JSON Schema"));

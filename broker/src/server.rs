@@ -65,7 +65,8 @@ pub fn prepare_socket(path: &Path) -> anyhow::Result<()> {
 
 fn write_admin_token(path: &Path) -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("reading the OS random source: {e}"))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("reading the OS random source: {e}"))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let _ = std::fs::remove_file(path);
     use std::io::Write;
@@ -97,8 +98,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let socket = data_dir.join(SOCKET_FILE);
     prepare_socket(&socket)?;
-    let listener = UnixListener::bind(&socket)
-        .with_context(|| format!("binding {}", socket.display()))?;
+    let listener =
+        UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
     let admin_token = write_admin_token(&data_dir.join(ADMIN_TOKEN_FILE))?;
     let tcp = match opts.listen {
@@ -106,7 +107,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             if !addr.ip().is_loopback() {
                 bail!("--listen {addr}: only loopback addresses are served (remote plugins need TLS, which is not built yet)");
             }
-            Some(TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?)
+            Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {addr}"))?,
+            )
         }
         None => None,
     };

@@ -14,12 +14,18 @@ use serde_json::{json, Value};
 
 /// Repository root.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Cargo's output dir of this build (`target/debug`).
 fn target_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_hearth")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_BIN_EXE_hearth"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// A Rust binary built by `cargo build --workspace --examples`, e.g. `examples/fault`.
@@ -117,7 +123,10 @@ impl Broker {
 
     /// Like [`Broker::start`] with extra `hearth run` arguments.
     pub async fn start_with(plugins: Vec<PluginDir>, args: &[&str]) -> Broker {
-        let root = tempfile::Builder::new().prefix("hearth-it").tempdir_in("/tmp").unwrap();
+        let root = tempfile::Builder::new()
+            .prefix("hearth-it")
+            .tempdir_in("/tmp")
+            .unwrap();
         let plugin_root = root.path().join("plugins");
         let names: Vec<String> = plugins
             .iter()
@@ -153,7 +162,10 @@ impl Broker {
                     break c;
                 }
             }
-            assert!(started.elapsed() < Duration::from_secs(20), "broker did not come up");
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "broker did not come up"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let mut broker = Broker {
@@ -180,7 +192,13 @@ impl Broker {
     /// Every plugin's status.
     pub async fn plugins(&mut self) -> Vec<PluginStatus> {
         let req = self.admin.with_token(ListPluginsRequest {});
-        self.admin.client().list_plugins(req).await.unwrap().into_inner().plugins
+        self.admin
+            .client()
+            .list_plugins(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .plugins
     }
 
     /// The status of `name`.
@@ -201,7 +219,10 @@ impl Broker {
                 return p;
             }
             if started.elapsed() > Duration::from_secs(30) {
-                panic!("plugin {name} not ready after 30 s; broker log:\n{}", self.log());
+                panic!(
+                    "plugin {name} not ready after 30 s; broker log:\n{}",
+                    self.log()
+                );
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
@@ -210,18 +231,33 @@ impl Broker {
     /// Names of all registered tools.
     pub async fn tools(&mut self) -> Vec<String> {
         let req = self.admin.with_token(ListToolsRequest {});
-        let tools = self.admin.client().list_tools(req).await.unwrap().into_inner().tools;
+        let tools = self
+            .admin
+            .client()
+            .list_tools(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .tools;
         tools.into_iter().map(|t| t.name).collect()
     }
 
     /// Calls `tool` through the Admin service.
-    pub async fn call(&mut self, tool: &str, args: Value) -> Result<CallToolResponse, tonic::Status> {
+    pub async fn call(
+        &mut self,
+        tool: &str,
+        args: Value,
+    ) -> Result<CallToolResponse, tonic::Status> {
         let req = self.admin.with_token(CallToolRequest {
             name: tool.into(),
             args_json: args.to_string(),
             ..Default::default()
         });
-        self.admin.client().call_tool(req).await.map(|r| r.into_inner())
+        self.admin
+            .client()
+            .call_tool(req)
+            .await
+            .map(|r| r.into_inner())
     }
 
     /// Runs the `hearth` CLI against this broker; returns (exit code, stdout, stderr).
@@ -282,7 +318,13 @@ pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // state is the field after the parenthesised command name
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start().chars().next();
+            let state = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .chars()
+                .next();
             !matches!(state, Some('Z') | Some('X') | None)
         }
         Err(_) => false,

@@ -26,24 +26,47 @@ async fn examples_in_three_languages_register_and_answer() {
         assert!(tools.contains(&t.to_string()), "{t} missing from {tools:?}");
     }
 
-    let r = b.call("calculator", json!({"expression": "(2+3)*4"})).await.unwrap();
+    let r = b
+        .call("calculator", json!({"expression": "(2+3)*4"}))
+        .await
+        .unwrap();
     assert!(r.success && r.content.contains("20"), "{r:?}");
     assert_eq!(r.plugin, "calculator");
-    let r = b.call("calculator", json!({"expression": "1/0"})).await.unwrap();
+    let r = b
+        .call("calculator", json!({"expression": "1/0"}))
+        .await
+        .unwrap();
     assert!(!r.success && !r.error.is_empty(), "{r:?}");
     let r = b.call("hello", json!({"name": "Ann"})).await.unwrap();
-    assert_eq!((r.success, r.content.as_str()), (true, "Ann，昔涟向你问好♪"));
-    let r = b.call("weather", json!({"city": "北京", "days": 2})).await.unwrap();
+    assert_eq!(
+        (r.success, r.content.as_str()),
+        (true, "Ann，昔涟向你问好♪")
+    );
+    let r = b
+        .call("weather", json!({"city": "北京", "days": 2}))
+        .await
+        .unwrap();
     assert!(r.success && r.content.contains("北京"), "{r:?}");
 
     // The LinkZone ai.tool parameters list became a JSON Schema in the broker.
     let (code, out, _) = b.cli(&["tools", "list", "--json"]);
     assert_eq!(code, 0);
     let list: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let weather = list.as_array().unwrap().iter().find(|t| t["name"] == "weather").unwrap();
+    let weather = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "weather")
+        .unwrap();
     assert_eq!(weather["parameters"]["required"], json!(["city"]));
-    assert_eq!(weather["parameters"]["properties"]["days"]["default"], json!(1));
-    assert!(weather["description"].as_str().unwrap().contains("When to use"));
+    assert_eq!(
+        weather["parameters"]["properties"]["days"]["default"],
+        json!(1)
+    );
+    assert!(weather["description"]
+        .as_str()
+        .unwrap()
+        .contains("When to use"));
 
     // The CLI as a user runs it.
     let (code, out, err) = b.cli(&["tools", "call", "calculator", r#"{"expression":"(2+3)*4"}"#]);
@@ -51,7 +74,10 @@ async fn examples_in_three_languages_register_and_answer() {
     assert!(out.contains("20"), "{out}");
     let (code, out, err) = b.cli(&["tools", "call", "calculator", r#"{"expression":"2+"}"#]);
     assert_eq!(code, 1);
-    assert!(out.is_empty() && err.starts_with("error: tool calculator (plugin calculator): "), "{err}");
+    assert!(
+        out.is_empty() && err.starts_with("error: tool calculator (plugin calculator): "),
+        "{err}"
+    );
     let (code, _, err) = b.cli(&["tools", "call", "nope", "{}"]);
     assert_eq!(code, 1);
     assert!(err.contains("unknown tool `nope`"), "{err}");
@@ -59,7 +85,14 @@ async fn examples_in_three_languages_register_and_answer() {
     assert_eq!(code, 0);
     let plugins: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(plugins.as_array().unwrap().len(), 4);
-    assert!(plugins.as_array().unwrap().iter().all(|p| p["state"] == "ready"), "{out}");
+    assert!(
+        plugins
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["state"] == "ready"),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +139,11 @@ async fn invalid_schema_and_arguments_are_rejected_by_the_broker() {
     let tools = b.tools().await;
     assert!(tools.contains(&"rs_rs_echo".to_string()), "{tools:?}");
     assert!(!tools.iter().any(|t| t.contains("bad_schema")), "{tools:?}");
-    assert!(b.log().contains("rs_rs_bad_schema"), "rejection not logged:\n{}", b.log());
+    assert!(
+        b.log().contains("rs_rs_bad_schema"),
+        "rejection not logged:\n{}",
+        b.log()
+    );
     assert_eq!(b.plugin("rs").await.state, PluginState::Ready as i32);
 
     // The broker's schema check answers, naming the argument; the plugin's own
@@ -115,7 +152,11 @@ async fn invalid_schema_and_arguments_are_rejected_by_the_broker() {
     assert!(!r.success);
     assert!(r.error.starts_with("argument `ms`"), "{}", r.error);
     let r = b.call("rs_rs_sleep", json!({})).await.unwrap();
-    assert!(r.error.contains("\"ms\" is a required property"), "{}", r.error);
+    assert!(
+        r.error.contains("\"ms\" is a required property"),
+        "{}",
+        r.error
+    );
     let e = b.call("rs_rs_sleep", json!([1])).await.unwrap();
     assert!(e.error.contains("must be a JSON object"), "{}", e.error);
     // A tool that panics answers an error result and the plugin keeps serving.
@@ -145,7 +186,11 @@ async fn duplicate_tool_names_are_rejected_naming_both_plugins() {
         .lines()
         .find(|l| l.contains("already registered by plugin"))
         .unwrap_or_else(|| panic!("no duplicate rejection in log:\n{log}"));
-    assert!(line.contains(&format!("plugin {}", owners[0])) && line.contains(&format!("plugin {loser}")), "{line}");
+    assert!(
+        line.contains(&format!("plugin {}", owners[0]))
+            && line.contains(&format!("plugin {loser}")),
+        "{line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,7 +218,10 @@ async fn wrong_tokens_are_refused() {
         })),
     };
     let mut req = tonic::Request::new(tokio_stream::iter(vec![hello]));
-    req.metadata_mut().insert(hearth_proto::TOKEN_METADATA, "0123456789abcdef".parse().unwrap());
+    req.metadata_mut().insert(
+        hearth_proto::TOKEN_METADATA,
+        "0123456789abcdef".parse().unwrap(),
+    );
     let err = client.attach(req).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
     assert!(err.message().contains("token"), "{}", err.message());
@@ -198,13 +246,25 @@ async fn plugins_printing_junk_on_stdout_still_work() {
     }
     let log = b.log();
     assert!(log.contains("banner"), "stdout not captured:\n{log}");
-    assert!(log.contains('\u{FFFD}'), "invalid UTF-8 not replaced:\n{log}");
+    assert!(
+        log.contains('\u{FFFD}'),
+        "invalid UTF-8 not replaced:\n{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_killed_mid_call_fails_the_call_and_comes_back() {
-    let mut b = Broker::start(vec![rust_fault("rs", ""), node_echo("nd"), py_echo("py", json!({}))]).await;
-    for (plugin, tool) in [("rs", "rs_rs_sleep"), ("nd", "nd_sleep"), ("py", "py_sleep")] {
+    let mut b = Broker::start(vec![
+        rust_fault("rs", ""),
+        node_echo("nd"),
+        py_echo("py", json!({})),
+    ])
+    .await;
+    for (plugin, tool) in [
+        ("rs", "rs_rs_sleep"),
+        ("nd", "nd_sleep"),
+        ("py", "py_sleep"),
+    ] {
         let before = b.plugin(plugin).await;
         let mut admin = Broker::admin_clone(&b);
         let call = tokio::spawn(async move {
@@ -224,7 +284,9 @@ async fn a_plugin_killed_mid_call_fails_the_call_and_comes_back() {
         assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
         let msg = err.message();
         assert!(
-            msg.contains(&format!("plugin {plugin}")) && msg.contains(tool) && msg.contains("SIGKILL"),
+            msg.contains(&format!("plugin {plugin}"))
+                && msg.contains(tool)
+                && msg.contains("SIGKILL"),
             "{msg}"
         );
         let after = b.wait_ready(plugin).await;
@@ -252,12 +314,22 @@ async fn plugins_restart_on_request() {
 }
 
 async fn all_three(b: &mut Broker) -> Vec<u32> {
-    b.plugins().await.iter().map(|p| p.pid).filter(|p| *p > 0).collect()
+    b.plugins()
+        .await
+        .iter()
+        .map(|p| p.pid)
+        .filter(|p| *p > 0)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_plugin_outlives_a_stopped_broker() {
-    let mut b = Broker::start(vec![py_echo("py", json!({})), node_echo("nd"), rust_fault("rs", "")]).await;
+    let mut b = Broker::start(vec![
+        py_echo("py", json!({})),
+        node_echo("nd"),
+        rust_fault("rs", ""),
+    ])
+    .await;
     let pids = all_three(&mut b).await;
     assert_eq!(pids.len(), 3);
     b.stop_with(libc::SIGTERM);
@@ -268,12 +340,20 @@ async fn no_plugin_outlives_a_stopped_broker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_plugin_outlives_a_sigkilled_broker() {
-    let mut b = Broker::start(vec![py_echo("py", json!({})), node_echo("nd"), rust_fault("rs", "")]).await;
+    let mut b = Broker::start(vec![
+        py_echo("py", json!({})),
+        node_echo("nd"),
+        rust_fault("rs", ""),
+    ])
+    .await;
     let pids = all_three(&mut b).await;
     assert_eq!(pids.len(), 3);
     b.stop_with(libc::SIGKILL);
     let left = wait_gone(&pids, Duration::from_secs(5));
-    assert!(left.is_empty(), "plugins left 5 s after SIGKILL of the broker: {left:?}");
+    assert!(
+        left.is_empty(),
+        "plugins left 5 s after SIGKILL of the broker: {left:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,11 +397,20 @@ async fn a_call_past_its_timeout_fails_and_the_plugin_gets_cancel() {
     });
     let err = b.admin.client().call_tool(req).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
-    assert!(err.message().contains("plugin py: tool py_sleep timed out after 300 ms"), "{}", err.message());
+    assert!(
+        err.message()
+            .contains("plugin py: tool py_sleep timed out after 300 ms"),
+        "{}",
+        err.message()
+    );
     // The plugin received Cancel: its handler saw the cancellation.
     let started = std::time::Instant::now();
     while !b.log().contains("py_sleep: cancelled after Cancel") {
-        assert!(started.elapsed() < Duration::from_secs(10), "no cancellation in log:\n{}", b.log());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no cancellation in log:\n{}",
+            b.log()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // And it keeps serving.
@@ -341,13 +430,18 @@ async fn the_broker_also_serves_on_tcp_loopback_when_asked() {
         .unwrap()
         .to_string();
     let token = std::fs::read_to_string(b.data_dir().join("admin.token")).unwrap();
-    let mut admin = hearth_proto::v1::admin_client::AdminClient::connect(format!("http://{addr}")).await.unwrap();
+    let mut admin = hearth_proto::v1::admin_client::AdminClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
     let mut req = tonic::Request::new(hearth_proto::v1::CallToolRequest {
         name: "py_echo".into(),
         args_json: r#"{"over": "tcp"}"#.into(),
         ..Default::default()
     });
-    req.metadata_mut().insert(hearth_proto::ADMIN_TOKEN_METADATA, token.trim().parse().unwrap());
+    req.metadata_mut().insert(
+        hearth_proto::ADMIN_TOKEN_METADATA,
+        token.trim().parse().unwrap(),
+    );
     let r = admin.call_tool(req).await.unwrap().into_inner();
     assert!(r.success && r.content.contains("tcp"), "{r:?}");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))

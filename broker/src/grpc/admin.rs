@@ -30,7 +30,11 @@ impl AdminService {
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         let given = super::metadata(request, hearth_proto::ADMIN_TOKEN_METADATA)?;
         let ok = given.len() == self.token.len()
-            && given.bytes().zip(self.token.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
+            && given
+                .bytes()
+                .zip(self.token.bytes())
+                .fold(0u8, |a, (x, y)| a | (x ^ y))
+                == 0;
         if ok {
             Ok(())
         } else {
@@ -66,7 +70,12 @@ impl Admin for AdminService {
         request: Request<ListPluginsRequest>,
     ) -> Result<Response<ListPluginsResponse>, Status> {
         self.authorize(&request)?;
-        let plugins = self.supervisor.snapshots().into_iter().map(to_wire).collect();
+        let plugins = self
+            .supervisor
+            .snapshots()
+            .into_iter()
+            .map(to_wire)
+            .collect();
         Ok(Response::new(ListPluginsResponse { plugins }))
     }
 
@@ -115,7 +124,10 @@ impl Admin for AdminService {
             channel: "admin".into(),
             session_id: String::new(),
         };
-        let outcome = self.supervisor.call_tool(&req.name, &req.args_json, timeout, Some(sender)).await;
+        let outcome = self
+            .supervisor
+            .call_tool(&req.name, &req.args_json, timeout, Some(sender))
+            .await;
         let elapsed_us = started.elapsed().as_micros() as u64;
         match outcome {
             Ok((plugin, r)) => Ok(Response::new(CallToolResponse {
@@ -128,14 +140,21 @@ impl Admin for AdminService {
                 elapsed_us,
             })),
             // A schema violation is the tool's error result: the plugin was not called.
-            Err(CallError::InvalidArguments { message, .. }) => Ok(Response::new(CallToolResponse {
-                plugin: self.supervisor.registry().get(&req.name).map(|t| t.plugin.clone()).unwrap_or_default(),
-                tool: req.name,
-                success: false,
-                error: message,
-                elapsed_us,
-                ..Default::default()
-            })),
+            Err(CallError::InvalidArguments { message, .. }) => {
+                Ok(Response::new(CallToolResponse {
+                    plugin: self
+                        .supervisor
+                        .registry()
+                        .get(&req.name)
+                        .map(|t| t.plugin.clone())
+                        .unwrap_or_default(),
+                    tool: req.name,
+                    success: false,
+                    error: message,
+                    elapsed_us,
+                    ..Default::default()
+                }))
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -91,7 +91,9 @@ pub struct Plugin {
 
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plugin").field("name", &self.spec.name).finish()
+        f.debug_struct("Plugin")
+            .field("name", &self.spec.name)
+            .finish()
     }
 }
 
@@ -134,7 +136,11 @@ fn random_token() -> String {
 
 /// Compares secrets without an early exit.
 fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 impl Plugin {
@@ -195,7 +201,7 @@ impl Plugin {
         };
         {
             let s = self.status.lock().unwrap();
-            if matches!(s.state, PluginState::Failed | PluginState::Stopped | PluginState::Stopping) {
+            if matches!(s.state, PluginState::Failed | PluginState::Stopped) {
                 return Err(not_ready(state_reason(&s)));
             }
         }
@@ -259,16 +265,33 @@ impl Plugin {
             }
             tracing::info!(plugin = %name, pid, runtime = self.spec.runtime.as_str(), "spawned");
             for (stream, reader) in [
-                ("stdout", child.stdout.take().map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)),
-                ("stderr", child.stderr.take().map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)),
+                (
+                    "stdout",
+                    child
+                        .stdout
+                        .take()
+                        .map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+                ),
+                (
+                    "stderr",
+                    child
+                        .stderr
+                        .take()
+                        .map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+                ),
             ] {
                 if let Some(reader) = reader {
-                    tokio::spawn(process::capture(reader, name.clone(), stream, self.logs.clone()));
+                    tokio::spawn(process::capture(
+                        reader,
+                        name.clone(),
+                        stream,
+                        self.logs.clone(),
+                    ));
                 }
             }
 
-            let startup_deadline = tokio::time::Instant::now()
-                + Duration::from_secs_f64(self.spec.startup_timeout_s);
+            let startup_deadline =
+                tokio::time::Instant::now() + Duration::from_secs_f64(self.spec.startup_timeout_s);
             let mut registered = false;
             let mut startup_expired = false;
             let mut kill_at: Option<tokio::time::Instant> = None;
@@ -407,7 +430,11 @@ impl Plugin {
 }
 
 fn state_reason(s: &Inner) -> String {
-    let state = s.state.as_str_name().trim_start_matches("PLUGIN_STATE_").to_lowercase();
+    let state = s
+        .state
+        .as_str_name()
+        .trim_start_matches("PLUGIN_STATE_")
+        .to_lowercase();
     match (s.reason.is_empty(), s.last_exit.is_empty()) {
         (false, _) => format!("{state}: {}", s.reason),
         (true, false) => format!("{state}, last exit: {}", s.last_exit),
@@ -487,7 +514,10 @@ impl Supervisor {
             });
             Err(reason)
         };
-        let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let spec = match PluginSpec::load(dir) {
             Ok(s) => s,
             Err(e) => return fail(dir_name, e.to_string()),
@@ -532,7 +562,12 @@ impl Supervisor {
 
     /// The plugin named `name`.
     pub fn plugin(&self, name: &str) -> Option<Arc<Plugin>> {
-        self.plugins.read().unwrap().iter().find(|p| p.spec.name == name).cloned()
+        self.plugins
+            .read()
+            .unwrap()
+            .iter()
+            .find(|p| p.spec.name == name)
+            .cloned()
     }
 
     /// Every plugin (including directories that failed to load), in load order.
@@ -544,21 +579,27 @@ impl Supervisor {
             .iter()
             .map(|p| p.snapshot(&self.registry))
             .collect();
-        out.extend(self.load_errors.lock().unwrap().iter().map(|e| PluginSnapshot {
-            name: e.name.clone(),
-            runtime: String::new(),
-            pid: 0,
-            state: PluginState::Failed,
-            restarts: 0,
-            tools: vec![],
-            dir: e.dir.clone(),
-            uptime: None,
-            last_exit: String::new(),
-            reason: e.reason.clone(),
-            version: String::new(),
-            sdk: String::new(),
-            startup: None,
-        }));
+        out.extend(
+            self.load_errors
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|e| PluginSnapshot {
+                    name: e.name.clone(),
+                    runtime: String::new(),
+                    pid: 0,
+                    state: PluginState::Failed,
+                    restarts: 0,
+                    tools: vec![],
+                    dir: e.dir.clone(),
+                    uptime: None,
+                    last_exit: String::new(),
+                    reason: e.reason.clone(),
+                    version: String::new(),
+                    sdk: String::new(),
+                    startup: None,
+                }),
+        );
         out
     }
 
@@ -573,48 +614,79 @@ impl Supervisor {
         timeout: Option<Duration>,
         sender: Option<Sender>,
     ) -> Result<(String, ToolResult), CallError> {
-        let tool = self.registry.get(name).ok_or_else(|| CallError::UnknownTool { tool: name.into() })?;
+        let tool = self
+            .registry
+            .get(name)
+            .ok_or_else(|| CallError::UnknownTool { tool: name.into() })?;
         let invalid = |message: String| CallError::InvalidArguments {
             tool: name.into(),
             message,
         };
-        let args_text = if args_json.trim().is_empty() { "{}" } else { args_json };
+        let args_text = if args_json.trim().is_empty() {
+            "{}"
+        } else {
+            args_json
+        };
         let args: serde_json::Value = serde_json::from_str(args_text)
             .map_err(|e| invalid(format!("arguments are not valid JSON: {e}")))?;
         if !args.is_object() {
-            return Err(invalid(format!("arguments must be a JSON object, got {args}")));
+            return Err(invalid(format!(
+                "arguments must be a JSON object, got {args}"
+            )));
         }
         tool.schema.validate(&args).map_err(invalid)?;
-        let plugin = self.plugin(&tool.plugin).ok_or_else(|| CallError::UnknownTool { tool: name.into() })?;
+        let plugin = self
+            .plugin(&tool.plugin)
+            .ok_or_else(|| CallError::UnknownTool { tool: name.into() })?;
         let session = plugin.ready_session(name, self.config.restart_wait).await?;
         let timeout = timeout.unwrap_or_else(|| {
-            let policy = tool.ai_tool.as_ref().map(|a| a.timeout_s).filter(|t| *t > 0.0);
+            let policy = tool
+                .ai_tool
+                .as_ref()
+                .map(|a| a.timeout_s)
+                .filter(|t| *t > 0.0);
             Duration::from_secs_f64(policy.unwrap_or(plugin.spec.call_timeout_s))
         });
-        let result = session.invoke(name, args_text.to_string(), sender, timeout).await?;
+        let result = session
+            .invoke(name, args_text.to_string(), sender, timeout)
+            .await?;
         Ok((tool.plugin.clone(), result))
     }
 
     /// Restarts `name` (also a failed one) and waits until it registered again or
     /// its startup timeout passed.
     pub async fn restart(&self, name: &str) -> Result<PluginSnapshot, PluginError> {
-        let plugin = self.plugin(name).ok_or_else(|| PluginError::Unknown(name.into()))?;
+        let plugin = self
+            .plugin(name)
+            .ok_or_else(|| PluginError::Unknown(name.into()))?;
         let generation = plugin.status.lock().unwrap().generation;
         let mut rx = plugin.session.subscribe();
-        plugin.control.send(Control::Restart).map_err(|_| PluginError::Failed {
-            plugin: name.into(),
-            what: "its supervisor has stopped".into(),
-        })?;
-        let wait = Duration::from_secs_f64(plugin.spec.startup_timeout_s) + self.config.shutdown_grace + TERM_GRACE;
+        plugin
+            .control
+            .send(Control::Restart)
+            .map_err(|_| PluginError::Failed {
+                plugin: name.into(),
+                what: "its supervisor has stopped".into(),
+            })?;
+        let wait = Duration::from_secs_f64(plugin.spec.startup_timeout_s)
+            + self.config.shutdown_grace
+            + TERM_GRACE;
         let fresh = rx.wait_for(|s| s.as_ref().is_some_and(|s| s.generation() > generation));
-        let ready = tokio::time::timeout(wait, fresh).await.map(|r| r.is_ok()).unwrap_or(false);
+        let ready = tokio::time::timeout(wait, fresh)
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false);
         match ready {
             true => Ok(plugin.snapshot(&self.registry)),
             false => {
                 let s = plugin.status.lock().unwrap();
                 Err(PluginError::Failed {
                     plugin: name.into(),
-                    what: format!("not ready {} ms after restart ({})", wait.as_millis(), state_reason(&s)),
+                    what: format!(
+                        "not ready {} ms after restart ({})",
+                        wait.as_millis(),
+                        state_reason(&s)
+                    ),
                 })
             }
         }
@@ -686,11 +758,24 @@ impl Supervisor {
         };
         let hello = match next_message(&mut inbound, handshake_wait).await {
             Ok(PluginMsg::Hello(h)) => h,
-            Ok(_) => return refuse(Status::failed_precondition("the first message must be Hello")).await,
-            Err(e) => return refuse(Status::failed_precondition(format!("expected Hello, got {e}"))).await,
+            Ok(_) => {
+                return refuse(Status::failed_precondition(
+                    "the first message must be Hello",
+                ))
+                .await
+            }
+            Err(e) => {
+                return refuse(Status::failed_precondition(format!(
+                    "expected Hello, got {e}"
+                )))
+                .await
+            }
         };
         let major = hello.protocol_version.split('.').next().unwrap_or("");
-        let ours = hearth_proto::PROTOCOL_VERSION.split('.').next().unwrap_or("");
+        let ours = hearth_proto::PROTOCOL_VERSION
+            .split('.')
+            .next()
+            .unwrap_or("");
         if major != ours {
             let reason = format!(
                 "protocol version `{}` is not supported; this broker speaks {}",
@@ -699,27 +784,54 @@ impl Supervisor {
             );
             tracing::error!(plugin = %name, sdk = %hello.sdk, "{reason}");
             let _ = out
-                .send(Ok(HostMessage { msg: Some(HostMsg::Rejected(Rejected { reason, items: vec![] })) }))
+                .send(Ok(HostMessage {
+                    msg: Some(HostMsg::Rejected(Rejected {
+                        reason,
+                        items: vec![],
+                    })),
+                }))
                 .await;
             return;
         }
         let register = match next_message(&mut inbound, handshake_wait).await {
             Ok(PluginMsg::Register(r)) => r,
-            Ok(_) => return refuse(Status::failed_precondition("the second message must be Register")).await,
-            Err(e) => return refuse(Status::failed_precondition(format!("expected Register, got {e}"))).await,
+            Ok(_) => {
+                return refuse(Status::failed_precondition(
+                    "the second message must be Register",
+                ))
+                .await
+            }
+            Err(e) => {
+                return refuse(Status::failed_precondition(format!(
+                    "expected Register, got {e}"
+                )))
+                .await
+            }
         };
-        if let Some(info) = register.plugin.as_ref().filter(|i| !i.name.is_empty() && i.name != name) {
+        if let Some(info) = register
+            .plugin
+            .as_ref()
+            .filter(|i| !i.name.is_empty() && i.name != name)
+        {
             tracing::debug!(plugin = %name, "plugin calls itself `{}`; known as `{name}`", info.name);
         }
-        let reg = self.registry.replace_plugin_tools(&name, &register.tools, register.all_or_nothing);
+        let reg =
+            self.registry
+                .replace_plugin_tools(&name, &register.tools, register.all_or_nothing);
         for item in &reg.rejected {
             tracing::error!(plugin = %name, tool = %item.name, "tool rejected: {}", item.reason);
         }
         if register.all_or_nothing && !reg.rejected.is_empty() {
-            let reason = format!("{} item(s) rejected and the plugin asked for all-or-nothing", reg.rejected.len());
+            let reason = format!(
+                "{} item(s) rejected and the plugin asked for all-or-nothing",
+                reg.rejected.len()
+            );
             let _ = out
                 .send(Ok(HostMessage {
-                    msg: Some(HostMsg::Rejected(Rejected { reason, items: reg.rejected })),
+                    msg: Some(HostMsg::Rejected(Rejected {
+                        reason,
+                        items: reg.rejected,
+                    })),
                 }))
                 .await;
             return;
@@ -730,7 +842,9 @@ impl Supervisor {
             if s.generation != generation {
                 return; // a newer spawn replaced this one
             }
-            s.sdk = format!("{} {}", hello.sdk, hello.sdk_version).trim().to_string();
+            s.sdk = format!("{} {}", hello.sdk, hello.sdk_version)
+                .trim()
+                .to_string();
             s.live = Some(session.clone());
         }
         let features: Vec<String> = hello
@@ -762,15 +876,13 @@ impl Supervisor {
             }
         };
         tracing::debug!(plugin = %name, generation, "session ended: {ended}");
-        plugin
-            .session
-            .send_if_modified(|s| match s {
-                Some(cur) if cur.generation() == generation => {
-                    *s = None;
-                    true
-                }
-                _ => false,
-            });
+        plugin.session.send_if_modified(|s| match s {
+            Some(cur) if cur.generation() == generation => {
+                *s = None;
+                true
+            }
+            _ => false,
+        });
         let _ = plugin.control.send(Control::SessionEnded(generation));
         // The process watcher fails the calls with the exit status if the process
         // exits meanwhile; a process that lives on loses them with this reason.
@@ -807,7 +919,10 @@ impl Supervisor {
 }
 
 /// The next handshake message, within `wait`.
-async fn next_message(inbound: &mut Streaming<PluginMessage>, wait: Duration) -> Result<PluginMsg, String> {
+async fn next_message(
+    inbound: &mut Streaming<PluginMessage>,
+    wait: Duration,
+) -> Result<PluginMsg, String> {
     match tokio::time::timeout(wait, inbound.message()).await {
         Ok(Ok(Some(PluginMessage { msg: Some(m) }))) => Ok(m),
         Ok(Ok(Some(_))) => Err("an empty message".to_string()),
@@ -817,7 +932,13 @@ async fn next_message(inbound: &mut Streaming<PluginMessage>, wait: Duration) ->
     }
 }
 
-fn answer_registration(plugin: &Plugin, session: &Session, request_id: String, name: String, outcome: Result<(), String>) {
+fn answer_registration(
+    plugin: &Plugin,
+    session: &Session,
+    request_id: String,
+    name: String,
+    outcome: Result<(), String>,
+) {
     if let Err(e) = &outcome {
         tracing::error!(plugin = %plugin.spec.name, tool = %name, "run-time registration refused: {e}");
     }

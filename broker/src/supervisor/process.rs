@@ -98,9 +98,8 @@ pub fn spawn(
             });
         }
     }
-    cmd.spawn().map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot start `{program}`: {e}"))
-    })
+    cmd.spawn()
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start `{program}`: {e}")))
 }
 
 /// Sends `signal` to the process group `pgid`. Errors (no such group) are ignored:
@@ -161,7 +160,11 @@ impl LogRing {
     /// The last `n` lines, oldest first.
     pub fn tail(&self, n: usize) -> Vec<String> {
         let lines = self.lines.lock().unwrap();
-        lines.iter().skip(lines.len().saturating_sub(n)).cloned().collect()
+        lines
+            .iter()
+            .skip(lines.len().saturating_sub(n))
+            .cloned()
+            .collect()
     }
 }
 
@@ -178,7 +181,9 @@ pub async fn capture<R: AsyncRead + Unpin>(
     let mut line = Vec::with_capacity(256);
     let mut dropped = 0usize;
     let emit = |line: &mut Vec<u8>, dropped: &mut usize| {
-        let mut text = String::from_utf8_lossy(line).trim_end_matches('\r').to_string();
+        let mut text = String::from_utf8_lossy(line)
+            .trim_end_matches('\r')
+            .to_string();
         if *dropped > 0 {
             text.push_str(&format!("…[cut {} bytes]", *dropped));
         }

@@ -58,7 +58,14 @@ impl Drop for CallGuard<'_> {
         if self.done {
             return;
         }
-        let was_pending = self.session.calls.lock().unwrap().map.remove(&self.call_id).is_some();
+        let was_pending = self
+            .session
+            .calls
+            .lock()
+            .unwrap()
+            .map
+            .remove(&self.call_id)
+            .is_some();
         if was_pending {
             let _ = self.session.out.try_send(Ok(HostMessage {
                 msg: Some(Msg::Cancel(Cancel {
@@ -92,12 +99,17 @@ impl Session {
 
     /// Sends a message to the plugin; false when the session is gone.
     pub async fn send(&self, msg: Msg) -> bool {
-        self.out.send(Ok(HostMessage { msg: Some(msg) })).await.is_ok()
+        self.out
+            .send(Ok(HostMessage { msg: Some(msg) }))
+            .await
+            .is_ok()
     }
 
     /// Sends without waiting; false when the session is gone or its queue is full.
     pub fn try_send(&self, msg: Msg) -> bool {
-        self.out.try_send(Ok(HostMessage { msg: Some(msg) })).is_ok()
+        self.out
+            .try_send(Ok(HostMessage { msg: Some(msg) }))
+            .is_ok()
     }
 
     /// Calls `tool` with `args_json` and waits up to `timeout` for its result.
