@@ -111,10 +111,12 @@
 //! - `plugin`: [`Plugin`], [`PluginMetadata`], [`Registrar`] (HomeAgent `register_tool`,
 //!   `register_stage`).
 //! - `serve`: [`serve`], [`serve_async`], [`serve_with`]; the session loop.
+//! - `host`: [`Host`], token-carrying clients of the broker's host services.
 //! - `transport`: dialling `unix://` and `http://` broker addresses.
 //! - `error`: [`Error`].
 
 mod error;
+mod host;
 mod plugin;
 mod serve;
 mod tool;
@@ -126,6 +128,7 @@ pub use hearth_proto::v1::{Stage, StageContext};
 pub use tokio_util::sync::CancellationToken;
 
 pub use error::{BoxError, Error};
+pub use host::{Host, HostChannel, TokenInterceptor};
 pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, ToolDef};
 pub use serve::{serve, serve_async, serve_with, ServeConfig, FEATURES, SDK_NAME};
 pub use tool::{Args, CallContext, Caller, Tool, ToolDefinition, ToolResult};

@@ -13,7 +13,7 @@ use serde_json::Value;
 use hearth_proto::v1::{Stage, StageContext, StageHook};
 
 use crate::tool::{Args, CallContext, Tool, ToolDefinition, ToolResult};
-use crate::{BoxError, Error};
+use crate::{BoxError, Error, Host};
 
 /// Metadata of a plugin (Cyrene `PluginMetadata`, the fields of `plugin.json`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +107,7 @@ pub struct Registrar {
     tools: Vec<Arc<dyn Tool>>,
     names: Vec<String>,
     stages: Vec<StageEntry>,
+    host: Option<Host>,
 }
 
 impl std::fmt::Debug for Registrar {
@@ -134,7 +135,19 @@ impl Registrar {
             tools: Vec::new(),
             names: Vec::new(),
             stages: Vec::new(),
+            host: None,
         }
+    }
+
+    pub(crate) fn with_host(mut self, host: Host) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// The broker's host services (settings, memory, input, …); `None` for a registrar
+    /// made with [`Registrar::new`] outside [`serve`](crate::serve).
+    pub fn host(&self) -> Option<&Host> {
+        self.host.as_ref()
     }
 
     /// Name the broker knows this plugin by (`HEARTH_PLUGIN`).

@@ -11,8 +11,11 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hearth_proto::v1::plugin_host_client::PluginHostClient;
 use hearth_proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
-use hearth_proto::{ENV_ADDR, ENV_PLUGIN, ENV_TOKEN, PROTOCOL_VERSION, TOKEN_METADATA};
+use hearth_proto::{
+    ENV_ADDR, ENV_PLUGIN, ENV_TOKEN, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, TOKEN_METADATA,
+};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -21,7 +24,7 @@ use tonic::metadata::MetadataValue;
 
 use crate::plugin::{Plugin, PluginConfig, Registrar, StageEntry, StageHandler};
 use crate::tool::{Args, CallContext, Tool};
-use crate::{transport, Error};
+use crate::{transport, Error, Host};
 
 /// SDK name sent in `Hello.sdk`.
 pub const SDK_NAME: &str = "hearth-sdk-rust";
@@ -114,7 +117,11 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
     let token = MetadataValue::try_from(config.token.as_str()).map_err(|_| Error::BadToken {
         plugin: name.clone(),
     })?;
-    let mut client = transport::connect(&config.addr).await?;
+    let channel = transport::connect(&config.addr).await?;
+    let host = Host::new(channel.clone(), token.clone(), name.clone());
+    let mut client = PluginHostClient::new(channel)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
 
     plugin
         .init(&PluginConfig::new(name.clone()))
@@ -123,7 +130,7 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
             plugin: name.clone(),
             source,
         })?;
-    let mut registrar = Registrar::new(name.clone());
+    let mut registrar = Registrar::new(name.clone()).with_host(host.clone());
     plugin
         .start(&mut registrar)
         .await
@@ -182,6 +189,7 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
         plugin: name,
         tools,
         stages,
+        host,
         out,
         inbound,
         tasks: JoinSet::new(),
@@ -242,6 +250,8 @@ struct Session {
     tools: ToolTable,
     /// Stage handlers by hook id.
     stages: HashMap<String, Arc<StageHandler>>,
+    /// Host-service handle given to every call.
+    host: Host,
     out: mpsc::UnboundedSender<pb::PluginMessage>,
     inbound: tonic::Streaming<pb::HostMessage>,
     /// Handler tasks; each yields the message that answers its call.
@@ -399,6 +409,7 @@ impl Session {
             (call.timeout_ms > 0).then(|| Duration::from_millis(call.timeout_ms.into())),
             cancel.clone(),
             self.out.clone(),
+            self.host.clone(),
         );
         let abort = self
             .tasks

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::BoxError;
+use crate::{BoxError, Host};
 
 /// A tool's arguments: the JSON object the LLM passed.
 pub type Args = serde_json::Map<String, Value>;
@@ -148,9 +148,11 @@ pub struct CallContext {
     timeout: Option<Duration>,
     cancel: CancellationToken,
     out: Option<mpsc::UnboundedSender<pb::PluginMessage>>,
+    host: Option<Host>,
 }
 
 impl CallContext {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         call_id: u64,
         tool: String,
@@ -159,6 +161,7 @@ impl CallContext {
         timeout: Option<Duration>,
         cancel: CancellationToken,
         out: mpsc::UnboundedSender<pb::PluginMessage>,
+        host: Host,
     ) -> Self {
         CallContext {
             call_id,
@@ -168,6 +171,7 @@ impl CallContext {
             timeout,
             cancel,
             out: Some(out),
+            host: Some(host),
         }
     }
 
@@ -183,6 +187,7 @@ impl CallContext {
             timeout: None,
             cancel: CancellationToken::new(),
             out: None,
+            host: None,
         }
     }
 
@@ -217,6 +222,12 @@ impl CallContext {
     /// (other tasks, `spawn_blocking` loops).
     pub fn cancellation_token(&self) -> &CancellationToken {
         &self.cancel
+    }
+
+    /// The broker's host services (settings, memory, input, …); `None` in a
+    /// [`standalone`](Self::standalone) context.
+    pub fn host(&self) -> Option<&Host> {
+        self.host.as_ref()
     }
 
     /// Whether the call has been cancelled.

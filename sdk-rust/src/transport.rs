@@ -1,15 +1,13 @@
 //! Dialling the broker: `unix:///abs/path` or `http://host:port`.
 
-use hearth_proto::v1::plugin_host_client::PluginHostClient;
-use hearth_proto::MAX_MESSAGE_BYTES;
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::error::chain;
 use crate::Error;
 
-/// A `PluginHost` client on `addr`, with Hearth's message-size limits.
-pub(crate) async fn connect(addr: &str) -> Result<PluginHostClient<Channel>, Error> {
+/// A channel to the broker at `addr`.
+pub(crate) async fn connect(addr: &str) -> Result<Channel, Error> {
     let connect_err = |e: tonic::transport::Error| Error::Connect {
         addr: addr.to_string(),
         detail: chain(&e),
@@ -40,7 +38,5 @@ pub(crate) async fn connect(addr: &str) -> Result<PluginHostClient<Channel>, Err
     } else {
         return Err(Error::BadAddr { addr: addr.into() });
     };
-    Ok(PluginHostClient::new(channel)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES))
+    Ok(channel)
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use hearth_sdk::proto::v1::input_server::{Input, InputServer};
 use hearth_sdk::proto::v1::plugin_host_server::{PluginHost, PluginHostServer};
 use hearth_sdk::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
 use hearth_sdk::proto::{MAX_MESSAGE_BYTES, TOKEN_METADATA};
@@ -43,6 +44,52 @@ impl PluginHost for Fake {
     }
 }
 
+/// Fake `Input` host service: records (token, kind, request) of each injection.
+#[derive(Clone)]
+struct FakeInput(mpsc::UnboundedSender<Injected>);
+
+/// One recorded `Input` call.
+pub(crate) type Injected = (String, &'static str, pb::InjectRequest);
+
+impl FakeInput {
+    fn record(
+        &self,
+        kind: &'static str,
+        req: Request<pb::InjectRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        let token = req
+            .metadata()
+            .get(TOKEN_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let _ = self.0.send((token, kind, req.into_inner()));
+        Ok(Response::new(pb::Empty {}))
+    }
+}
+
+#[hearth_sdk::async_trait]
+impl Input for FakeInput {
+    async fn inject_text(
+        &self,
+        req: Request<pb::InjectRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.record("text", req)
+    }
+    async fn inject_text_no_memory(
+        &self,
+        req: Request<pb::InjectRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.record("no_memory", req)
+    }
+    async fn inject_interrupt_text(
+        &self,
+        req: Request<pb::InjectRequest>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.record("interrupt", req)
+    }
+}
+
 /// A running fake broker; stops when dropped.
 pub(crate) struct Broker {
     /// Address to give the plugin.
@@ -50,6 +97,8 @@ pub(crate) struct Broker {
     /// Token the broker accepts.
     pub(crate) token: String,
     sessions: mpsc::UnboundedReceiver<Session>,
+    /// Calls of the `Input` host service.
+    pub(crate) injected: mpsc::UnboundedReceiver<Injected>,
     server: tokio::task::JoinHandle<()>,
     _dir: Option<tempfile::TempDir>,
 }
@@ -60,7 +109,14 @@ impl Drop for Broker {
     }
 }
 
-fn service(token: &str) -> (PluginHostServer<Fake>, mpsc::UnboundedReceiver<Session>) {
+/// The broker's services: `PluginHost` and `Input`.
+fn router(
+    token: &str,
+) -> (
+    tonic::transport::server::Router,
+    mpsc::UnboundedReceiver<Session>,
+    mpsc::UnboundedReceiver<Injected>,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     let svc = PluginHostServer::new(Fake {
         token: token.into(),
@@ -68,7 +124,11 @@ fn service(token: &str) -> (PluginHostServer<Fake>, mpsc::UnboundedReceiver<Sess
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    (svc, rx)
+    let (itx, irx) = mpsc::unbounded_channel();
+    let router = tonic::transport::Server::builder()
+        .add_service(svc)
+        .add_service(InputServer::new(FakeInput(itx)));
+    (router, rx, irx)
 }
 
 impl Broker {
@@ -78,10 +138,9 @@ impl Broker {
         let path: PathBuf = dir.path().join("hearth.sock");
         let listener = tokio::net::UnixListener::bind(&path).unwrap();
         let token = format!("tok-{}", std::process::id());
-        let (svc, sessions) = service(&token);
+        let (router, sessions, injected) = router(&token);
         let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(svc)
+            router
                 .serve_with_incoming(UnixListenerStream::new(listener))
                 .await
                 .unwrap();
@@ -90,6 +149,7 @@ impl Broker {
             addr: format!("unix://{}", path.display()),
             token,
             sessions,
+            injected,
             server,
             _dir: Some(dir),
         }
@@ -100,10 +160,9 @@ impl Broker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let token = "tcp-token".to_string();
-        let (svc, sessions) = service(&token);
+        let (router, sessions, injected) = router(&token);
         let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(svc)
+            router
                 .serve_with_incoming(TcpListenerStream::new(listener))
                 .await
                 .unwrap();
@@ -112,6 +171,7 @@ impl Broker {
             addr,
             token,
             sessions,
+            injected,
             server,
             _dir: None,
         }

@@ -845,3 +845,67 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test]
+async fn host_services_carry_the_plugin_token_from_start_and_from_calls() {
+    struct Injector;
+    #[async_trait]
+    impl Plugin for Injector {
+        fn metadata(&self) -> PluginMetadata {
+            PluginMetadata {
+                name: "inj".into(),
+                version: "1".into(),
+                ..Default::default()
+            }
+        }
+        async fn start(&mut self, host: &mut Registrar) -> Result<(), BoxError> {
+            let h = host
+                .host()
+                .expect("serve gives start a host handle")
+                .clone();
+            h.inject_text("cli", "started").await?;
+            host.register_tool_with_context(
+                "inj_say",
+                ToolDef::default(),
+                |ctx: CallContext, args: Value| async move {
+                    let host = ctx.host().ok_or("no host")?;
+                    host.inject_interrupt_text("qq", args["text"].as_str().unwrap_or_default())
+                        .await
+                        .map_err(|s| s.message().to_string())?;
+                    Ok::<_, String>(Value::String("said".into()))
+                },
+            )?;
+            Ok(())
+        }
+    }
+    let mut broker = Broker::unix();
+    let serve = tokio::spawn(serve_with(
+        Injector,
+        ServeConfig::new(broker.addr.clone(), broker.token.clone(), "inj"),
+    ));
+    let mut s = broker.session().await;
+    s.handshake().await;
+    let (token, kind, req) = broker.injected.recv().await.unwrap();
+    assert_eq!((token.as_str(), kind), (broker.token.as_str(), "text"));
+    assert_eq!(
+        (req.source.as_str(), req.channel.as_str(), req.text.as_str()),
+        ("inj", "cli", "started")
+    );
+
+    let r = s.call(1, "inj_say", json!({"text": "urgent"})).await;
+    assert_eq!((r.success, r.content.as_str()), (true, "said"), "{r:?}");
+    let (token, kind, req) = broker.injected.recv().await.unwrap();
+    assert_eq!(
+        (token.as_str(), kind, req.text.as_str()),
+        (broker.token.as_str(), "interrupt", "urgent")
+    );
+    s.send(In::Shutdown(pb::Shutdown {
+        grace_ms: 500,
+        reason: String::new(),
+    }));
+    tokio::time::timeout(STEP, serve)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
