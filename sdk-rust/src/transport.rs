@@ -12,7 +12,11 @@ pub(crate) async fn connect(addr: &str) -> Result<Channel, Error> {
         addr: addr.to_string(),
         detail: chain(&e),
     };
-    let channel = if let Some(path) = addr.strip_prefix("unix://") {
+    // `unix:///abs/path` (the broker's form) or `unix:/abs/path` (gRPC's short form).
+    let unix_path = addr
+        .strip_prefix("unix://")
+        .or_else(|| addr.strip_prefix("unix:"));
+    let channel = if let Some(path) = unix_path {
         if !path.starts_with('/') {
             return Err(Error::BadAddr { addr: addr.into() });
         }

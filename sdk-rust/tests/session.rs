@@ -558,6 +558,15 @@ async fn broker_closing_the_stream_ends_serve_ok_after_stop() {
 }
 
 #[tokio::test]
+async fn short_unix_address_form_works() {
+    let mut broker = Broker::unix();
+    broker.addr = broker.addr.replacen("unix://", "unix:", 1);
+    let (mut run, _, _) = start_on(broker).await;
+    assert!(run.session.call(1, "t_echo", json!({})).await.success);
+    run.shutdown().await;
+}
+
+#[tokio::test]
 async fn works_over_tcp_loopback() {
     let (mut run, _, _) = start_on(Broker::tcp().await).await;
     let r = run.session.call(1, "t_greet", json!({"name": "tcp"})).await;
