@@ -54,7 +54,16 @@ pub enum Command {
         /// Milliseconds a call waits for a restarting plugin.
         #[arg(long, default_value_t = 5000, value_name = "MS")]
         restart_wait_ms: u64,
+        /// Milliseconds restart, reload and unload let calls in flight finish.
+        #[arg(long, default_value_t = 10000, value_name = "MS")]
+        drain_timeout_ms: u64,
+        /// Reload a plugin when files in its directory change.
+        #[arg(long)]
+        watch: bool,
     },
+    /// Internal: the companion process that cleans up plugin groups if the broker dies.
+    #[command(name = "__reaper", hide = true)]
+    Reaper,
     /// Inspect and operate plugins.
     Plugins {
         /// Plugin operation.
@@ -121,11 +130,14 @@ pub fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
+        Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Run {
             plugins,
             listen,
             shutdown_grace_ms,
             restart_wait_ms,
+            drain_timeout_ms,
+            watch,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -137,6 +149,8 @@ pub fn main() -> ExitCode {
                     listen,
                     shutdown_grace: Duration::from_millis(shutdown_grace_ms),
                     restart_wait: Duration::from_millis(restart_wait_ms),
+                    drain_timeout: Duration::from_millis(drain_timeout_ms),
+                    watch,
                 }))
                 .map(|()| ExitCode::SUCCESS)
             })
@@ -252,7 +266,7 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
 async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<ExitCode> {
     let mut conn = AdminConn::connect(data_dir).await?;
     match command {
-        Command::Run { .. } => unreachable!("handled in main"),
+        Command::Run { .. } | Command::Reaper => unreachable!("handled in main"),
         Command::Plugins {
             command: PluginsCommand::List { json },
         } => {

@@ -74,6 +74,14 @@ pub enum PluginError {
     /// No plugin of this name is loaded.
     #[error("unknown plugin `{0}`")]
     Unknown(String),
+    /// The plugin directory could not be loaded (manifest, entry, name in use).
+    #[error("plugin {plugin}: {reason}")]
+    Load {
+        /// Plugin (or directory) name.
+        plugin: String,
+        /// Why, naming the file or field.
+        reason: String,
+    },
     /// The operation did not complete in time.
     #[error("plugin {plugin}: {what}")]
     Failed {
@@ -88,6 +96,7 @@ impl From<PluginError> for Status {
     fn from(e: PluginError) -> Status {
         let code = match &e {
             PluginError::Unknown(_) => Code::NotFound,
+            PluginError::Load { .. } => Code::FailedPrecondition,
             PluginError::Failed { .. } => Code::Unavailable,
         };
         Status::new(code, e.to_string())

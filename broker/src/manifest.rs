@@ -6,12 +6,16 @@
 //! { "name": "calculator", "version": "1.0.0", "author": "…", "description": "…",
 //!   "runtime": "python", "entry": "main.py", "args": [], "env": {},
 //!   "python": "/path/to/python3", "node": "/path/to/node",
-//!   "startup_timeout_s": 10, "call_timeout_s": 60 }
+//!   "restart": {"max_restarts": 3, "window_s": 300, "backoff_initial_ms": 200, "backoff_max_ms": 30000},
+//!   "startup_timeout_s": 10, "call_timeout_s": 60, "max_total_s": 600,
+//!   "ping_interval_ms": 2000, "hung_timeout_ms": 10000 }
 //! ```
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -43,6 +47,13 @@ pub const DEFAULT_STARTUP_TIMEOUT_S: f64 = 10.0;
 /// Default seconds a tool call may take.
 pub const DEFAULT_CALL_TIMEOUT_S: f64 = 60.0;
 
+/// Default bound in seconds on a call extended by `Progress`.
+pub const DEFAULT_MAX_TOTAL_S: f64 = 600.0;
+/// Default heartbeat interval in milliseconds.
+pub const DEFAULT_PING_INTERVAL_MS: u64 = 2000;
+/// Default time without a `Pong` after which a plugin is hung, in milliseconds.
+pub const DEFAULT_HUNG_TIMEOUT_MS: u64 = 10_000;
+
 /// `plugin.json` as written by the author.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,11 +74,52 @@ struct RawManifest {
     node: Option<String>,
     startup_timeout_s: Option<f64>,
     call_timeout_s: Option<f64>,
-    // Read by later issues; accepted now so manifests written for them load.
-    #[allow(dead_code)]
-    restart: Option<serde_json::Value>,
+    #[serde(default)]
+    restart: RawRestart,
+    max_total_s: Option<f64>,
+    ping_interval_ms: Option<u64>,
+    hung_timeout_ms: Option<u64>,
+    // Read by the host-services issue; accepted now so manifests written for it load.
     #[allow(dead_code)]
     capabilities: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRestart {
+    max_restarts: Option<u32>,
+    window_s: Option<f64>,
+    backoff_initial_ms: Option<u64>,
+    backoff_max_ms: Option<u64>,
+}
+
+/// When and how fast a crashed plugin is restarted (manifest `restart`).
+///
+/// A plugin that crashes `max_restarts` times within `window_s` seconds is marked
+/// `failed` (HomeAgent's and VS Code's budget: 3 crashes in 5 minutes) and stays so
+/// until `hearth plugins restart`. Between crashes the delay grows exponentially from
+/// `backoff_initial` to `backoff_max`, with jitter; a run of `HEALTHY_UPTIME` resets it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartPolicy {
+    /// Crashes within `window` that mark the plugin failed (0 = never restart).
+    pub max_restarts: u32,
+    /// The crash-counting window.
+    pub window: Duration,
+    /// First restart delay.
+    pub backoff_initial: Duration,
+    /// Longest restart delay.
+    pub backoff_max: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            max_restarts: 3,
+            window: Duration::from_secs(300),
+            backoff_initial: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
 }
 
 /// A plugin ready to be spawned: its manifest with defaults applied and paths resolved.
@@ -93,6 +145,14 @@ pub struct PluginSpec {
     pub startup_timeout_s: f64,
     /// Default per-call timeout in seconds.
     pub call_timeout_s: f64,
+    /// Upper bound in seconds of a call whose timeout `Progress` keeps extending.
+    pub max_total_s: f64,
+    /// Restart policy.
+    pub restart: RestartPolicy,
+    /// Interval between heartbeat pings.
+    pub ping_interval: Duration,
+    /// A plugin that answers no ping for this long is hung: killed and restarted.
+    pub hung_timeout: Duration,
     /// Manifest version, if any.
     pub version: String,
 }
@@ -239,6 +299,49 @@ impl PluginSpec {
                 DEFAULT_STARTUP_TIMEOUT_S,
             )?,
             call_timeout_s: timeout("call_timeout_s", raw.call_timeout_s, DEFAULT_CALL_TIMEOUT_S)?,
+            max_total_s: timeout("max_total_s", raw.max_total_s, DEFAULT_MAX_TOTAL_S)?,
+            restart: {
+                let d = RestartPolicy::default();
+                let r = raw.restart;
+                let initial = r
+                    .backoff_initial_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.backoff_initial);
+                let max = r
+                    .backoff_max_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.backoff_max);
+                if initial.is_zero() || max < initial {
+                    return Err(field(
+                        "restart",
+                        format!(
+                            "backoff_initial_ms ({}) must be > 0 and <= backoff_max_ms ({})",
+                            initial.as_millis(),
+                            max.as_millis()
+                        ),
+                    ));
+                }
+                RestartPolicy {
+                    max_restarts: r.max_restarts.unwrap_or(d.max_restarts),
+                    window: Duration::from_secs_f64(timeout(
+                        "restart.window_s",
+                        r.window_s,
+                        d.window.as_secs_f64(),
+                    )?),
+                    backoff_initial: initial,
+                    backoff_max: max,
+                }
+            },
+            ping_interval: Duration::from_millis(
+                raw.ping_interval_ms
+                    .unwrap_or(DEFAULT_PING_INTERVAL_MS)
+                    .max(10),
+            ),
+            hung_timeout: Duration::from_millis(
+                raw.hung_timeout_ms
+                    .unwrap_or(DEFAULT_HUNG_TIMEOUT_MS)
+                    .max(50),
+            ),
             version: raw.version.unwrap_or_default(),
             dir,
         })

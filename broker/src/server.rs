@@ -18,6 +18,7 @@ use crate::grpc::{AdminService, PluginHostService};
 use crate::manifest::discover;
 use crate::registry::Registry;
 use crate::supervisor::process::Interpreters;
+use crate::supervisor::reaper::Reaper;
 use crate::supervisor::{Supervisor, SupervisorConfig};
 
 /// Longest Unix socket path Linux accepts (`sun_path` is 108 bytes with the NUL).
@@ -40,6 +41,10 @@ pub struct RunOptions {
     pub shutdown_grace: Duration,
     /// How long calls wait for a restarting plugin.
     pub restart_wait: Duration,
+    /// How long restart, reload and unload let calls in flight finish.
+    pub drain_timeout: Duration,
+    /// Reload a plugin when files in its directory change.
+    pub watch: bool,
 }
 
 /// Checks the socket path length and replaces a stale socket file left by a killed
@@ -123,6 +128,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             interpreters: Interpreters::from_env(),
             restart_wait: opts.restart_wait,
             shutdown_grace: opts.shutdown_grace,
+            drain_timeout: opts.drain_timeout,
+            reaper: Reaper::start().unwrap_or_else(|e| {
+                tracing::error!("cannot start the reaper process ({e}); plugin groups will not be cleaned up if the broker is killed");
+                Reaper::disabled()
+            }),
         },
         registry,
     ));

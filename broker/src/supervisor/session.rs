@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hearth_proto::v1::{host_message::Msg, Cancel, HostMessage, InvokeTool, Sender, ToolResult};
 use tokio::sync::{mpsc, oneshot};
@@ -18,6 +18,18 @@ pub type Outbound = mpsc::Sender<Result<HostMessage, Status>>;
 struct Pending {
     tool: String,
     reply: oneshot::Sender<Result<ToolResult, String>>,
+    /// When the plugin last sent `Progress` for this call.
+    progress_at: Option<Instant>,
+}
+
+/// Why [`Session::invoke`] produced no result.
+#[derive(Debug)]
+pub enum InvokeError {
+    /// The call never reached the plugin (the session had ended); safe to retry on
+    /// the next process.
+    NotSent(String),
+    /// The call was sent and then lost; never retried.
+    Failed(CallError),
 }
 
 struct Calls {
@@ -33,6 +45,7 @@ pub struct Session {
     out: Outbound,
     calls: Mutex<Calls>,
     next_call_id: AtomicU64,
+    last_pong: Mutex<Instant>,
 }
 
 impl std::fmt::Debug for Session {
@@ -89,6 +102,30 @@ impl Session {
                 closed: None,
             }),
             next_call_id: AtomicU64::new(1),
+            last_pong: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Records a `Pong`.
+    pub fn pong(&self) {
+        *self.last_pong.lock().unwrap() = Instant::now();
+    }
+
+    /// Time since the last `Pong` (or since the session began).
+    pub fn since_last_pong(&self) -> Duration {
+        self.last_pong.lock().unwrap().elapsed()
+    }
+
+    /// True once [`Session::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.calls.lock().unwrap().closed.is_some()
+    }
+
+    /// Records `Progress` for a call: its timeout restarts from now (bounded by the
+    /// call's `max_total`).
+    pub fn progress(&self, call_id: u64) {
+        if let Some(p) = self.calls.lock().unwrap().map.get_mut(&call_id) {
+            p.progress_at = Some(Instant::now());
         }
     }
 
@@ -112,34 +149,34 @@ impl Session {
             .is_ok()
     }
 
-    /// Calls `tool` with `args_json` and waits up to `timeout` for its result.
+    /// Calls `tool` with `args_json` and waits up to `timeout` for its result; each
+    /// `Progress` from the plugin restarts the timeout, up to `max_total` in all.
     ///
-    /// Errors: [`CallError::Timeout`] (the plugin is sent `Cancel`),
-    /// [`CallError::PluginGone`] when the session ends first (the reason names the
-    /// exit), [`CallError::NotReady`] when it had already ended.
+    /// Errors: [`InvokeError::NotSent`] when the session had already ended (the call
+    /// never reached the plugin); otherwise [`InvokeError::Failed`] with
+    /// [`CallError::Timeout`] (the plugin is sent `Cancel`) or
+    /// [`CallError::PluginGone`] (the session ended with the call in flight).
     pub async fn invoke(
         &self,
         tool: &str,
         args_json: String,
         sender: Option<Sender>,
         timeout: Duration,
-    ) -> Result<ToolResult, CallError> {
+        max_total: Duration,
+    ) -> Result<ToolResult, InvokeError> {
         let call_id = self.next_call_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         {
             let mut calls = self.calls.lock().unwrap();
             if let Some(reason) = &calls.closed {
-                return Err(CallError::NotReady {
-                    plugin: self.plugin.clone(),
-                    tool: tool.into(),
-                    reason: reason.clone(),
-                });
+                return Err(InvokeError::NotSent(reason.clone()));
             }
             calls.map.insert(
                 call_id,
                 Pending {
                     tool: tool.into(),
                     reply: tx,
+                    progress_at: None,
                 },
             );
         }
@@ -160,29 +197,45 @@ impl Session {
         if !self.send(invoke).await {
             guard.done = true;
             self.calls.lock().unwrap().map.remove(&call_id);
-            return Err(self.gone(tool, "its session closed".into()));
+            return Err(InvokeError::NotSent("its session closed".into()));
         }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(Ok(result))) => {
-                guard.done = true;
-                Ok(result)
+        let started = tokio::time::Instant::now();
+        let hard_stop = started + max_total.max(timeout);
+        let mut deadline = started + timeout;
+        let outcome = loop {
+            match tokio::time::timeout_at(deadline, &mut rx).await {
+                Ok(outcome) => break outcome,
+                Err(_) => {
+                    let progress_at = self
+                        .calls
+                        .lock()
+                        .unwrap()
+                        .map
+                        .get(&call_id)
+                        .and_then(|p| p.progress_at);
+                    let extended = progress_at
+                        .map(|t| (tokio::time::Instant::from_std(t) + timeout).min(hard_stop));
+                    match extended {
+                        Some(d) if d > deadline => deadline = d,
+                        _ => {
+                            guard.reason = "timeout";
+                            return Err(InvokeError::Failed(CallError::Timeout {
+                                plugin: self.plugin.clone(),
+                                tool: tool.into(),
+                                after_ms: (deadline - started).as_millis() as u64,
+                            }));
+                        }
+                    }
+                }
             }
-            Ok(Ok(Err(reason))) => {
-                guard.done = true;
-                Err(self.gone(tool, reason))
-            }
-            Ok(Err(_)) => {
-                guard.done = true;
-                Err(self.gone(tool, "its session closed".into()))
-            }
-            Err(_) => {
-                guard.reason = "timeout";
-                Err(CallError::Timeout {
-                    plugin: self.plugin.clone(),
-                    tool: tool.into(),
-                    after_ms: timeout.as_millis() as u64,
-                })
-            }
+        };
+        guard.done = true;
+        match outcome {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(reason)) => Err(InvokeError::Failed(self.gone(tool, reason))),
+            Err(_) => Err(InvokeError::Failed(
+                self.gone(tool, "closed its session".into()),
+            )),
         }
     }
 

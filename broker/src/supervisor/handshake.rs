@@ -1,0 +1,313 @@
+//! The `Attach` session from the broker's side: token check, `Hello` and `Register`
+//! within the startup timeout, registration into the registry, the heartbeat, and
+//! the message loop until the stream ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hearth_proto::v1::{
+    host_message::Msg as HostMsg, plugin_message::Msg as PluginMsg, HostMessage, Ping,
+    PluginMessage, Registered, Rejected, ToolRegistration,
+};
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use super::plugin::{Control, Plugin};
+use super::session::{Outbound, Session};
+use super::Supervisor;
+
+/// Compares secrets without an early exit.
+pub(crate) fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// Features this broker implements, announced in `Registered.features` when the
+/// plugin's `Hello` lists them too.
+const FEATURES: &[&str] = &["cancel", "progress", "register_tool"];
+
+impl Supervisor {
+    /// Accepts a plugin's `Attach`: checks `token` against the plugins' current spawn
+    /// tokens and starts the session task. Errors: UNAUTHENTICATED for a missing,
+    /// wrong, stale or already used token.
+    pub fn attach(
+        self: &Arc<Self>,
+        token: &str,
+        inbound: Streaming<PluginMessage>,
+    ) -> Result<mpsc::Receiver<Result<HostMessage, Status>>, Status> {
+        let found = self.plugins.read().unwrap().iter().find_map(|p| {
+            let mut s = p.status.lock().unwrap();
+            if s.token.is_empty() || !same_secret(&s.token, token) {
+                return None;
+            }
+            if s.attached {
+                return Some(Err(Status::unauthenticated(format!(
+                    "plugin {}: this spawn token already has a session",
+                    p.name()
+                ))));
+            }
+            s.attached = true;
+            Some(Ok((p.clone(), s.generation)))
+        });
+        let (plugin, generation) = match found {
+            Some(r) => r?,
+            None => {
+                return Err(Status::unauthenticated(
+                    "x-hearth-token does not match any plugin the broker started (wrong or stale token)",
+                ))
+            }
+        };
+        let (tx, rx) = mpsc::channel(1024);
+        let sup = self.clone();
+        tokio::spawn(async move { sup.session_task(plugin, generation, inbound, tx).await });
+        Ok(rx)
+    }
+
+    async fn session_task(
+        self: Arc<Self>,
+        plugin: Arc<Plugin>,
+        generation: u64,
+        mut inbound: Streaming<PluginMessage>,
+        out: Outbound,
+    ) {
+        let name = plugin.name().to_string();
+        let spec = plugin.spec();
+        let handshake_wait = Duration::from_secs_f64(spec.startup_timeout_s);
+        let refuse = |status: Status| {
+            tracing::error!(plugin = %name, "session refused: {}", status.message());
+            let out = out.clone();
+            async move {
+                let _ = out.send(Err(status)).await;
+            }
+        };
+        let hello = match next_message(&mut inbound, handshake_wait).await {
+            Ok(PluginMsg::Hello(h)) => h,
+            Ok(_) => {
+                return refuse(Status::failed_precondition(
+                    "the first message must be Hello",
+                ))
+                .await
+            }
+            Err(e) => {
+                return refuse(Status::failed_precondition(format!(
+                    "expected Hello, got {e}"
+                )))
+                .await
+            }
+        };
+        let major = hello.protocol_version.split('.').next().unwrap_or("");
+        let ours = hearth_proto::PROTOCOL_VERSION
+            .split('.')
+            .next()
+            .unwrap_or("");
+        if major != ours {
+            let reason = format!(
+                "protocol version `{}` is not supported; this broker speaks {}",
+                hello.protocol_version,
+                hearth_proto::PROTOCOL_VERSION
+            );
+            tracing::error!(plugin = %name, sdk = %hello.sdk, "{reason}");
+            let rejected = Rejected {
+                reason,
+                items: vec![],
+            };
+            let _ = out
+                .send(Ok(HostMessage {
+                    msg: Some(HostMsg::Rejected(rejected)),
+                }))
+                .await;
+            return;
+        }
+        let register = match next_message(&mut inbound, handshake_wait).await {
+            Ok(PluginMsg::Register(r)) => r,
+            Ok(_) => {
+                return refuse(Status::failed_precondition(
+                    "the second message must be Register",
+                ))
+                .await
+            }
+            Err(e) => {
+                return refuse(Status::failed_precondition(format!(
+                    "expected Register, got {e}"
+                )))
+                .await
+            }
+        };
+        if let Some(info) = register
+            .plugin
+            .as_ref()
+            .filter(|i| !i.name.is_empty() && i.name != name)
+        {
+            tracing::debug!(plugin = %name, "plugin calls itself `{}`; known as `{name}`", info.name);
+        }
+        let reg =
+            self.registry
+                .replace_plugin_tools(&name, &register.tools, register.all_or_nothing);
+        for item in &reg.rejected {
+            tracing::error!(plugin = %name, tool = %item.name, "tool rejected: {}", item.reason);
+        }
+        if register.all_or_nothing && !reg.rejected.is_empty() {
+            let reason = format!(
+                "{} item(s) rejected and the plugin asked for all-or-nothing",
+                reg.rejected.len()
+            );
+            let rejected = Rejected {
+                reason,
+                items: reg.rejected,
+            };
+            let _ = out
+                .send(Ok(HostMessage {
+                    msg: Some(HostMsg::Rejected(rejected)),
+                }))
+                .await;
+            return;
+        }
+        let session = Arc::new(Session::new(name.clone(), generation, out.clone()));
+        {
+            let mut s = plugin.status.lock().unwrap();
+            if s.generation != generation {
+                return; // a newer spawn replaced this one
+            }
+            s.sdk = format!("{} {}", hello.sdk, hello.sdk_version)
+                .trim()
+                .to_string();
+            s.live = Some(session.clone());
+        }
+        let features: Vec<String> = hello
+            .features
+            .iter()
+            .filter(|f| FEATURES.contains(&f.as_str()))
+            .cloned()
+            .collect();
+        let registered = HostMsg::Registered(Registered {
+            plugin: name.clone(),
+            tools: reg.accepted.clone(),
+            rejected: reg.rejected,
+            protocol_version: hearth_proto::PROTOCOL_VERSION.into(),
+            features,
+        });
+        if !session.send(registered).await {
+            return;
+        }
+        plugin.session.send_replace(Some(session.clone()));
+        let _ = plugin.control.send(Control::Ready(generation));
+        tracing::info!(plugin = %name, sdk = %hello.sdk, tools = reg.accepted.len(), "registered");
+        tokio::spawn(heartbeat(
+            session.clone(),
+            plugin.control.clone(),
+            generation,
+            spec.ping_interval,
+            spec.hung_timeout,
+        ));
+
+        let ended = loop {
+            match inbound.message().await {
+                Ok(Some(PluginMessage { msg: Some(m) })) => self.on_message(&plugin, &session, m),
+                Ok(Some(_)) => {}
+                Ok(None) => break "closed its session".to_string(),
+                Err(s) => break format!("lost its session ({})", s.message()),
+            }
+        };
+        tracing::debug!(plugin = %name, generation, "session ended: {ended}");
+        plugin.session.send_if_modified(|s| match s {
+            Some(cur) if cur.generation() == generation => {
+                *s = None;
+                true
+            }
+            _ => false,
+        });
+        let _ = plugin.control.send(Control::SessionEnded(generation));
+        // The process watcher fails the calls with the exit status if the process
+        // exits meanwhile; a process that lives on loses them with this reason.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        session.close(&ended);
+    }
+
+    fn on_message(&self, plugin: &Plugin, session: &Session, msg: PluginMsg) {
+        match msg {
+            PluginMsg::ToolResult(r) => session.complete(r),
+            PluginMsg::Pong(_) => session.pong(),
+            PluginMsg::Progress(p) => session.progress(p.call_id),
+            PluginMsg::RegisterTool(r) => {
+                let name = r.tool.as_ref().map(|t| t.name.clone()).unwrap_or_default();
+                let outcome = match &r.tool {
+                    Some(t) => self.registry.add_tool(plugin.name(), t),
+                    None => Err("RegisterTool without a tool".into()),
+                };
+                answer_registration(plugin, session, r.request_id, name, outcome);
+            }
+            PluginMsg::UnregisterTool(u) => {
+                let outcome = self.registry.remove_tool(plugin.name(), &u.name);
+                answer_registration(plugin, session, u.request_id, u.name, outcome);
+            }
+            other => tracing::warn!(
+                plugin = %plugin.name(),
+                "unexpected message on an established session: {:?}",
+                std::mem::discriminant(&other)
+            ),
+        }
+    }
+}
+
+/// Pings the plugin every `interval`; reports it hung after `hung_after` without a
+/// `Pong`. SDKs answer pings from their I/O task, so a long tool call is not a hang;
+/// a frozen event loop or a stopped process is.
+async fn heartbeat(
+    session: Arc<Session>,
+    control: mpsc::UnboundedSender<Control>,
+    generation: u64,
+    interval: Duration,
+    hung_after: Duration,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut nonce = 0u64;
+    loop {
+        tick.tick().await;
+        if session.is_closed() {
+            return;
+        }
+        let silent = session.since_last_pong();
+        if silent > hung_after {
+            let _ = control.send(Control::Hung { generation, silent });
+            return;
+        }
+        nonce += 1;
+        session.try_send(HostMsg::Ping(Ping { nonce }));
+    }
+}
+
+/// The next handshake message, within `wait`.
+async fn next_message(
+    inbound: &mut Streaming<PluginMessage>,
+    wait: Duration,
+) -> Result<PluginMsg, String> {
+    match tokio::time::timeout(wait, inbound.message()).await {
+        Ok(Ok(Some(PluginMessage { msg: Some(m) }))) => Ok(m),
+        Ok(Ok(Some(_))) => Err("an empty message".to_string()),
+        Ok(Ok(None)) => Err("end of stream".to_string()),
+        Ok(Err(s)) => Err(format!("stream error: {}", s.message())),
+        Err(_) => Err(format!("nothing within {} s", wait.as_secs_f64())),
+    }
+}
+
+fn answer_registration(
+    plugin: &Plugin,
+    session: &Session,
+    request_id: String,
+    name: String,
+    outcome: Result<(), String>,
+) {
+    if let Err(e) = &outcome {
+        tracing::error!(plugin = %plugin.name(), tool = %name, "run-time registration refused: {e}");
+    }
+    session.try_send(HostMsg::ToolRegistration(ToolRegistration {
+        request_id,
+        name,
+        ok: outcome.is_ok(),
+        error: outcome.err().unwrap_or_default(),
+    }));
+}
