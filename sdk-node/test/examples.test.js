@@ -129,6 +129,14 @@ describe('ported LinkZone plugins', () => {
     assert.equal((await p.session.nextOf('eventDone')).error, '');
   });
 
+  it('runs a HomeAgent default export from a "type": "module" package', async () => {
+    const p = await broker.attach(fixture('homeagent-type-module'));
+    assert.equal(p.register.plugin.name, 'ha_esm');
+    assert.deepEqual(JSON.parse(p.register.tools[0].parametersJson).required, ['text']);
+    const r = await p.session.call1(1, 'ha_esm_upper', { text: 'hearth' });
+    assert.deepEqual([r.success, r.content, r.dataJson], [true, 'HEARTH', '']);
+  });
+
   it('leaves chainable unset when the metadata does not say', async () => {
     const p = await broker.attach(fixture('calculator'));
     assert.equal(Object.prototype.hasOwnProperty.call(p.register.tools[0].aiTool, 'chainable'), false);

@@ -109,7 +109,11 @@ class PluginProcess {
     this.stderr = '';
     proc.stdout.on('data', (d) => { this.stdout += d; });
     proc.stderr.on('data', (d) => { this.stderr += d; });
-    this.exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+    this.exited = new Promise((resolve) => {
+      proc.on('exit', (code, signal) => resolve({ code, signal }));
+      // Spawn failures (e.g. ENOENT) emit 'error' and no 'exit'.
+      proc.on('error', (err) => { this.stderr += `spawn failed: ${err.message}\n`; resolve({ code: null, signal: null, error: err }); });
+    });
     this.running = true;
     this.exited.then(() => { this.running = false; });
   }
@@ -164,8 +168,12 @@ class FakeBroker {
     const s = this.sessions.shift();
     if (s) return Promise.resolve(s);
     return new Promise((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error('no plugin attached')), ms);
-      this.sessionWaiters.push((x) => { clearTimeout(t); resolve(x); });
+      const waiter = (x) => { clearTimeout(t); resolve(x); };
+      const t = setTimeout(() => {
+        this.sessionWaiters = this.sessionWaiters.filter((w) => w !== waiter);
+        reject(new Error('no plugin attached'));
+      }, ms);
+      this.sessionWaiters.push(waiter);
     });
   }
 
