@@ -36,17 +36,20 @@ class Plugin {
 }
 
 /**
- * A readable name of a plugin instance for error messages.
+ * The name of a plugin instance: LinkZone `metadata.name`, HomeAgent `name()` (or a
+ * `name` string), else `fallback`, else its class name.
  * @param {any} p
+ * @param {string} [fallback]
  * @returns {string}
  */
-function pluginLabel(p) {
+function pluginLabel(p, fallback) {
   const md = p && (p.constructor && p.constructor.metadata || p.metadata);
   if (md && typeof md.name === 'string' && md.name) return md.name;
   try {
     if (p && typeof p.name === 'function') return String(p.name());
   } catch (_) { /* fall through */ }
   if (p && typeof p.name === 'string' && p.name) return p.name;
+  if (fallback) return fallback;
   return (p && p.constructor && p.constructor.name) || 'plugin';
 }
 

@@ -78,7 +78,8 @@ class Session {
     this.opts = opts;
     this.env = opts.env || process.env;
     this.debug = !!this.env.HEARTH_SDK_DEBUG;
-    this.name = pluginLabel(instance);
+    // The plugin's own name (metadata.name, name()), else HEARTH_PLUGIN, else its class.
+    this.name = pluginLabel(instance, this.env.HEARTH_PLUGIN);
     /** @type {Map<string, ToolEntry>} */
     this.tools = new Map();
     /** @type {Map<string, AbortController>} in-flight calls and events by call id text */

@@ -183,6 +183,18 @@ describe('session lifecycle', () => {
     }
   });
 
+  it('dials HEARTH_ADDR as unix:/abs/path and as http://127.0.0.1:PORT', async () => {
+    const p1 = await broker.attach(STRESS, { env: { HEARTH_ADDR: `unix:${broker.sock}` } });
+    assert.equal((await p1.session.call1(1, 'stress_text', { text: 'unix:/' })).content, 'unix:/');
+    p1.session.send({ shutdown: { graceMs: 1000 } });
+    assert.equal((await p1.proc.exit()).code, 0);
+    const port = await new Promise((resolve, reject) => broker.server.bindAsync('127.0.0.1:0', require('@grpc/grpc-js').ServerCredentials.createInsecure(), (e, port) => (e ? reject(e) : resolve(port))));
+    const p2 = await broker.attach(STRESS, { env: { HEARTH_ADDR: `http://127.0.0.1:${port}` } });
+    assert.equal((await p2.session.call1(1, 'stress_text', { text: 'tcp' })).content, 'tcp');
+    p2.session.send({ shutdown: { graceMs: 1000 } });
+    assert.equal((await p2.proc.exit()).code, 0);
+  });
+
   it('exits 1 with UNAUTHENTICATED on a wrong token', async () => {
     const before = broker.unauthenticated;
     const proc = broker.spawn(STRESS, { token: 'stale-token' });

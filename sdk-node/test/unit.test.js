@@ -94,6 +94,16 @@ describe('plugin discovery', () => {
     assert.equal(made.name(), 'fac');
   });
 
+  it('names a plugin from metadata, name(), then HEARTH_PLUGIN', () => {
+    const { pluginLabel } = require('../lib/plugin');
+    class LZ extends Plugin {}
+    LZ.metadata = { name: 'lz' };
+    assert.equal(pluginLabel(new LZ(), 'env'), 'lz');
+    assert.equal(pluginLabel({ name: () => 'ha', start() {} }, 'env'), 'ha');
+    assert.equal(pluginLabel({ start() {} }, 'env'), 'env');
+    assert.equal(pluginLabel({ start() {} }), 'Object');
+  });
+
   it('says what is wrong, naming the file', async () => {
     await assert.rejects(pluginFromExports(undefined, '/p/x.js'), /\/p\/x\.js exports no plugin: .*got nothing/);
     class NoMeta extends Plugin { async executeTool() { return 1; } }
