@@ -6,6 +6,7 @@
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
 const path = require('node:path');
 const { spawn } = require('node:child_process');
 const { FakeBroker, fixture } = require('./helpers/broker');
@@ -154,6 +155,32 @@ describe('ported LinkZone plugins', () => {
     const proc = broker.spawn(fixture('bad-metadata'));
     assert.equal((await proc.exit()).code, 2);
     assert.match(proc.stderr, /plugin bad: ai\.tool\.parameters\[0\]: missing name/);
+  });
+
+  it("serves a plugin through the broker's own NODE_BOOTSTRAP (broker/src/supervisor/process.rs)", async (t) => {
+    const src = path.resolve(__dirname, '..', '..', 'broker', 'src', 'supervisor', 'process.rs');
+    if (!fs.existsSync(src)) return t.skip('broker source not present');
+    const m = /const NODE_BOOTSTRAP: &str = "((?:[^"\\]|\\[\s\S])*)";/.exec(fs.readFileSync(src, 'utf8'));
+    assert.ok(m, 'NODE_BOOTSTRAP not found in process.rs');
+    // Rust string: `\` + newline + indentation is a continuation; unescape \" and \\.
+    const bootstrap = m[1].replace(/\\\n\s*/g, '').replace(/\\(["\\'])/g, '$1');
+    const entry = fixture('calculator');
+    const proc = spawn(process.execPath, ['-e', bootstrap, entry, '--extra-arg'], {
+      cwd: path.dirname(entry),
+      env: { ...process.env, HEARTH_ADDR: broker.addr, HEARTH_PLUGIN: 'calculator', HEARTH_TOKEN: broker.token },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    const exited = new Promise((resolve) => proc.on('exit', resolve));
+    try {
+      const s = await broker.nextSession();
+      await s.nextOf('register');
+      s.send({ registered: { plugin: 'calculator', tools: ['calculator'] } });
+      assert.equal((await s.call1(1, 'calculator', { expression: '2^10' })).content, '2^10 = 1024');
+      s.send({ shutdown: { graceMs: 1000 } });
+      assert.equal(await exited, 0);
+    } finally {
+      proc.kill('SIGKILL');
+    }
   });
 
   it('serves a plugin with `hearth-node run` (the bin)', async () => {
