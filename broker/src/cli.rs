@@ -12,8 +12,8 @@ use anyhow::{anyhow, Context};
 use clap::{Parser, Subcommand};
 use hearth_proto::v1::admin_client::AdminClient;
 use hearth_proto::v1::{
-    CallToolRequest, ListPluginsRequest, ListToolsRequest, PluginState, PluginStatus,
-    RestartPluginRequest,
+    CallToolRequest, ListPluginsRequest, ListToolsRequest, LoadPluginRequest, PluginLogsRequest,
+    PluginState, PluginStatus, ReloadPluginRequest, RestartPluginRequest, UnloadPluginRequest,
 };
 use serde_json::json;
 use tonic::transport::{Channel, Endpoint};
@@ -91,6 +91,32 @@ pub enum PluginsCommand {
     Restart {
         /// Plugin name.
         name: String,
+    },
+    /// Load a plugin directory into the running broker and wait until it is ready.
+    Load {
+        /// Plugin directory.
+        path: PathBuf,
+    },
+    /// Stop a plugin (calls in flight finish first) and forget it and its tools.
+    Unload {
+        /// Plugin name.
+        name: String,
+    },
+    /// Restart a plugin with the new code and manifest in its directory.
+    Reload {
+        /// Plugin name.
+        name: String,
+    },
+    /// Print the last lines a plugin wrote to stdout/stderr.
+    Logs {
+        /// Plugin name.
+        name: String,
+        /// Keep printing new lines until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// How many past lines to print (0 = all kept).
+        #[arg(long, short = 'n', default_value_t = 100)]
+        tail: u32,
     },
 }
 
@@ -240,6 +266,35 @@ impl AdminConn {
     }
 }
 
+/// `1h02m`, `3m05s`, `12s`, `850ms`; empty for 0.
+fn human_duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match (s / 3600, (s / 60) % 60, s % 60) {
+        _ if ms == 0 => String::new(),
+        (0, 0, 0) => format!("{ms}ms"),
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, sec) => format!("{m}m{sec:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
+}
+
+fn print_status(p: Option<PluginStatus>) {
+    if let Some(p) = p {
+        let tools = if p.tools.is_empty() {
+            "-".into()
+        } else {
+            p.tools.join(",")
+        };
+        println!(
+            "{} {} pid {} tools {}",
+            p.name,
+            state_name(p.state),
+            p.pid,
+            tools
+        );
+    }
+}
+
 fn status_error(s: tonic::Status) -> anyhow::Error {
     anyhow!("{}", s.message())
 }
@@ -283,21 +338,26 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!(
-                    "{:<16} {:<7} {:<9} {:>8} {:>8}  TOOLS",
-                    "NAME", "RUNTIME", "STATE", "PID", "RESTARTS"
+                    "{:<16} {:<7} {:<9} {:>8} {:>8} {:>9}  {:<24} TOOLS",
+                    "NAME", "RUNTIME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT"
                 );
                 for p in &plugins {
+                    let dash = |s: String| {
+                        if s.is_empty() || s == "0" {
+                            "-".into()
+                        } else {
+                            s
+                        }
+                    };
                     println!(
-                        "{:<16} {:<7} {:<9} {:>8} {:>8}  {}",
+                        "{:<16} {:<7} {:<9} {:>8} {:>8} {:>9}  {:<24} {}",
                         p.name,
                         p.runtime,
                         state_name(p.state),
-                        if p.pid == 0 {
-                            "-".to_string()
-                        } else {
-                            p.pid.to_string()
-                        },
+                        dash(p.pid.to_string()),
                         p.restarts,
+                        dash(human_duration(p.uptime_ms)),
+                        dash(p.last_exit.clone()),
                         p.tools.join(",")
                     );
                     if !p.reason.is_empty() && p.state != PluginState::Ready as i32 {
@@ -310,20 +370,46 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
             command: PluginsCommand::Restart { name },
         } => {
             let req = conn.with_token(RestartPluginRequest { name });
-            let p = conn
+            let r = conn.client().restart_plugin(req).await;
+            print_status(r.map_err(status_error)?.into_inner().plugin);
+        }
+        Command::Plugins {
+            command: PluginsCommand::Load { path },
+        } => {
+            let path = std::path::absolute(&path)?;
+            let req = conn.with_token(LoadPluginRequest {
+                path: path.display().to_string(),
+            });
+            let r = conn.client().load_plugin(req).await;
+            print_status(r.map_err(status_error)?.into_inner().plugin);
+        }
+        Command::Plugins {
+            command: PluginsCommand::Unload { name },
+        } => {
+            let req = conn.with_token(UnloadPluginRequest { name });
+            let r = conn.client().unload_plugin(req).await;
+            print_status(r.map_err(status_error)?.into_inner().plugin);
+        }
+        Command::Plugins {
+            command: PluginsCommand::Reload { name },
+        } => {
+            let req = conn.with_token(ReloadPluginRequest { name });
+            let r = conn.client().reload_plugin(req).await;
+            print_status(r.map_err(status_error)?.into_inner().plugin);
+        }
+        Command::Plugins {
+            command: PluginsCommand::Logs { name, follow, tail },
+        } => {
+            let req = conn.with_token(PluginLogsRequest { name, tail, follow });
+            let mut lines = conn
                 .client()
-                .restart_plugin(req)
+                .plugin_logs(req)
                 .await
                 .map_err(status_error)?
                 .into_inner();
-            if let Some(p) = p.plugin {
-                println!(
-                    "{} {} pid {} tools {}",
-                    p.name,
-                    state_name(p.state),
-                    p.pid,
-                    p.tools.join(",")
-                );
+            while let Some(line) = lines.message().await.map_err(status_error)? {
+                let tag = if line.stream == "stderr" { "!" } else { " " };
+                println!("{tag} {}", line.text);
             }
         }
         Command::Tools {

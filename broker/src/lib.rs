@@ -10,10 +10,12 @@
 //! - [`schema`]: JSON Schema checks of tool parameters and call arguments; LinkZone
 //!   `ai.tool` parameter lists → JSON Schema.
 //! - [`registry`]: which plugin owns which tool.
-//! - [`supervisor`]: spawn, handshake, watch, restart and stop plugin processes;
-//!   the session of each plugin and its calls in flight.
+//! - [`supervisor`]: spawn, handshake, heartbeat, restart (policy, crash budget),
+//!   drain, reload and stop plugin processes; the session of each plugin and its
+//!   calls in flight; the reaper that cleans up if the broker is killed.
 //! - [`grpc`]: thin service implementations (`PluginHost`, `Admin`).
 //! - [`server`]: `hearth run` — listeners, admin token, discovery, graceful stop.
+//! - [`watch`]: `hearth run --watch` — reload plugins whose files change.
 //! - [`cli`]: the `hearth` command line and its client side.
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
@@ -25,3 +27,4 @@ pub mod registry;
 pub mod schema;
 pub mod server;
 pub mod supervisor;
+pub mod watch;

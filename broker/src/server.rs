@@ -180,6 +180,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         let _ = supervisor.load(dir);
     }
     tracing::info!("broker ready: {} plugin dir(s) found", dirs.len());
+    let _watcher = if opts.watch {
+        Some(crate::watch::spawn(supervisor.clone(), &roots).context("--watch")?)
+    } else {
+        None
+    };
 
     stop_signal().await;
     supervisor.shutdown().await;

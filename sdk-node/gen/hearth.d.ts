@@ -758,6 +758,14 @@ export namespace hearth {
             public listPlugins(request: hearth.v1.IListPluginsRequest): Promise<hearth.v1.ListPluginsResponse>;
             public restartPlugin(request: hearth.v1.IRestartPluginRequest, callback: hearth.v1.Admin.RestartPluginCallback): void;
             public restartPlugin(request: hearth.v1.IRestartPluginRequest): Promise<hearth.v1.RestartPluginResponse>;
+            public loadPlugin(request: hearth.v1.ILoadPluginRequest, callback: hearth.v1.Admin.LoadPluginCallback): void;
+            public loadPlugin(request: hearth.v1.ILoadPluginRequest): Promise<hearth.v1.LoadPluginResponse>;
+            public unloadPlugin(request: hearth.v1.IUnloadPluginRequest, callback: hearth.v1.Admin.UnloadPluginCallback): void;
+            public unloadPlugin(request: hearth.v1.IUnloadPluginRequest): Promise<hearth.v1.UnloadPluginResponse>;
+            public reloadPlugin(request: hearth.v1.IReloadPluginRequest, callback: hearth.v1.Admin.ReloadPluginCallback): void;
+            public reloadPlugin(request: hearth.v1.IReloadPluginRequest): Promise<hearth.v1.ReloadPluginResponse>;
+            public pluginLogs(request: hearth.v1.IPluginLogsRequest, callback: hearth.v1.Admin.PluginLogsCallback): void;
+            public pluginLogs(request: hearth.v1.IPluginLogsRequest): Promise<hearth.v1.LogLine>;
             public listTools(request: hearth.v1.IListToolsRequest, callback: hearth.v1.Admin.ListToolsCallback): void;
             public listTools(request: hearth.v1.IListToolsRequest): Promise<hearth.v1.ListToolsResponse>;
             public callTool(request: hearth.v1.ICallToolRequest, callback: hearth.v1.Admin.CallToolCallback): void;
@@ -769,6 +777,14 @@ export namespace hearth {
             type ListPluginsCallback = (error: (Error|null), response?: hearth.v1.ListPluginsResponse) => void;
 
             type RestartPluginCallback = (error: (Error|null), response?: hearth.v1.RestartPluginResponse) => void;
+
+            type LoadPluginCallback = (error: (Error|null), response?: hearth.v1.LoadPluginResponse) => void;
+
+            type UnloadPluginCallback = (error: (Error|null), response?: hearth.v1.UnloadPluginResponse) => void;
+
+            type ReloadPluginCallback = (error: (Error|null), response?: hearth.v1.ReloadPluginResponse) => void;
+
+            type PluginLogsCallback = (error: (Error|null), response?: hearth.v1.LogLine) => void;
 
             type ListToolsCallback = (error: (Error|null), response?: hearth.v1.ListToolsResponse) => void;
 
@@ -870,6 +886,120 @@ export namespace hearth {
             public static create(properties?: hearth.v1.IRestartPluginResponse): hearth.v1.RestartPluginResponse;
             public static encode(message: hearth.v1.IRestartPluginResponse, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.RestartPluginResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface ILoadPluginRequest {
+            path?: (string|null);
+        }
+
+        class LoadPluginRequest implements ILoadPluginRequest {
+            constructor(properties?: hearth.v1.ILoadPluginRequest);
+            public path: string;
+            public static create(properties?: hearth.v1.ILoadPluginRequest): hearth.v1.LoadPluginRequest;
+            public static encode(message: hearth.v1.ILoadPluginRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.LoadPluginRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface ILoadPluginResponse {
+            plugin?: (hearth.v1.IPluginStatus|null);
+        }
+
+        class LoadPluginResponse implements ILoadPluginResponse {
+            constructor(properties?: hearth.v1.ILoadPluginResponse);
+            public plugin?: (hearth.v1.IPluginStatus|null);
+            public static create(properties?: hearth.v1.ILoadPluginResponse): hearth.v1.LoadPluginResponse;
+            public static encode(message: hearth.v1.ILoadPluginResponse, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.LoadPluginResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IUnloadPluginRequest {
+            name?: (string|null);
+        }
+
+        class UnloadPluginRequest implements IUnloadPluginRequest {
+            constructor(properties?: hearth.v1.IUnloadPluginRequest);
+            public name: string;
+            public static create(properties?: hearth.v1.IUnloadPluginRequest): hearth.v1.UnloadPluginRequest;
+            public static encode(message: hearth.v1.IUnloadPluginRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.UnloadPluginRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IUnloadPluginResponse {
+            plugin?: (hearth.v1.IPluginStatus|null);
+        }
+
+        class UnloadPluginResponse implements IUnloadPluginResponse {
+            constructor(properties?: hearth.v1.IUnloadPluginResponse);
+            public plugin?: (hearth.v1.IPluginStatus|null);
+            public static create(properties?: hearth.v1.IUnloadPluginResponse): hearth.v1.UnloadPluginResponse;
+            public static encode(message: hearth.v1.IUnloadPluginResponse, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.UnloadPluginResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IReloadPluginRequest {
+            name?: (string|null);
+        }
+
+        class ReloadPluginRequest implements IReloadPluginRequest {
+            constructor(properties?: hearth.v1.IReloadPluginRequest);
+            public name: string;
+            public static create(properties?: hearth.v1.IReloadPluginRequest): hearth.v1.ReloadPluginRequest;
+            public static encode(message: hearth.v1.IReloadPluginRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ReloadPluginRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IReloadPluginResponse {
+            plugin?: (hearth.v1.IPluginStatus|null);
+        }
+
+        class ReloadPluginResponse implements IReloadPluginResponse {
+            constructor(properties?: hearth.v1.IReloadPluginResponse);
+            public plugin?: (hearth.v1.IPluginStatus|null);
+            public static create(properties?: hearth.v1.IReloadPluginResponse): hearth.v1.ReloadPluginResponse;
+            public static encode(message: hearth.v1.IReloadPluginResponse, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ReloadPluginResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IPluginLogsRequest {
+            name?: (string|null);
+            tail?: (number|null);
+            follow?: (boolean|null);
+        }
+
+        class PluginLogsRequest implements IPluginLogsRequest {
+            constructor(properties?: hearth.v1.IPluginLogsRequest);
+            public name: string;
+            public tail: number;
+            public follow: boolean;
+            public static create(properties?: hearth.v1.IPluginLogsRequest): hearth.v1.PluginLogsRequest;
+            public static encode(message: hearth.v1.IPluginLogsRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginLogsRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface ILogLine {
+            plugin?: (string|null);
+            stream?: (string|null);
+            text?: (string|null);
+            unixMs?: (number|Long|null);
+        }
+
+        class LogLine implements ILogLine {
+            constructor(properties?: hearth.v1.ILogLine);
+            public plugin: string;
+            public stream: string;
+            public text: string;
+            public unixMs: (number|Long);
+            public static create(properties?: hearth.v1.ILogLine): hearth.v1.LogLine;
+            public static encode(message: hearth.v1.ILogLine, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.LogLine;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 

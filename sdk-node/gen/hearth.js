@@ -3848,6 +3848,26 @@ $root.hearth = (function() {
             }, "name", { value: "RestartPlugin" });
 
 
+            Object.defineProperty(Admin.prototype.loadPlugin = function loadPlugin(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, loadPlugin, $root.hearth.v1.LoadPluginRequest, $root.hearth.v1.LoadPluginResponse, request, callback);
+            }, "name", { value: "LoadPlugin" });
+
+
+            Object.defineProperty(Admin.prototype.unloadPlugin = function unloadPlugin(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, unloadPlugin, $root.hearth.v1.UnloadPluginRequest, $root.hearth.v1.UnloadPluginResponse, request, callback);
+            }, "name", { value: "UnloadPlugin" });
+
+
+            Object.defineProperty(Admin.prototype.reloadPlugin = function reloadPlugin(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, reloadPlugin, $root.hearth.v1.ReloadPluginRequest, $root.hearth.v1.ReloadPluginResponse, request, callback);
+            }, "name", { value: "ReloadPlugin" });
+
+
+            Object.defineProperty(Admin.prototype.pluginLogs = function pluginLogs(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, pluginLogs, $root.hearth.v1.PluginLogsRequest, $root.hearth.v1.LogLine, request, callback);
+            }, "name", { value: "PluginLogs" });
+
+
             Object.defineProperty(Admin.prototype.listTools = function listTools(request, callback) {
                 return $protobuf.rpc.Service.prototype.rpcCall.call(this, listTools, $root.hearth.v1.ListToolsRequest, $root.hearth.v1.ListToolsResponse, request, callback);
             }, "name", { value: "ListTools" });
@@ -4340,6 +4360,657 @@ $root.hearth = (function() {
             };
 
             return RestartPluginResponse;
+        })();
+
+        v1.LoadPluginRequest = (function() {
+
+            function LoadPluginRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            LoadPluginRequest.prototype.path = "";
+
+            LoadPluginRequest.create = function create(properties) {
+                return new LoadPluginRequest(properties);
+            };
+
+            LoadPluginRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.path != null && Object.hasOwnProperty.call(message, "path"))
+                    writer.uint32(10).string(message.path);
+                return writer;
+            };
+
+            LoadPluginRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.LoadPluginRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.path = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            LoadPluginRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.LoadPluginRequest";
+            };
+
+            return LoadPluginRequest;
+        })();
+
+        v1.LoadPluginResponse = (function() {
+
+            function LoadPluginResponse(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            LoadPluginResponse.prototype.plugin = null;
+
+            LoadPluginResponse.create = function create(properties) {
+                return new LoadPluginResponse(properties);
+            };
+
+            LoadPluginResponse.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    $root.hearth.v1.PluginStatus.encode(message.plugin, writer.uint32(10).fork(), q + 1).ldelim();
+                return writer;
+            };
+
+            LoadPluginResponse.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.LoadPluginResponse();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.plugin = $root.hearth.v1.PluginStatus.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            LoadPluginResponse.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.LoadPluginResponse";
+            };
+
+            return LoadPluginResponse;
+        })();
+
+        v1.UnloadPluginRequest = (function() {
+
+            function UnloadPluginRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            UnloadPluginRequest.prototype.name = "";
+
+            UnloadPluginRequest.create = function create(properties) {
+                return new UnloadPluginRequest(properties);
+            };
+
+            UnloadPluginRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.name != null && Object.hasOwnProperty.call(message, "name"))
+                    writer.uint32(10).string(message.name);
+                return writer;
+            };
+
+            UnloadPluginRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.UnloadPluginRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.name = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            UnloadPluginRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.UnloadPluginRequest";
+            };
+
+            return UnloadPluginRequest;
+        })();
+
+        v1.UnloadPluginResponse = (function() {
+
+            function UnloadPluginResponse(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            UnloadPluginResponse.prototype.plugin = null;
+
+            UnloadPluginResponse.create = function create(properties) {
+                return new UnloadPluginResponse(properties);
+            };
+
+            UnloadPluginResponse.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    $root.hearth.v1.PluginStatus.encode(message.plugin, writer.uint32(10).fork(), q + 1).ldelim();
+                return writer;
+            };
+
+            UnloadPluginResponse.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.UnloadPluginResponse();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.plugin = $root.hearth.v1.PluginStatus.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            UnloadPluginResponse.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.UnloadPluginResponse";
+            };
+
+            return UnloadPluginResponse;
+        })();
+
+        v1.ReloadPluginRequest = (function() {
+
+            function ReloadPluginRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ReloadPluginRequest.prototype.name = "";
+
+            ReloadPluginRequest.create = function create(properties) {
+                return new ReloadPluginRequest(properties);
+            };
+
+            ReloadPluginRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.name != null && Object.hasOwnProperty.call(message, "name"))
+                    writer.uint32(10).string(message.name);
+                return writer;
+            };
+
+            ReloadPluginRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ReloadPluginRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.name = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ReloadPluginRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ReloadPluginRequest";
+            };
+
+            return ReloadPluginRequest;
+        })();
+
+        v1.ReloadPluginResponse = (function() {
+
+            function ReloadPluginResponse(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ReloadPluginResponse.prototype.plugin = null;
+
+            ReloadPluginResponse.create = function create(properties) {
+                return new ReloadPluginResponse(properties);
+            };
+
+            ReloadPluginResponse.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    $root.hearth.v1.PluginStatus.encode(message.plugin, writer.uint32(10).fork(), q + 1).ldelim();
+                return writer;
+            };
+
+            ReloadPluginResponse.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ReloadPluginResponse();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.plugin = $root.hearth.v1.PluginStatus.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ReloadPluginResponse.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ReloadPluginResponse";
+            };
+
+            return ReloadPluginResponse;
+        })();
+
+        v1.PluginLogsRequest = (function() {
+
+            function PluginLogsRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            PluginLogsRequest.prototype.name = "";
+            PluginLogsRequest.prototype.tail = 0;
+            PluginLogsRequest.prototype.follow = false;
+
+            PluginLogsRequest.create = function create(properties) {
+                return new PluginLogsRequest(properties);
+            };
+
+            PluginLogsRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.name != null && Object.hasOwnProperty.call(message, "name"))
+                    writer.uint32(10).string(message.name);
+                if (message.tail != null && Object.hasOwnProperty.call(message, "tail"))
+                    writer.uint32(16).uint32(message.tail);
+                if (message.follow != null && Object.hasOwnProperty.call(message, "follow"))
+                    writer.uint32(24).bool(message.follow);
+                return writer;
+            };
+
+            PluginLogsRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.PluginLogsRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.name = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.tail = reader.uint32();
+                            break;
+                        }
+                    case 3: {
+                            message.follow = reader.bool();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            PluginLogsRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.PluginLogsRequest";
+            };
+
+            return PluginLogsRequest;
+        })();
+
+        v1.LogLine = (function() {
+
+            function LogLine(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            LogLine.prototype.plugin = "";
+            LogLine.prototype.stream = "";
+            LogLine.prototype.text = "";
+            LogLine.prototype.unixMs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+
+            LogLine.create = function create(properties) {
+                return new LogLine(properties);
+            };
+
+            LogLine.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    writer.uint32(10).string(message.plugin);
+                if (message.stream != null && Object.hasOwnProperty.call(message, "stream"))
+                    writer.uint32(18).string(message.stream);
+                if (message.text != null && Object.hasOwnProperty.call(message, "text"))
+                    writer.uint32(26).string(message.text);
+                if (message.unixMs != null && Object.hasOwnProperty.call(message, "unixMs"))
+                    writer.uint32(32).uint64(message.unixMs);
+                return writer;
+            };
+
+            LogLine.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.LogLine();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.plugin = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.stream = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.text = reader.string();
+                            break;
+                        }
+                    case 4: {
+                            message.unixMs = reader.uint64();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            LogLine.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.LogLine";
+            };
+
+            return LogLine;
         })();
 
         v1.ListToolsRequest = (function() {

@@ -12,6 +12,10 @@ export declare const PluginHostService: {
 export declare const AdminService: {
   listPlugins: MethodDefinition<hearth.v1.IListPluginsRequest, hearth.v1.IListPluginsResponse> & { originalName: string };
   restartPlugin: MethodDefinition<hearth.v1.IRestartPluginRequest, hearth.v1.IRestartPluginResponse> & { originalName: string };
+  loadPlugin: MethodDefinition<hearth.v1.ILoadPluginRequest, hearth.v1.ILoadPluginResponse> & { originalName: string };
+  unloadPlugin: MethodDefinition<hearth.v1.IUnloadPluginRequest, hearth.v1.IUnloadPluginResponse> & { originalName: string };
+  reloadPlugin: MethodDefinition<hearth.v1.IReloadPluginRequest, hearth.v1.IReloadPluginResponse> & { originalName: string };
+  pluginLogs: MethodDefinition<hearth.v1.IPluginLogsRequest, hearth.v1.ILogLine> & { originalName: string };
   listTools: MethodDefinition<hearth.v1.IListToolsRequest, hearth.v1.IListToolsResponse> & { originalName: string };
   callTool: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.ICallToolResponse> & { originalName: string };
 };

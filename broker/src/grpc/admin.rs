@@ -4,8 +4,11 @@ use std::time::{Duration, Instant};
 use hearth_proto::v1::admin_server::Admin;
 use hearth_proto::v1::{
     CallToolRequest, CallToolResponse, ListPluginsRequest, ListPluginsResponse, ListToolsRequest,
-    ListToolsResponse, PluginStatus, RestartPluginRequest, RestartPluginResponse, Sender, ToolInfo,
+    ListToolsResponse, LoadPluginRequest, LoadPluginResponse, LogLine, PluginLogsRequest,
+    PluginStatus, ReloadPluginRequest, ReloadPluginResponse, RestartPluginRequest,
+    RestartPluginResponse, Sender, ToolInfo, UnloadPluginRequest, UnloadPluginResponse,
 };
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::error::CallError;
@@ -63,8 +66,115 @@ fn to_wire(s: PluginSnapshot) -> PluginStatus {
     }
 }
 
+fn log_line(plugin: &str, l: crate::supervisor::process::LogLine) -> LogLine {
+    LogLine {
+        plugin: plugin.to_string(),
+        stream: l.stream.into(),
+        text: l.text,
+        unix_ms: l
+            .at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+    }
+}
+
 #[tonic::async_trait]
 impl Admin for AdminService {
+    type PluginLogsStream = ReceiverStream<Result<LogLine, Status>>;
+
+    async fn load_plugin(
+        &self,
+        request: Request<LoadPluginRequest>,
+    ) -> Result<Response<LoadPluginResponse>, Status> {
+        self.authorize(&request)?;
+        let path = std::path::PathBuf::from(&request.get_ref().path);
+        if !path.is_dir() {
+            return Err(Status::failed_precondition(format!(
+                "{}: not a plugin directory",
+                path.display()
+            )));
+        }
+        let snapshot = self.supervisor.load_and_wait(&path).await?;
+        Ok(Response::new(LoadPluginResponse {
+            plugin: Some(to_wire(snapshot)),
+        }))
+    }
+
+    async fn unload_plugin(
+        &self,
+        request: Request<UnloadPluginRequest>,
+    ) -> Result<Response<UnloadPluginResponse>, Status> {
+        self.authorize(&request)?;
+        let snapshot = self.supervisor.unload(&request.get_ref().name).await?;
+        Ok(Response::new(UnloadPluginResponse {
+            plugin: Some(to_wire(snapshot)),
+        }))
+    }
+
+    async fn reload_plugin(
+        &self,
+        request: Request<ReloadPluginRequest>,
+    ) -> Result<Response<ReloadPluginResponse>, Status> {
+        self.authorize(&request)?;
+        let snapshot = self.supervisor.reload(&request.get_ref().name).await?;
+        Ok(Response::new(ReloadPluginResponse {
+            plugin: Some(to_wire(snapshot)),
+        }))
+    }
+
+    async fn plugin_logs(
+        &self,
+        request: Request<PluginLogsRequest>,
+    ) -> Result<Response<Self::PluginLogsStream>, Status> {
+        self.authorize(&request)?;
+        let req = request.into_inner();
+        let plugin = self
+            .supervisor
+            .plugin(&req.name)
+            .ok_or_else(|| crate::error::PluginError::Unknown(req.name.clone()))?;
+        let n = if req.tail == 0 {
+            usize::MAX
+        } else {
+            req.tail as usize
+        };
+        let (tail, mut feed) = plugin.logs().follow(n);
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        let name = req.name;
+        tokio::spawn(async move {
+            for l in tail {
+                if tx.send(Ok(log_line(&name, l))).await.is_err() {
+                    return;
+                }
+            }
+            if !req.follow {
+                return;
+            }
+            drop(plugin);
+            loop {
+                let next = tokio::select! {
+                    next = feed.recv() => next,
+                    _ = tx.closed() => return,
+                };
+                let line = match next {
+                    Ok(l) => log_line(&name, l),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => LogLine {
+                        plugin: name.clone(),
+                        stream: "broker".into(),
+                        text: format!("…[{n} lines skipped: the reader fell behind]"),
+                        unix_ms: 0,
+                    },
+                    // The plugin was unloaded.
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if tx.send(Ok(line)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
     async fn list_plugins(
         &self,
         request: Request<ListPluginsRequest>,

@@ -137,6 +137,11 @@ impl Supervisor {
             .cloned()
     }
 
+    /// Every loaded plugin, in load order.
+    pub fn plugins(&self) -> Vec<Arc<Plugin>> {
+        self.plugins.read().unwrap().clone()
+    }
+
     fn existing(&self, name: &str) -> Result<Arc<Plugin>, PluginError> {
         self.plugin(name)
             .ok_or_else(|| PluginError::Unknown(name.into()))

@@ -142,29 +142,73 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// The last [`KEPT_LINES`] output lines of a plugin, both streams.
-#[derive(Debug, Default)]
+/// One captured output line.
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    /// `stdout` or `stderr`.
+    pub stream: &'static str,
+    /// The line, capped and with invalid UTF-8 replaced.
+    pub text: String,
+    /// When it was read.
+    pub at: std::time::SystemTime,
+}
+
+/// The last [`KEPT_LINES`] output lines of a plugin (both streams, across its
+/// restarts), and a feed of new lines for followers.
+#[derive(Debug)]
 pub struct LogRing {
-    lines: Mutex<VecDeque<String>>,
+    lines: Mutex<VecDeque<LogLine>>,
+    feed: tokio::sync::broadcast::Sender<LogLine>,
+}
+
+impl Default for LogRing {
+    fn default() -> Self {
+        LogRing {
+            lines: Mutex::new(VecDeque::new()),
+            feed: tokio::sync::broadcast::Sender::new(256),
+        }
+    }
 }
 
 impl LogRing {
-    fn push(&self, line: String) {
+    fn push(&self, line: LogLine) {
         let mut lines = self.lines.lock().unwrap();
         if lines.len() == KEPT_LINES {
             lines.pop_front();
         }
-        lines.push_back(line);
+        lines.push_back(line.clone());
+        // No followers is fine.
+        let _ = self.feed.send(line);
+    }
+
+    /// The last `n` lines as `[stream] text`, oldest first.
+    pub fn tail(&self, n: usize) -> Vec<String> {
+        self.tail_lines(n)
+            .into_iter()
+            .map(|l| format!("[{}] {}", l.stream, l.text))
+            .collect()
     }
 
     /// The last `n` lines, oldest first.
-    pub fn tail(&self, n: usize) -> Vec<String> {
+    pub fn tail_lines(&self, n: usize) -> Vec<LogLine> {
         let lines = self.lines.lock().unwrap();
         lines
             .iter()
             .skip(lines.len().saturating_sub(n))
             .cloned()
             .collect()
+    }
+
+    /// The last `n` lines and a receiver of every later line, with no gap between.
+    pub fn follow(&self, n: usize) -> (Vec<LogLine>, tokio::sync::broadcast::Receiver<LogLine>) {
+        let lines = self.lines.lock().unwrap();
+        let rx = self.feed.subscribe();
+        let tail = lines
+            .iter()
+            .skip(lines.len().saturating_sub(n))
+            .cloned()
+            .collect();
+        (tail, rx)
     }
 }
 
@@ -188,7 +232,11 @@ pub async fn capture<R: AsyncRead + Unpin>(
             text.push_str(&format!("…[cut {} bytes]", *dropped));
         }
         tracing::info!(target: "hearth::plugin", plugin = %plugin, stream, "{text}");
-        ring.push(format!("[{stream}] {text}"));
+        ring.push(LogLine {
+            stream,
+            text,
+            at: std::time::SystemTime::now(),
+        });
         line.clear();
         *dropped = 0;
     };

@@ -78,6 +78,64 @@ class RestartPluginResponse(_message.Message):
     plugin: PluginStatus
     def __init__(self, plugin: _Optional[_Union[PluginStatus, _Mapping]] = ...) -> None: ...
 
+class LoadPluginRequest(_message.Message):
+    __slots__ = ("path",)
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    def __init__(self, path: _Optional[str] = ...) -> None: ...
+
+class LoadPluginResponse(_message.Message):
+    __slots__ = ("plugin",)
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    plugin: PluginStatus
+    def __init__(self, plugin: _Optional[_Union[PluginStatus, _Mapping]] = ...) -> None: ...
+
+class UnloadPluginRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class UnloadPluginResponse(_message.Message):
+    __slots__ = ("plugin",)
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    plugin: PluginStatus
+    def __init__(self, plugin: _Optional[_Union[PluginStatus, _Mapping]] = ...) -> None: ...
+
+class ReloadPluginRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ReloadPluginResponse(_message.Message):
+    __slots__ = ("plugin",)
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    plugin: PluginStatus
+    def __init__(self, plugin: _Optional[_Union[PluginStatus, _Mapping]] = ...) -> None: ...
+
+class PluginLogsRequest(_message.Message):
+    __slots__ = ("name", "tail", "follow")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tail: int
+    follow: bool
+    def __init__(self, name: _Optional[str] = ..., tail: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("plugin", "stream", "text", "unix_ms")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    stream: str
+    text: str
+    unix_ms: int
+    def __init__(self, plugin: _Optional[str] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., unix_ms: _Optional[int] = ...) -> None: ...
+
 class ListToolsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

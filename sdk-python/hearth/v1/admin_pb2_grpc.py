@@ -45,6 +45,26 @@ class AdminStub:
                 request_serializer=hearth_dot_v1_dot_admin__pb2.RestartPluginRequest.SerializeToString,
                 response_deserializer=hearth_dot_v1_dot_admin__pb2.RestartPluginResponse.FromString,
                 _registered_method=True)
+        self.LoadPlugin = channel.unary_unary(
+                '/hearth.v1.Admin/LoadPlugin',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.LoadPluginRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.LoadPluginResponse.FromString,
+                _registered_method=True)
+        self.UnloadPlugin = channel.unary_unary(
+                '/hearth.v1.Admin/UnloadPlugin',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.UnloadPluginRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.UnloadPluginResponse.FromString,
+                _registered_method=True)
+        self.ReloadPlugin = channel.unary_unary(
+                '/hearth.v1.Admin/ReloadPlugin',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginResponse.FromString,
+                _registered_method=True)
+        self.PluginLogs = channel.unary_stream(
+                '/hearth.v1.Admin/PluginLogs',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.PluginLogsRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.LogLine.FromString,
+                _registered_method=True)
         self.ListTools = channel.unary_unary(
                 '/hearth.v1.Admin/ListTools',
                 request_serializer=hearth_dot_v1_dot_admin__pb2.ListToolsRequest.SerializeToString,
@@ -68,7 +88,40 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RestartPlugin(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Restarts a plugin (calls in flight drain first; revives a failed plugin) and
+        answers once it registered again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadPlugin(self, request, context):
+        """Loads the plugin directory `path` while the broker runs; answers once it
+        registered. A bad directory is FAILED_PRECONDITION naming what is wrong.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadPlugin(self, request, context):
+        """Stops a plugin (draining calls in flight) and forgets it and its tools.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReloadPlugin(self, request, context):
+        """Re-reads a plugin's directory and restarts it with the new code, same name;
+        calls in flight finish on the old process first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PluginLogs(self, request, context):
+        """The last lines a plugin printed (stdout and stderr), then, with `follow`, new
+        lines as they come until the client goes away or the plugin is unloaded.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -100,6 +153,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RestartPlugin,
                     request_deserializer=hearth_dot_v1_dot_admin__pb2.RestartPluginRequest.FromString,
                     response_serializer=hearth_dot_v1_dot_admin__pb2.RestartPluginResponse.SerializeToString,
+            ),
+            'LoadPlugin': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadPlugin,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.LoadPluginRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.LoadPluginResponse.SerializeToString,
+            ),
+            'UnloadPlugin': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadPlugin,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.UnloadPluginRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.UnloadPluginResponse.SerializeToString,
+            ),
+            'ReloadPlugin': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReloadPlugin,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginResponse.SerializeToString,
+            ),
+            'PluginLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.PluginLogs,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.PluginLogsRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.LogLine.SerializeToString,
             ),
             'ListTools': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTools,
@@ -167,6 +240,114 @@ class Admin:
             '/hearth.v1.Admin/RestartPlugin',
             hearth_dot_v1_dot_admin__pb2.RestartPluginRequest.SerializeToString,
             hearth_dot_v1_dot_admin__pb2.RestartPluginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadPlugin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/LoadPlugin',
+            hearth_dot_v1_dot_admin__pb2.LoadPluginRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.LoadPluginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadPlugin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/UnloadPlugin',
+            hearth_dot_v1_dot_admin__pb2.UnloadPluginRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.UnloadPluginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReloadPlugin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/ReloadPlugin',
+            hearth_dot_v1_dot_admin__pb2.ReloadPluginRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.ReloadPluginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PluginLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/hearth.v1.Admin/PluginLogs',
+            hearth_dot_v1_dot_admin__pb2.PluginLogsRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.LogLine.FromString,
             options,
             channel_credentials,
             insecure,
