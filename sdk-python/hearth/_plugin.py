@@ -231,6 +231,19 @@ class Plugin:
     #: `metadata` is used when the class has none.
     metadata: Optional[dict] = None
 
+    # Test hooks for fault injection (tests/plugins/stress.py); real plugins leave them
+    # alone, and when they are None the session does exactly what it always does.
+
+    #: Protocol version sent in Hello instead of the SDK's own, e.g. "99.0.0" to make the
+    #: broker answer Rejected (the plugin then exits 3).
+    hearth_protocol_version: Optional[str] = None
+
+    #: Called with no arguments (sync or async) once Hello has been written to the stream,
+    #: before Register is sent. Returning None goes on to register; returning an int ends
+    #: the session with that exit code (Register is never sent); never returning leaves
+    #: the plugin unregistered. Nothing is read from the broker while it runs.
+    hearth_after_hello: Optional[Callable[[], Any]] = None
+
     def __init__(self, name: Optional[str] = None, *, version: str = "",
                  description: str = "", author: str = "") -> None:
         self._hearth_name = name

@@ -37,7 +37,13 @@ from .v1 import plugin_pb2_grpc as pb_grpc
 PROTOCOL_VERSION = "1.0.0"
 SDK_NAME = "hearth-sdk-python"
 FEATURES = ("cancel", "progress")
+#: Largest gRPC message either way (the broker's limit too, hearth_proto::MAX_MESSAGE_BYTES).
+#: A tool result over it is replaced by an error result instead of failing the stream.
 MAX_MESSAGE = 64 * 1024 * 1024
+_MIB = 1024 * 1024
+# Bytes a ToolResult message adds around its strings: field tags, length varints, call_id,
+# the PluginMessage wrapper (generous).
+_RESULT_OVERHEAD = 64
 
 EXIT_OK = 0
 EXIT_STREAM_ERROR = 1
@@ -191,6 +197,37 @@ def register_message(a: Assembled) -> pb.Register:
     return reg
 
 
+def _utf8_len(text: str) -> int:
+    """Bytes of `text` as UTF-8 (no copy for ASCII text)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def result_message(call_id: int, tool: str, outcome: Outcome) -> pb.PluginMessage:
+    """The ToolResult message of an outcome, or an error result when it cannot be sent.
+
+    A result over MAX_MESSAGE would fail the whole stream (grpc refuses to send it), and
+    text that is not valid UTF-8 (lone surrogates) cannot be encoded: both become error
+    results naming the tool, so the plugin keeps serving.
+    """
+    content, data_json, error = outcome.content, outcome.data_json, outcome.error
+    # Cheap bound first: a str of n code points is at most 4n bytes of UTF-8.
+    if (len(content) + len(data_json) + len(error)) * 4 + _RESULT_OVERHEAD > MAX_MESSAGE:
+        size = _utf8_len(content) + _utf8_len(data_json) + _utf8_len(error)
+        if size + _RESULT_OVERHEAD > MAX_MESSAGE:
+            err = (f"tool {tool}: result is {size} bytes, over the {MAX_MESSAGE // _MIB} MiB "
+                   "message limit")
+            log(f"call {call_id}: {err}; sent an error result instead")
+            return pb.PluginMessage(tool_result=pb.ToolResult(call_id=call_id, success=False, error=err))
+    try:
+        return pb.PluginMessage(tool_result=pb.ToolResult(
+            call_id=call_id, success=outcome.success, content=content, data_json=data_json,
+            error=error))
+    except (ValueError, TypeError) as e:  # UnicodeEncodeError: lone surrogates
+        err = f"tool {tool}: result cannot be sent: {type(e).__name__}: {e}"
+        log(f"call {call_id}: {err}")
+        return pb.PluginMessage(tool_result=pb.ToolResult(call_id=call_id, success=False, error=err))
+
+
 def _sender(msg: pb.Sender, **extra: Any) -> Sender:
     return Sender(user_id=msg.user_id, group_id=msg.group_id, channel=msg.channel,
                   session_id=msg.session_id, **extra)
@@ -232,6 +269,19 @@ class Session:
             msg = await self.out.get()
             if msg is None:
                 return
+            yield msg
+
+    async def _requests_marking_hello(self, hello_sent: asyncio.Event):
+        """`_requests`, setting `hello_sent` once grpc has written the first message (Hello).
+
+        grpc.aio pulls the next request only after the previous write completed.
+        """
+        first = await self.out.get()
+        if first is None:
+            return
+        yield first
+        hello_sent.set()
+        async for msg in self._requests():
             yield msg
 
     # ---------------------------------------------------------------- calls
@@ -276,9 +326,7 @@ class Session:
         if inv.call_id in self.cancelled:
             self.cancelled.discard(inv.call_id)
             return
-        self.send(pb.PluginMessage(tool_result=pb.ToolResult(
-            call_id=inv.call_id, success=outcome.success, content=outcome.content,
-            data_json=outcome.data_json, error=outcome.error)))
+        self.send(result_message(inv.call_id, inv.tool, outcome))
 
     async def _run_event(self, ev: pb.HandleEvent) -> None:
         key = ("event", ev.call_id)
@@ -349,19 +397,51 @@ class Session:
         options += [("grpc.max_send_message_length", MAX_MESSAGE),
                     ("grpc.max_receive_message_length", MAX_MESSAGE)]
         register = register_message(self.a)  # ValueError here names the field
+        size = register.ByteSize()
+        if size > MAX_MESSAGE - _RESULT_OVERHEAD:
+            raise ValueError(f"the registration is {size} bytes, over the {MAX_MESSAGE // _MIB} MiB "
+                             "message limit")
+        # Test hooks (Plugin.hearth_protocol_version / hearth_after_hello), None normally.
+        version = getattr(self.a.plugin, "hearth_protocol_version", None) or PROTOCOL_VERSION
+        after_hello = getattr(self.a.plugin, "hearth_after_hello", None)
         channel = grpc.aio.insecure_channel(target, options=options)
         try:
             stub = pb_grpc.PluginHostStub(channel)
+            metadata = (("x-hearth-token", token),)
             self.send(pb.PluginMessage(hello=pb.Hello(
-                protocol_version=PROTOCOL_VERSION, sdk=SDK_NAME, sdk_version=__version__,
+                protocol_version=version, sdk=SDK_NAME, sdk_version=__version__,
                 features=list(FEATURES), pid=os.getpid())))
-            self.send(pb.PluginMessage(register=register))
-            call = stub.Attach(self._requests(), metadata=(("x-hearth-token", token),))
+            if after_hello is None:
+                self.send(pb.PluginMessage(register=register))
+                call = stub.Attach(self._requests(), metadata=metadata)
+            else:
+                hello_sent = asyncio.Event()
+                call = stub.Attach(self._requests_marking_hello(hello_sent), metadata=metadata)
+                code = await self._after_hello(after_hello, hello_sent)
+                if code is not None:
+                    return code
+                self.send(pb.PluginMessage(register=register))
             return await self._read_loop(call)
         finally:
             self._cancel_all()
             self.out.put_nowait(None)
             await channel.close(grace=0.2)
+
+    async def _after_hello(self, hook: Callable[[], Any], hello_sent: asyncio.Event) -> Optional[int]:
+        """Run the `hearth_after_hello` test hook once Hello is written; an int it returns
+        ends the session with that exit code before Register is sent."""
+        try:
+            await asyncio.wait_for(hello_sent.wait(), 10.0)
+        except asyncio.TimeoutError:
+            log(f"plugin {self.name}: Hello not written within 10s; running hearth_after_hello anyway")
+        code = await call_handler(hook, _lifecycle=True)
+        if code is None:
+            return None
+        if isinstance(code, bool) or not isinstance(code, int):
+            raise ValueError(f"hearth_after_hello returned {code!r}; expected None or an exit code")
+        log(f"plugin {self.name}: hearth_after_hello ended the session before Register "
+            f"(exit code {code})")
+        return code
 
     async def _read_loop(self, call) -> int:
         registered = False
