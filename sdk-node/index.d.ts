@@ -134,6 +134,13 @@ export interface HomeAgentSdk {
   registerTool(name: string, def: ToolDef, handler: ToolHandler): Promise<void>;
   /** Withdraws a tool at run time. */
   unregisterTool(name: string): Promise<void>;
+  /**
+   * Registers a pipeline stage hook (HomeAgent `RegisterStage`); only inside start().
+   * Hooks of one plugin and stage run in registration order.
+   */
+  registerStage(stage: StageName | number, handler: StageHandler): void;
+  /** Like registerStage, but before/after_toolcall see only this plugin's own tools. */
+  registerStageOwnTools(stage: StageName | number, handler: StageHandler): void;
   /** Writes a line to the plugin's log (stderr), prefixed with the plugin name. */
   log(...args: unknown[]): void;
 }
@@ -162,6 +169,67 @@ export interface HomeAgentPlugin {
   start(sdk: HomeAgentSdk): void | Promise<void>;
   stop?(): void | Promise<void>;
 }
+
+/** HomeAgent stage names, in pipeline order. */
+export type StageName = 'on_input' | 'pre_action' | 'post_action' | 'before_toolcall' | 'after_toolcall' | 'before_output' | 'after_output';
+
+/** Stage name constants as the HomeAgent SDK names them. */
+export declare const Stage: {
+  readonly OnInput: 'on_input';
+  readonly PreAction: 'pre_action';
+  readonly PostAction: 'post_action';
+  readonly BeforeToolcall: 'before_toolcall';
+  readonly AfterToolcall: 'after_toolcall';
+  readonly BeforeOutput: 'before_output';
+  readonly AfterOutput: 'after_output';
+};
+
+/** A tool call as stage hooks see it; set `deny` in before_toolcall to refuse it. */
+export interface StageToolCall {
+  id: string;
+  name: string;
+  plugin: string;
+  arguments: any;
+  deny: boolean;
+  denyReason: string;
+}
+
+/** A tool result as stage hooks see it. */
+export interface StageToolResult {
+  callId: string;
+  name: string;
+  plugin: string;
+  success: boolean;
+  result: unknown;
+}
+
+/**
+ * HomeAgent StageContext. The broker keeps only the fields the stage may write (see the
+ * permission matrix); setting `response` short-circuits to after_output.
+ */
+export interface StageContext {
+  rawMessage: string;
+  userId: string;
+  groupId: string;
+  contextMsgs: Array<Record<string, unknown>>;
+  llmText: string;
+  reasoningContent: string;
+  tokenUsage: Record<string, number>;
+  toolCalls: StageToolCall[];
+  toolResults: StageToolResult[];
+  finalText: string;
+  response: string | null;
+  phase: StageName | '';
+  memory: Array<{ role: string; content: string; score: number }>;
+  noMemory: boolean;
+  extra: Record<string, unknown>;
+}
+
+/**
+ * A stage hook: change `ctx` in place (or return a new context object). A throw is
+ * reported to the broker, which logs it and continues without this hook's writes.
+ */
+export type StageHandler = (ctx: StageContext, info: { signal: AbortSignal; callId: string; stage: StageName; hookId: string }) => void | StageContext | Promise<void | StageContext>;
 
 /** Options of {@link serve}. */
 export interface ServeOptions {

@@ -9,6 +9,7 @@
  */
 
 const { Plugin } = require('./lib/plugin');
+const { Stage } = require('./lib/stages');
 
 /**
  * Serves a plugin (a class or an instance, either style) over the Hearth session
@@ -28,4 +29,4 @@ async function serve(plugin, opts = {}) {
   return code;
 }
 
-module.exports = { Plugin, serve };
+module.exports = { Plugin, Stage, serve };

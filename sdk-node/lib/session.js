@@ -16,6 +16,7 @@ const { hearth } = require('../gen/hearth');
 const { Plugin, pluginLabel } = require('./plugin');
 const spec = require('./spec');
 const results = require('./results');
+const stages = require('./stages');
 const { version: SDK_VERSION } = require('../package.json');
 
 const v1 = hearth.v1;
@@ -82,6 +83,8 @@ class Session {
     this.name = pluginLabel(instance, this.env.HEARTH_PLUGIN);
     /** @type {Map<string, ToolEntry>} */
     this.tools = new Map();
+    /** @type {Map<string, {wire: object, handler: Function}>} stage hooks by hook id */
+    this.stageHooks = new Map();
     /** @type {Map<string, AbortController>} in-flight calls and events by call id text */
     this.inflight = new Map();
     /** @type {Map<string, {resolve: Function, reject: Function, name: string, kind: string}>} */
@@ -178,6 +181,7 @@ class Session {
       await inst.start(this.sdk());
     }
     reg.tools = [...this.tools.values()].map((t) => t.wire);
+    reg.stages = [...this.stageHooks.values()].map((h) => h.wire);
     this.registerSent = true;
     this.send({ register: reg });
   }
@@ -191,6 +195,8 @@ class Session {
       pluginName: this.name,
       registerTool: (name, def, handler) => this.registerTool(name, def, handler),
       unregisterTool: (name) => this.unregisterTool(name),
+      registerStage: (stage, handler) => this.registerStage(stage, handler, false),
+      registerStageOwnTools: (stage, handler) => this.registerStage(stage, handler, true),
       log: (...args) => this.log(...args),
     };
   }
@@ -219,6 +225,21 @@ class Session {
     });
     p.catch((e) => this.log(e.message)); // awaited or not: never an unhandled rejection
     return p;
+  }
+
+  /**
+   * Adds a stage hook; only during start() (hooks travel in Register).
+   * @param {string | number} stage
+   * @param {Function} handler
+   * @param {boolean} ownToolsOnly
+   */
+  registerStage(stage, handler, ownToolsOnly) {
+    const num = stages.stageNumber(stage, this.name);
+    const what = `plugin ${this.name}: stage hook ${stages.STAGES[num - 1]}`;
+    if (typeof handler !== 'function') throw new spec.DeclarationError(`${what}: handler must be a function`);
+    if (this.registerSent) throw new spec.DeclarationError(`${what}: stage hooks can only be registered in start()`);
+    const hookId = `${stages.STAGES[num - 1]}#${this.stageHooks.size}`;
+    this.stageHooks.set(hookId, { wire: { stage: num, ownToolsOnly, hookId }, handler });
   }
 
   /**
@@ -286,6 +307,7 @@ class Session {
         break;
       case 'invokeTool': this.startCall(m.invokeTool); break;
       case 'handleEvent': this.startEvent(m.handleEvent); break;
+      case 'runStage': this.startStage(m.runStage); break;
       case 'cancel': this.cancel(m.cancel); break;
       case 'shutdown': this.shutdown(m.shutdown); break;
       case 'registered': this.onRegistered(m.registered); break;
@@ -424,6 +446,31 @@ class Session {
         if (this.inflight.get(key) !== ac || ac.signal.aborted) return;
         this.inflight.delete(key);
         this.send({ eventDone: { callId: ev.callId, error } });
+      });
+  }
+
+  /** @param {any} rs RunStage */
+  startStage(rs) {
+    const key = String(rs.callId);
+    const ac = new AbortController();
+    this.inflight.set(key, ac);
+    const hook = this.stageHooks.get(rs.hookId);
+    const wireCtx = rs.context || {};
+    Promise.resolve()
+      .then(() => {
+        if (!hook) throw new Error(`plugin ${this.name} has no stage hook ${rs.hookId}`);
+        const ctx = stages.fromWire(wireCtx);
+        return Promise.resolve(hook.handler(ctx, { signal: ac.signal, callId: key, stage: stages.STAGES[rs.stage - 1], hookId: rs.hookId }))
+          .then((ret) => stages.toWire(ret && typeof ret === 'object' ? ret : ctx));
+      })
+      .then((context) => ({ context, error: '' }), (e) => {
+        if (!ac.signal.aborted) this.log(`stage hook ${rs.hookId} (call ${key}) failed: ${results.errorText(e)}`);
+        return { context: wireCtx, error: results.errorText(e) };
+      })
+      .then((res) => {
+        if (this.inflight.get(key) !== ac || ac.signal.aborted) return;
+        this.inflight.delete(key);
+        this.send({ stageResult: { callId: rs.callId, ...res } });
       });
   }
 

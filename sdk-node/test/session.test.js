@@ -39,6 +39,9 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.equal(echo.aiTool, null);
     const fail = p.register.tools.find((t) => t.name === 'stress_fail');
     assert.deepEqual(JSON.parse(fail.parametersJson), { type: 'object', properties: {} }, 'missing parameters default to an empty object schema');
+    assert.deepEqual(p.register.stages.map((h) => [h.stage, h.ownToolsOnly, h.hookId]), [
+      [1, false, 'on_input#0'], [4, true, 'before_toolcall#1'], [6, false, 'before_output#2'],
+    ]);
     assert.equal(p.register.inject, null);
     assert.deepEqual(p.register.triggers, []);
   });
@@ -130,6 +133,40 @@ describe('session with a HomeAgent-style plugin', () => {
     const prog = await p.session.nextOf('progress');
     assert.deepEqual([String(prog.callId), prog.message, prog.fraction], ['4000', 'half way', 0.5]);
     assert.equal((await p.session.result(4000)).content, 'done');
+  });
+
+  it('runs stage hooks: context round trip, short-circuit response, deny, errors', async () => {
+    const Long = require('long');
+    p.session.send({ runStage: { callId: 6000, stage: 1, hookId: 'on_input#0', timeoutMs: 1000, context: {
+      rawMessage: '  hi  ', userId: 'blocked_user', groupId: 'g', phase: 1, tokenUsage: { prompt: Long.fromNumber(12) },
+      contextMsgsJson: '[{"role":"user","content":"hi"}]', extraJson: '{"seen":1,"k":"v"}', memory: [{ role: 'user', content: 'm', score: 0.5 }],
+    } } });
+    const r1 = await p.session.nextOf('stageResult');
+    assert.equal(String(r1.callId), '6000');
+    assert.equal(r1.error, '');
+    const c = r1.context;
+    assert.deepEqual([c.rawMessage, c.response, c.userId, c.phase], ['hi', '已被限制使用', 'blocked_user', 1]);
+    assert.deepEqual(JSON.parse(c.extraJson), { seen: 2, k: 'v' });
+    assert.deepEqual(JSON.parse(c.contextMsgsJson), [{ role: 'user', content: 'hi' }]);
+    assert.equal(Number(c.tokenUsage.prompt), 12);
+    assert.deepEqual([c.memory[0].content, c.memory[0].score], ['m', 0.5]);
+
+    p.session.send({ runStage: { callId: 6001, stage: 4, hookId: 'before_toolcall#1', context: { phase: 4, toolCalls: [
+      { id: 'a', name: 'stress_echo', plugin: 'stress', argumentsJson: '{"danger":true}' },
+      { id: 'b', name: 'stress_text', plugin: 'stress', argumentsJson: '{"text":"ok"}' },
+    ] } } });
+    const r2 = await p.session.nextOf('stageResult');
+    assert.deepEqual(r2.context.toolCalls.map((t) => [t.id, t.deny, t.denyReason, JSON.parse(t.argumentsJson)]), [
+      ['a', true, 'stress: stress_echo refuses danger', { danger: true }], ['b', false, '', { text: 'ok' }],
+    ]);
+    assert.equal(Object.prototype.hasOwnProperty.call(r2.context, 'response'), false, 'response stays unset');
+
+    p.session.send({ runStage: { callId: 6002, stage: 6, hookId: 'before_output#2', context: { finalText: 'x', phase: 6 } } });
+    const r3 = await p.session.nextOf('stageResult');
+    assert.equal(r3.error, 'RangeError: stage exploded');
+    assert.equal(r3.context.finalText, 'x');
+    p.session.send({ runStage: { callId: 6003, stage: 2, hookId: 'pre_action#9', context: {} } });
+    assert.match((await p.session.nextOf('stageResult')).error, /plugin stress has no stage hook pre_action#9/);
   });
 
   it('keeps working when the plugin floods stdout', async () => {

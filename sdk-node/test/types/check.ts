@@ -1,5 +1,5 @@
 // Compiled by test/unit.test.js with tsc --noEmit: the public types accept both styles.
-import { Plugin, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult } from 'hearth-sdk';
+import { Plugin, Stage, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult } from 'hearth-sdk';
 import { main } from 'hearth-sdk/runner';
 import { hearth } from 'hearth-sdk/gen/hearth';
 import { PluginHostService } from 'hearth-sdk/gen/services';
@@ -19,6 +19,8 @@ class Calc extends Plugin {
 const homeAgent = {
   name: () => 'ha',
   start(sdk: HomeAgentSdk) {
+    sdk.registerStage(Stage.OnInput, (ctx) => { if (ctx.userId === 'x') ctx.response = 'no'; });
+    sdk.registerStageOwnTools('before_toolcall', async (ctx, { hookId }) => { ctx.toolCalls[0].denyReason = hookId; return ctx; });
     void sdk.registerTool('ha_tool', { description: 'd', parameters: { type: 'object' } }, async (args, { signal }) => ({ ok: !signal.aborted, args }));
   },
   stop() {},
