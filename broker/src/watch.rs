@@ -1,6 +1,7 @@
 //! `hearth run --watch`: reload a plugin when files in its directory change.
 //!
-//! Events are debounced (300 ms) so an editor's save or a build's burst of writes is
+//! Only writes, creations, renames and removals count (not reads or metadata), and
+//! they are debounced (300 ms) so an editor's save or a build's burst of writes is
 //! one reload. Changes under `__pycache__`, `node_modules`, `target` and hidden
 //! directories, and editor swap/backup files, are ignored.
 
@@ -9,8 +10,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_mini::{new_debouncer, DebounceEventResult, Debouncer};
+use notify::event::{EventKind, ModifyKind};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
 use crate::supervisor::Supervisor;
 
@@ -38,33 +39,46 @@ fn ignored(path: &Path) -> bool {
         || name.ends_with(".tmp")
 }
 
+/// True for events that change a file's content or presence.
+fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Create(_) | EventKind::Remove(_) => true,
+        EventKind::Modify(m) => !matches!(m, ModifyKind::Metadata(_)),
+        _ => false,
+    }
+}
+
 /// Watches `roots` recursively and reloads the plugin whose directory holds each
-/// changed file. Keep the returned debouncer alive for as long as watching should go on.
-pub fn spawn(
-    supervisor: Arc<Supervisor>,
-    roots: &[PathBuf],
-) -> notify_debouncer_mini::notify::Result<Debouncer<RecommendedWatcher>> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<PathBuf>>();
-    let mut debouncer = new_debouncer(DEBOUNCE, move |events: DebounceEventResult| match events {
-        Ok(events) => {
-            let paths: Vec<PathBuf> = events.into_iter().map(|e| e.path).collect();
-            let _ = tx.send(paths);
-        }
-        Err(e) => tracing::warn!("--watch: {e}"),
-    })?;
+/// changed file. Keep the returned watcher alive for as long as watching should go on.
+pub fn spawn(supervisor: Arc<Supervisor>, roots: &[PathBuf]) -> notify::Result<RecommendedWatcher> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
+    let mut watcher =
+        notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
+            Ok(event) if is_change(&event.kind) => {
+                for path in event.paths.into_iter().filter(|p| !ignored(p)) {
+                    let _ = tx.send(path);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("--watch: {e}"),
+        })?;
     for root in roots {
         if root.is_dir() {
-            debouncer.watcher().watch(root, RecursiveMode::Recursive)?;
+            watcher.watch(root, RecursiveMode::Recursive)?;
             tracing::info!("--watch: watching {}", root.display());
         }
     }
     tokio::spawn(async move {
-        while let Some(paths) = rx.recv().await {
+        while let Some(first) = rx.recv().await {
+            // Debounce: collect until the tree has been quiet for DEBOUNCE.
+            let mut paths = vec![first];
+            while let Ok(Some(p)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {
+                paths.push(p);
+            }
             let plugins = supervisor.plugins();
             let mut changed = BTreeSet::new();
-            for path in paths.iter().filter(|p| !ignored(p)) {
-                let owner = plugins.iter().find(|p| path.starts_with(&p.spec().dir));
-                if let Some(p) = owner {
+            for path in &paths {
+                if let Some(p) = plugins.iter().find(|p| path.starts_with(&p.spec().dir)) {
                     changed.insert(p.name().to_string());
                 }
             }
@@ -77,7 +91,7 @@ pub fn spawn(
             }
         }
     });
-    Ok(debouncer)
+    Ok(watcher)
 }
 
 #[cfg(test)]

@@ -82,6 +82,32 @@ pub fn rust_fault(name: &str, faults: &str) -> PluginDir {
     }
 }
 
+/// A stress plugin (see `tests/plugins/STRESS.md`) in `lang` (`py`, `nd`, `rs`) named
+/// `name` (its tools are `<name>_echo`, `<name>_sleep`, …) with `HEARTH_FAULT=faults`;
+/// `extra` is merged into its manifest.
+pub fn stress(lang: &str, name: &str, faults: &str, extra: Value) -> PluginDir {
+    let mut manifest = match lang {
+        "py" => json!({"runtime": "python", "entry": repo().join("tests/plugins/stress.py")}),
+        "nd" => json!({"runtime": "node", "entry": repo().join("tests/plugins/stress.js")}),
+        "rs" => json!({"runtime": "exec", "entry": rust_binary("examples/stress")}),
+        other => panic!("unknown language {other}"),
+    };
+    manifest["name"] = json!(name);
+    manifest["env"] = json!({"HEARTH_FAULT": faults});
+    if let (Some(m), Some(extra)) = (manifest.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    PluginDir {
+        dir: name.into(),
+        manifest,
+    }
+}
+
+/// The three stress plugin languages.
+pub const LANGS: [&str; 3] = ["py", "nd", "rs"];
+
 /// An example plugin of `examples/plugins/<name>` (the Rust `hello` uses the built
 /// binary).
 pub fn example(name: &str) -> PluginDir {
@@ -123,15 +149,24 @@ impl Broker {
 
     /// Like [`Broker::start`] with extra `hearth run` arguments.
     pub async fn start_with(plugins: Vec<PluginDir>, args: &[&str]) -> Broker {
+        let names: Vec<String> = plugins
+            .iter()
+            .map(|p| p.manifest["name"].as_str().unwrap_or(&p.dir).to_string())
+            .collect();
+        let mut broker = Self::spawn(plugins, args).await;
+        for name in names {
+            broker.wait_ready(&name).await;
+        }
+        broker
+    }
+
+    /// Starts `hearth run` with `plugins` without waiting for them.
+    pub async fn spawn(plugins: Vec<PluginDir>, args: &[&str]) -> Broker {
         let root = tempfile::Builder::new()
             .prefix("hearth-it")
             .tempdir_in("/tmp")
             .unwrap();
         let plugin_root = root.path().join("plugins");
-        let names: Vec<String> = plugins
-            .iter()
-            .map(|p| p.manifest["name"].as_str().unwrap_or(&p.dir).to_string())
-            .collect();
         for p in &plugins {
             let dir = plugin_root.join(&p.dir);
             std::fs::create_dir_all(&dir).unwrap();
@@ -168,15 +203,77 @@ impl Broker {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let mut broker = Broker {
+        Broker {
             root,
             child: Some(child),
             admin,
-        };
-        for name in names {
-            broker.wait_ready(&name).await;
         }
-        broker
+    }
+
+    /// Writes a plugin directory under this broker's temp root (not loaded).
+    pub fn write_plugin(&self, p: &PluginDir) -> PathBuf {
+        let dir = self.root.path().join("extra").join(&p.dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("plugin.json"), p.manifest.to_string()).unwrap();
+        dir
+    }
+
+    /// The broker's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Polls `plugins list` until `check` holds for `name` (up to `within`); panics
+    /// with the broker log otherwise.
+    pub async fn wait_for(
+        &mut self,
+        name: &str,
+        within: Duration,
+        what: &str,
+        check: impl Fn(&PluginStatus) -> bool,
+    ) -> PluginStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(p) = self.plugins().await.into_iter().find(|p| p.name == name) {
+                if check(&p) {
+                    return p;
+                }
+                if started.elapsed() > within {
+                    panic!("plugin {name}: {what} not reached within {within:?}: {p:?}\nbroker log:\n{}", self.log());
+                }
+            } else if started.elapsed() > within {
+                panic!("plugin {name} not listed; broker log:\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Waits until `name` is in `state`.
+    pub async fn wait_state(
+        &mut self,
+        name: &str,
+        state: PluginState,
+        within: Duration,
+    ) -> PluginStatus {
+        self.wait_for(name, within, &format!("state {state:?}"), |p| {
+            p.state == state as i32
+        })
+        .await
+    }
+
+    /// Waits until the log contains `needle`; returns the log.
+    pub async fn wait_log(&self, needle: &str, within: Duration) -> String {
+        let started = Instant::now();
+        loop {
+            let log = self.log();
+            if log.contains(needle) {
+                return log;
+            }
+            if started.elapsed() > within {
+                panic!("`{needle}` not in the broker log within {within:?}:\n{log}");
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     /// A second admin client on the same connection (for concurrent calls).
@@ -240,6 +337,26 @@ impl Broker {
             .into_inner()
             .tools;
         tools.into_iter().map(|t| t.name).collect()
+    }
+
+    /// Calls `tool` with a timeout through the Admin service.
+    pub async fn call_timeout(
+        &mut self,
+        tool: &str,
+        args: Value,
+        timeout_ms: u32,
+    ) -> Result<CallToolResponse, tonic::Status> {
+        let req = self.admin.with_token(CallToolRequest {
+            name: tool.into(),
+            args_json: args.to_string(),
+            timeout_ms,
+            ..Default::default()
+        });
+        self.admin
+            .client()
+            .call_tool(req)
+            .await
+            .map(|r| r.into_inner())
     }
 
     /// Calls `tool` through the Admin service.
@@ -341,4 +458,15 @@ pub fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// VmRSS of `pid` in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

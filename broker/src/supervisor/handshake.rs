@@ -192,6 +192,16 @@ impl Supervisor {
         if !session.send(registered).await {
             return;
         }
+        {
+            let mut s = plugin.status.lock().unwrap();
+            if s.generation != generation {
+                return;
+            }
+            s.state = hearth_proto::v1::PluginState::Ready;
+            s.reason = String::new();
+            s.ready_at = Some(std::time::Instant::now());
+            s.startup = s.spawned_at.map(|t| t.elapsed());
+        }
         plugin.session.send_replace(Some(session.clone()));
         let _ = plugin.control.send(Control::Ready(generation));
         tracing::info!(plugin = %name, sdk = %hello.sdk, tools = reg.accepted.len(), "registered");

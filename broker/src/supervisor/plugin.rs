@@ -304,7 +304,10 @@ impl Plugin {
             let live = {
                 let mut s = self.status.lock().unwrap();
                 s.pid = 0;
-                s.last_exit = end.exit.clone();
+                s.last_exit = match &end.killed_because {
+                    Some(why) => format!("{why} ({})", end.exit),
+                    None => end.exit.clone(),
+                };
                 s.token = String::new();
                 s.ready_at = None;
                 s.live.take()
@@ -468,14 +471,7 @@ impl Plugin {
                     kill("outlived its session".into(), &mut killed_because);
                 }
                 ctl = control.recv() => match ctl {
-                    Some(Control::Ready(g)) if g == generation => {
-                        registered = true;
-                        let mut s = self.status.lock().unwrap();
-                        s.state = PluginState::Ready;
-                        s.reason = String::new();
-                        s.ready_at = Some(Instant::now());
-                        s.startup = s.spawned_at.map(|t| t.elapsed());
-                    }
+                    Some(Control::Ready(g)) if g == generation => registered = true,
                     Some(Control::SessionEnded(g)) if g == generation => {
                         kill_at = Some(tokio::time::Instant::now() + SESSION_LOSS_KILL_AFTER);
                     }
