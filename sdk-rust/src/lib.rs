@@ -110,7 +110,8 @@
 //! - `tool`: [`Tool`], [`ToolDefinition`], [`ToolResult`], [`CallContext`].
 //! - `plugin`: [`Plugin`], [`PluginMetadata`], [`Registrar`] (HomeAgent `register_tool`,
 //!   `register_stage`).
-//! - `serve`: [`serve`], [`serve_async`], [`serve_with`]; the session loop.
+//! - `serve`: [`serve`], [`serve_async`], [`serve_with`], [`serve_configured`]; the
+//!   session loop.
 //! - `host`: [`Host`], token-carrying clients of the broker's host services.
 //! - `transport`: dialling `unix://` and `http://` broker addresses.
 //! - `error`: [`Error`].
@@ -130,7 +131,9 @@ pub use tokio_util::sync::CancellationToken;
 pub use error::{BoxError, Error};
 pub use host::{Host, HostChannel, TokenInterceptor};
 pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, ToolDef};
-pub use serve::{serve, serve_async, serve_with, ServeConfig, FEATURES, SDK_NAME};
+pub use serve::{
+    serve, serve_async, serve_configured, serve_with, ServeConfig, FEATURES, SDK_NAME,
+};
 pub use tool::{Args, CallContext, Caller, Tool, ToolDefinition, ToolResult};
 
 /// Compiles the README's example as a doctest.

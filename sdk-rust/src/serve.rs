@@ -7,7 +7,9 @@
 //! sends goes through one unbounded mpsc that feeds the request stream.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::Write;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +18,10 @@ use hearth_proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg 
 use hearth_proto::{
     ENV_ADDR, ENV_PLUGIN, ENV_TOKEN, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, TOKEN_METADATA,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 
@@ -35,9 +38,20 @@ pub const FEATURES: &[&str] = &["cancel", "progress"];
 /// How long `stop()` may take when the broker gave no grace period or went away.
 const DEFAULT_STOP_BUDGET: Duration = Duration::from_secs(2);
 
+/// Time the transport gets to write `Hello` to the socket before an
+/// [`after_hello`](ServeConfig::after_hello) hook runs.
+const HELLO_FLUSH: Duration = Duration::from_millis(50);
+
+/// An [`after_hello`](ServeConfig::after_hello) hook.
+type AfterHello = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
 /// Where and as whom to serve: the values the broker passes in `HEARTH_ADDR`,
 /// `HEARTH_TOKEN` and `HEARTH_PLUGIN`.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Two test knobs make protocol faults reproducible (the `stress` example uses them;
+/// real plugins leave them alone): [`with_protocol_version`](Self::with_protocol_version)
+/// and [`after_hello`](Self::after_hello).
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ServeConfig {
     /// Broker address: `unix:///abs/path/hearth.sock` or `http://127.0.0.1:PORT`.
@@ -46,7 +60,26 @@ pub struct ServeConfig {
     pub token: String,
     /// Name the broker knows this plugin by.
     pub plugin: String,
+    /// `Hello.protocol_version`; [`PROTOCOL_VERSION`] unless changed for a test.
+    pub protocol_version: String,
+    after_hello: Option<AfterHello>,
 }
+
+impl PartialEq for ServeConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.addr == other.addr
+            && self.token == other.token
+            && self.plugin == other.plugin
+            && self.protocol_version == other.protocol_version
+            && match (&self.after_hello, &other.after_hello) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for ServeConfig {}
 
 impl std::fmt::Debug for ServeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,6 +87,8 @@ impl std::fmt::Debug for ServeConfig {
             .field("addr", &self.addr)
             .field("token", &"<redacted>")
             .field("plugin", &self.plugin)
+            .field("protocol_version", &self.protocol_version)
+            .field("after_hello", &self.after_hello.as_ref().map(|_| "<hook>"))
             .finish()
     }
 }
@@ -69,17 +104,46 @@ impl ServeConfig {
             addr: addr.into(),
             token: token.into(),
             plugin: plugin.into(),
+            protocol_version: PROTOCOL_VERSION.into(),
+            after_hello: None,
         }
     }
 
     /// The config the broker passed in the environment.
     pub fn from_env() -> Result<Self, Error> {
         let var = |var: &'static str| std::env::var(var).map_err(|_| Error::MissingEnv { var });
-        Ok(ServeConfig {
-            addr: var(ENV_ADDR)?,
-            token: var(ENV_TOKEN)?,
-            plugin: var(ENV_PLUGIN)?,
-        })
+        Ok(ServeConfig::new(
+            var(ENV_ADDR)?,
+            var(ENV_TOKEN)?,
+            var(ENV_PLUGIN)?,
+        ))
+    }
+
+    /// Test knob: send `version` as `Hello.protocol_version` instead of
+    /// [`PROTOCOL_VERSION`]. A broker with another major version answers `Rejected`,
+    /// so serving fails with [`Error::Rejected`] (exit code 3 under [`serve`]).
+    pub fn with_protocol_version(mut self, version: impl Into<String>) -> Self {
+        self.protocol_version = version.into();
+        self
+    }
+
+    /// Test knob: run `hook` after `Hello` and before `Register`.
+    ///
+    /// With a hook, `Register` is held back until the hook's future completes: the
+    /// session opens with `Hello` alone, the hook runs once the transport has taken
+    /// `Hello` (plus a moment for it to reach the socket), and only then is
+    /// `Register` sent. Meanwhile nothing reads the broker's messages, so a `Ping`
+    /// goes unanswered. A hook that calls [`std::process::exit`] is a plugin that dies
+    /// after `Hello`; one that never completes (`std::future::pending`) is a plugin
+    /// that never registers. Without a hook (the default) `Hello` and `Register`
+    /// leave together.
+    pub fn after_hello<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.after_hello = Some(Arc::new(move || Box::pin(hook())));
+        self
     }
 }
 
@@ -89,11 +153,25 @@ impl ServeConfig {
 /// `Shutdown` or when the broker closes the session; on an error prints it to stderr
 /// and exits with [`Error::exit_code`] (3 when the registration was rejected).
 pub fn serve<P: Plugin>(plugin: P) -> ! {
+    run_to_exit(serve_async(plugin))
+}
+
+/// Like [`serve`], but `configure` may adjust the config read from the environment
+/// first (the [`ServeConfig`] test knobs). A missing variable still exits 2.
+pub fn serve_configured<P: Plugin>(
+    plugin: P,
+    configure: impl FnOnce(ServeConfig) -> ServeConfig,
+) -> ! {
+    run_to_exit(async move { serve_with(plugin, configure(ServeConfig::from_env()?)).await })
+}
+
+/// Runs `serving` on a current-thread runtime, then exits the process with its outcome.
+fn run_to_exit(serving: impl Future<Output = Result<(), Error>>) -> ! {
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(Error::Runtime)
-        .and_then(|rt| rt.block_on(serve_async(plugin)));
+        .and_then(|rt| rt.block_on(serving));
     let _ = std::io::stdout().flush();
     match result {
         Ok(()) => std::process::exit(0),
@@ -155,13 +233,13 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
         let _ = out.send(pb::PluginMessage { msg: Some(msg) });
     };
     send(Out::Hello(pb::Hello {
-        protocol_version: PROTOCOL_VERSION.into(),
+        protocol_version: config.protocol_version.clone(),
         sdk: SDK_NAME.into(),
         sdk_version: env!("CARGO_PKG_VERSION").into(),
         features: FEATURES.iter().map(|f| f.to_string()).collect(),
         pid: std::process::id(),
     }));
-    send(Out::Register(pb::Register {
+    let register = Out::Register(pb::Register {
         plugin: Some(pb::PluginInfo {
             name: meta.name,
             version: meta.version,
@@ -171,9 +249,26 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
         tools: specs,
         stages: stage_hooks,
         ..Default::default()
-    }));
+    });
+    // Test knob (`after_hello`): Register waits until the hook has run, and the
+    // hook waits until the transport has taken Hello.
+    let (hello_taken, hello_taken_rx) = oneshot::channel();
+    let mut hello_taken = config.after_hello.is_some().then_some(hello_taken);
+    let register = match config.after_hello {
+        None => {
+            send(register);
+            None
+        }
+        Some(_) => Some(register),
+    };
+    let outbound = UnboundedReceiverStream::new(out_rx).map(move |msg| {
+        if let Some(taken) = hello_taken.take() {
+            let _ = taken.send(());
+        }
+        msg
+    });
 
-    let mut request = tonic::Request::new(UnboundedReceiverStream::new(out_rx));
+    let mut request = tonic::Request::new(outbound);
     request.metadata_mut().insert(TOKEN_METADATA, token);
     let inbound = client
         .attach(request)
@@ -184,6 +279,12 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
             status: Box::new(status),
         })?
         .into_inner();
+    if let (Some(hook), Some(register)) = (&config.after_hello, register) {
+        let _ = hello_taken_rx.await;
+        tokio::time::sleep(HELLO_FLUSH).await;
+        hook().await;
+        send(register);
+    }
 
     Session {
         plugin: name,
@@ -476,7 +577,7 @@ impl Session {
             return;
         };
         let failure = match joined {
-            Ok((_, answer)) => return self.send(answer),
+            Ok((_, answer)) => return self.send(within_limit(&self.plugin, answer, &call.work)),
             Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e.into_panic())),
             Err(_) => "was aborted".to_string(),
         };
@@ -534,6 +635,42 @@ impl Session {
     fn send(&self, msg: Out) {
         // Fails only when the request stream is gone; the inbound side then ends too.
         let _ = self.out.send(pb::PluginMessage { msg: Some(msg) });
+    }
+}
+
+/// `answer`, or an error answer in its place when it would not fit in one gRPC message
+/// ([`MAX_MESSAGE_BYTES`]): the transport would fail the whole session on it.
+fn within_limit(plugin: &str, answer: Out, work: &Work) -> Out {
+    // A PluginMessage is just its oneof field, so this is the encoded message size.
+    let len = answer.encoded_len();
+    if len <= MAX_MESSAGE_BYTES {
+        return answer;
+    }
+    let over = format!(
+        "result is {len} bytes, over the {} MiB message limit",
+        MAX_MESSAGE_BYTES / (1024 * 1024)
+    );
+    match (answer, work) {
+        (Out::ToolResult(r), Work::Tool(tool)) => {
+            let error = format!("tool {tool}: {over}");
+            eprintln!("hearth-sdk: plugin {plugin}: {error}");
+            Out::ToolResult(pb::ToolResult {
+                call_id: r.call_id,
+                success: false,
+                error,
+                ..Default::default()
+            })
+        }
+        (Out::StageResult(r), Work::Stage(hook)) => {
+            let error = format!("stage hook {hook}: {over}");
+            eprintln!("hearth-sdk: plugin {plugin}: {error}");
+            Out::StageResult(pb::StageResult {
+                call_id: r.call_id,
+                context: None,
+                error,
+            })
+        }
+        (answer, _) => answer,
     }
 }
 

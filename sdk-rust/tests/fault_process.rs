@@ -12,8 +12,13 @@ use tokio::process::{Child, Command};
 
 use crate::broker::{Broker, STEP};
 
-/// `target/<profile>/examples/fault`, next to this test binary's `deps/` folder.
+/// `target/<profile>/examples/fault`.
 fn fault_bin() -> PathBuf {
+    example_bin("fault")
+}
+
+/// `target/<profile>/examples/<name>`, next to this test binary's `deps/` folder.
+pub(crate) fn example_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let bin = exe
         .parent()
@@ -21,7 +26,7 @@ fn fault_bin() -> PathBuf {
         .parent()
         .unwrap()
         .join("examples")
-        .join("fault");
+        .join(name);
     assert!(
         bin.exists(),
         "{} not built (cargo test builds examples)",
@@ -31,7 +36,17 @@ fn fault_bin() -> PathBuf {
 }
 
 fn spawn(broker: &Broker, plugin: &str, envs: &[(&str, &str)]) -> Child {
-    let mut cmd = Command::new(fault_bin());
+    spawn_example("fault", broker, plugin, envs)
+}
+
+/// Runs example `name` as the plugin `plugin` of `broker`, stdout and stderr piped.
+pub(crate) fn spawn_example(
+    name: &str,
+    broker: &Broker,
+    plugin: &str,
+    envs: &[(&str, &str)],
+) -> Child {
+    let mut cmd = Command::new(example_bin(name));
     cmd.env_remove("HEARTH_FAULT")
         .env_remove("HEARTH_TOOL_PREFIX")
         .env("HEARTH_ADDR", &broker.addr)
@@ -47,7 +62,7 @@ fn spawn(broker: &Broker, plugin: &str, envs: &[(&str, &str)]) -> Child {
     cmd.spawn().unwrap()
 }
 
-async fn exit_code(child: &mut Child) -> i32 {
+pub(crate) async fn exit_code(child: &mut Child) -> i32 {
     let status = tokio::time::timeout(STEP, child.wait())
         .await
         .expect("plugin did not exit")
@@ -55,7 +70,7 @@ async fn exit_code(child: &mut Child) -> i32 {
     status.code().expect("killed by a signal")
 }
 
-async fn read_all(r: Option<impl AsyncReadExt + Unpin>) -> Vec<u8> {
+pub(crate) async fn read_all(r: Option<impl AsyncReadExt + Unpin>) -> Vec<u8> {
     let mut buf = Vec::new();
     r.unwrap().read_to_end(&mut buf).await.unwrap();
     buf
