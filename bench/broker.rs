@@ -1,0 +1,576 @@
+//! Broker benchmark: a real `hearth run` (the integration-test harness) with the echo
+//! test plugins in Rust, Python and Node, driven through the Admin service over the
+//! broker's Unix socket. Prints Markdown tables; see BENCHMARKS.md.
+//!
+//! Run (release; the Rust plugin must be built first, next to the bench's `hearth`):
+//!
+//! ```text
+//! cargo build --release -p hearth-sdk --example fault
+//! cargo bench -p hearth --bench broker
+//! ```
+//!
+//! Knobs (environment):
+//! - `HEARTH_BENCH_CALLS` sequential calls per plugin for latency (default 10000)
+//! - `HEARTH_BENCH_WARMUP` warm-up calls per plugin (default 1000)
+//! - `HEARTH_BENCH_SECS` seconds per throughput run (default 3)
+//! - `HEARTH_BENCH_INFLIGHT` concurrency of the second throughput run (default 16)
+//! - `HEARTH_BENCH_RESTARTS` restarts per plugin for cold start (default 10)
+//! - `HEARTH_BENCH_ONLY` comma-separated subset of `rs,py,nd` (default all)
+#![allow(unreachable_pub, missing_docs)]
+
+#[allow(dead_code)]
+#[path = "../tests/integration/harness.rs"]
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::{node_echo, py_echo, rust_fault, wait_gone, Broker};
+use hearth::cli::AdminConn;
+use hearth_proto::v1::{CallToolRequest, PluginState, RestartPluginRequest};
+use serde_json::json;
+
+/// Arguments of every echo call (a small JSON object).
+const ARGS: &str = r#"{"msg":"hello","n":42}"#;
+
+/// One plugin under test: its language label, plugin name and echo tool.
+struct Target {
+    lang: &'static str,
+    plugin: &'static str,
+    tool: &'static str,
+}
+
+const TARGETS: [Target; 3] = [
+    Target {
+        lang: "Rust",
+        plugin: "rs",
+        tool: "rs_rs_echo",
+    },
+    Target {
+        lang: "Python",
+        plugin: "py",
+        tool: "py_echo",
+    },
+    Target {
+        lang: "Node",
+        plugin: "nd",
+        tool: "nd_echo",
+    },
+];
+
+fn env_num(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Arguments the broker itself rejects (not an object): the call is answered by the
+/// broker without reaching the plugin, which isolates the Admin path.
+const BROKER_ONLY_ARGS: &str = "[1]";
+
+/// One echo call; returns (client wall time, broker-side `elapsed_us`).
+async fn call(admin: &mut AdminConn, tool: &str) -> (Duration, u64) {
+    call_with(admin, tool, ARGS, true).await
+}
+
+/// One call with `args`, expecting `success == ok`.
+async fn call_with(admin: &mut AdminConn, tool: &str, args: &str, ok: bool) -> (Duration, u64) {
+    let req = admin.with_token(CallToolRequest {
+        name: tool.into(),
+        args_json: args.into(),
+        ..Default::default()
+    });
+    let started = Instant::now();
+    let r = admin
+        .client()
+        .call_tool(req)
+        .await
+        .expect("CallTool")
+        .into_inner();
+    let wall = started.elapsed();
+    assert_eq!(r.success, ok, "{tool}: {r:?}");
+    (wall, r.elapsed_us)
+}
+
+/// Latency summary in microseconds (nearest-rank percentiles).
+struct Summary {
+    n: usize,
+    mean: f64,
+    min: f64,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+}
+
+fn summarize(mut us: Vec<f64>) -> Summary {
+    assert!(!us.is_empty());
+    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = us.len();
+    let rank = |p: f64| us[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+    Summary {
+        n,
+        mean: us.iter().sum::<f64>() / n as f64,
+        min: us[0],
+        p50: rank(0.50),
+        p90: rank(0.90),
+        p99: rank(0.99),
+        p999: rank(0.999),
+        max: us[n - 1],
+    }
+}
+
+/// utime + stime of `pid` in microseconds (from /proc/<pid>/stat, clock ticks).
+fn cpu_us(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+    let rest: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = rest.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + rest.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ticks * 1_000_000 / hz.max(1)
+}
+
+/// Own CPU time (utime + stime) of this bench process, in microseconds.
+fn self_cpu_us() -> u64 {
+    cpu_us(std::process::id())
+}
+
+/// VmRSS of `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB ({kib} KiB)", kib as f64 / 1024.0)
+}
+
+fn broker_pid(b: &Broker) -> u32 {
+    b.child.as_ref().expect("broker running").id()
+}
+
+async fn plugin_pid(b: &mut Broker, name: &str) -> u32 {
+    b.plugin(name).await.pid
+}
+
+/// CPU consumed per call by the broker, the plugin and this client, in µs.
+struct CpuPerCall {
+    broker: f64,
+    plugin: f64,
+    client: f64,
+}
+
+fn cpu_per_call(before: (u64, u64, u64), after: (u64, u64, u64), calls: usize) -> CpuPerCall {
+    let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / calls as f64;
+    CpuPerCall {
+        broker: per(before.0, after.0),
+        plugin: per(before.1, after.1),
+        client: per(before.2, after.2),
+    }
+}
+
+/// Throughput run: `inflight` tasks, each on a clone of the admin connection (one
+/// HTTP/2 connection), calling back to back for `secs`. Returns (calls, elapsed,
+/// latencies µs).
+async fn throughput(
+    b: &Broker,
+    tool: &'static str,
+    inflight: usize,
+    secs: u64,
+) -> (usize, Duration, Vec<f64>) {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for _ in 0..inflight {
+        let mut admin = Broker::admin_clone(b);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(65_536);
+            while Instant::now() < deadline {
+                let (wall, _) = call(&mut admin, tool).await;
+                lat.push(wall.as_secs_f64() * 1e6);
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("throughput task"));
+    }
+    (all.len(), started.elapsed(), all)
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|v| v.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "CPU: {model}; {cpus} CPUs available; Linux {}; loadavg at start: {}",
+        kernel.trim(),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
+fn main() {
+    // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(run());
+}
+
+async fn run() {
+    let calls = env_num("HEARTH_BENCH_CALLS", 10_000) as usize;
+    let warmup = env_num("HEARTH_BENCH_WARMUP", 1_000) as usize;
+    let secs = env_num("HEARTH_BENCH_SECS", 3);
+    let inflight = env_num("HEARTH_BENCH_INFLIGHT", 16) as usize;
+    let restarts = env_num("HEARTH_BENCH_RESTARTS", 10) as usize;
+    let only = std::env::var("HEARTH_BENCH_ONLY").unwrap_or_else(|_| "rs,py,nd".into());
+    let targets: Vec<&Target> = TARGETS
+        .iter()
+        .filter(|t| only.split(',').any(|o| o.trim() == t.plugin))
+        .collect();
+    assert!(
+        !targets.is_empty(),
+        "HEARTH_BENCH_ONLY={only:?} selects no plugin (use rs,py,nd)"
+    );
+
+    let hearth = env!("CARGO_BIN_EXE_hearth");
+    let fault = std::path::Path::new(hearth)
+        .parent()
+        .unwrap()
+        .join("examples/fault");
+    if targets.iter().any(|t| t.plugin == "rs") && !fault.exists() {
+        eprintln!(
+            "error: {} is missing; build the Rust echo plugin with the same profile first:\n  \
+             cargo build --release -p hearth-sdk --example fault",
+            fault.display()
+        );
+        std::process::exit(2);
+    }
+
+    println!("# Hearth broker benchmark\n");
+    println!("{}", machine());
+    println!("broker: {hearth}");
+    println!(
+        "calls={calls} warmup={warmup} secs={secs} inflight=1,{inflight} restarts={restarts} args={ARGS}\n"
+    );
+
+    // 1. Idle broker, no plugins.
+    let idle_rss = {
+        let b = Broker::start(vec![]).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let rss = rss_kib(broker_pid(&b));
+        drop(b);
+        rss
+    };
+
+    // 2. Broker with the three plugins.
+    let mut plugins = Vec::new();
+    for t in &targets {
+        plugins.push(match t.plugin {
+            "rs" => rust_fault("rs", ""),
+            "py" => py_echo("py", json!({})),
+            _ => node_echo("nd"),
+        });
+    }
+    let mut b = Broker::start(plugins).await;
+    let bpid = broker_pid(&b);
+    let mut all_pids = vec![];
+    for t in &targets {
+        all_pids.push(plugin_pid(&mut b, t.plugin).await);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_ready = rss_kib(bpid);
+    let mut plugin_rss_ready = Vec::new();
+    for t in &targets {
+        let pid = plugin_pid(&mut b, t.plugin).await;
+        plugin_rss_ready.push(rss_kib(pid));
+    }
+
+    // 3. Sequential latency.
+    let mut latency_rows = Vec::new();
+    let mut broker_rows = Vec::new();
+    let mut cpu_rows = Vec::new();
+    for t in &targets {
+        let ppid = plugin_pid(&mut b, t.plugin).await;
+        let mut admin = Broker::admin_clone(&b);
+        for _ in 0..warmup {
+            call(&mut admin, t.tool).await;
+        }
+        let mut wall = Vec::with_capacity(calls);
+        let mut inside = Vec::with_capacity(calls);
+        let before = (cpu_us(bpid), cpu_us(ppid), self_cpu_us());
+        let started = Instant::now();
+        for _ in 0..calls {
+            let (w, e) = call(&mut admin, t.tool).await;
+            wall.push(w.as_secs_f64() * 1e6);
+            inside.push(e as f64);
+        }
+        let total = started.elapsed();
+        let after = (cpu_us(bpid), cpu_us(ppid), self_cpu_us());
+        cpu_rows.push((t.lang, cpu_per_call(before, after, calls)));
+        latency_rows.push((t.lang, summarize(wall), calls as f64 / total.as_secs_f64()));
+        broker_rows.push((t.lang, summarize(inside)));
+    }
+
+    // 3b. The Admin path alone: the broker answers (arguments not an object) without
+    // calling the plugin.
+    let broker_only = {
+        let tool = targets[0].tool;
+        let mut admin = Broker::admin_clone(&b);
+        for _ in 0..warmup {
+            call_with(&mut admin, tool, BROKER_ONLY_ARGS, false).await;
+        }
+        let mut wall = Vec::with_capacity(calls);
+        let mut inside = Vec::with_capacity(calls);
+        let before = (cpu_us(bpid), 0, self_cpu_us());
+        let started = Instant::now();
+        for _ in 0..calls {
+            let (w, e) = call_with(&mut admin, tool, BROKER_ONLY_ARGS, false).await;
+            wall.push(w.as_secs_f64() * 1e6);
+            inside.push(e as f64);
+        }
+        let total = started.elapsed();
+        let after = (cpu_us(bpid), 0, self_cpu_us());
+        (
+            summarize(wall),
+            summarize(inside),
+            calls as f64 / total.as_secs_f64(),
+            cpu_per_call(before, after, calls),
+        )
+    };
+
+    // 4. Throughput with 1 and `inflight` calls in flight.
+    let mut tput_rows = Vec::new();
+    for t in &targets {
+        let ppid = plugin_pid(&mut b, t.plugin).await;
+        for n in [1, inflight] {
+            let before = (cpu_us(bpid), cpu_us(ppid), self_cpu_us());
+            let (done, elapsed, lat) = throughput(&b, t.tool, n, secs).await;
+            let after = (cpu_us(bpid), cpu_us(ppid), self_cpu_us());
+            let cpu = cpu_per_call(before, after, done);
+            tput_rows.push((t.lang, n, done, elapsed, summarize(lat), cpu));
+        }
+    }
+
+    // 5. RSS after the load.
+    let rss_loaded = rss_kib(bpid);
+    let mut plugin_rss_loaded = Vec::new();
+    for t in &targets {
+        let pid = plugin_pid(&mut b, t.plugin).await;
+        plugin_rss_loaded.push(rss_kib(pid));
+    }
+
+    // 6. Cold start: RestartPlugin waits until the new process registered.
+    let mut cold_rows = Vec::new();
+    for t in &targets {
+        let mut startup = Vec::new();
+        let mut restart_wall = Vec::new();
+        let mut not_ready_in_answer = 0;
+        for _ in 0..restarts {
+            let old = plugin_pid(&mut b, t.plugin).await;
+            all_pids.push(old);
+            let req = b.admin.with_token(RestartPluginRequest {
+                name: t.plugin.into(),
+            });
+            let started = Instant::now();
+            let r = b
+                .admin
+                .client()
+                .restart_plugin(req)
+                .await
+                .expect("RestartPlugin")
+                .into_inner();
+            restart_wall.push(started.elapsed().as_secs_f64() * 1e3);
+            let p = r.plugin.expect("plugin status");
+            assert_ne!(p.pid, old, "{}: same pid after restart", t.plugin);
+            all_pids.push(p.pid);
+            // The RestartPlugin answer can precede the supervisor marking the plugin
+            // ready (startup_ms 0, state STARTING): count those, then read the
+            // figure from ListPlugins once it is set.
+            if p.startup_ms == 0 || p.state != PluginState::Ready as i32 {
+                not_ready_in_answer += 1;
+            }
+            let polled = Instant::now();
+            let ms = loop {
+                let s = b.plugin(t.plugin).await;
+                if s.pid == p.pid && s.startup_ms > 0 && s.state == PluginState::Ready as i32 {
+                    break s.startup_ms;
+                }
+                assert!(
+                    polled.elapsed() < Duration::from_secs(10),
+                    "{}: startup_ms never set: {s:?}",
+                    t.plugin
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            startup.push(ms as f64);
+            // A call right after the restart is answered by the new process.
+            call(&mut Broker::admin_clone(&b), t.tool).await;
+        }
+        cold_rows.push((
+            t.lang,
+            summarize(startup),
+            summarize(restart_wall),
+            not_ready_in_answer,
+        ));
+    }
+
+    // Stop the broker; every plugin process it started must be gone.
+    let log = b.log();
+    drop(b);
+    all_pids.sort_unstable();
+    all_pids.dedup();
+    let left = wait_gone(&all_pids, Duration::from_secs(10));
+    let broker_left = wait_gone(&[bpid], Duration::from_secs(5));
+
+    // Report.
+    println!("## 1. Sequential round-trip latency (1 call in flight, {calls} calls after {warmup} warm-up)\n");
+    println!("Client wall time of Admin.CallTool over the Unix socket, in µs.\n");
+    println!("| plugin | calls | mean | min | p50 | p90 | p99 | p99.9 | max | calls/s |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (lang, s, rate) in &latency_rows {
+        println!(
+            "| {lang} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
+            s.n, s.mean, s.min, s.p50, s.p90, s.p99, s.p999, s.max, rate
+        );
+    }
+    {
+        let (s, _, rate, _) = &broker_only;
+        println!(
+            "| no plugin (broker rejects args `{BROKER_ONLY_ARGS}`) | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
+            s.n, s.mean, s.min, s.p50, s.p90, s.p99, s.p999, s.max, rate
+        );
+    }
+    println!("\nBroker-side wall time of the same calls (`elapsed_us` of CallToolResponse: route, validate, plugin round trip), in µs.\n");
+    println!("| plugin | mean | p50 | p90 | p99 | p99.9 | max | client p50 − broker p50 |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for ((lang, s), (_, w, _)) in broker_rows.iter().zip(&latency_rows) {
+        println!(
+            "| {lang} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            s.mean,
+            s.p50,
+            s.p90,
+            s.p99,
+            s.p999,
+            s.max,
+            w.p50 - s.p50
+        );
+    }
+    {
+        let (w, s, _, _) = &broker_only;
+        println!(
+            "| no plugin (broker rejects args `{BROKER_ONLY_ARGS}`) | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            s.mean, s.p50, s.p90, s.p99, s.p999, s.max, w.p50 - s.p50
+        );
+    }
+    println!(
+        "\nCPU time per call during the sequential run (utime+stime from /proc, µs per call).\n"
+    );
+    println!("| plugin | broker | plugin process | bench client |");
+    println!("|---|---:|---:|---:|");
+    for (lang, c) in &cpu_rows {
+        println!(
+            "| {lang} | {:.1} | {:.1} | {:.1} |",
+            c.broker, c.plugin, c.client
+        );
+    }
+    let c = &broker_only.3;
+    println!(
+        "| no plugin (broker rejects args) | {:.1} | – | {:.1} |",
+        c.broker, c.client
+    );
+
+    println!(
+        "\n## 2. Throughput ({secs} s per run; N tasks sharing one admin HTTP/2 connection)\n"
+    );
+    println!("| plugin | in flight | calls | calls/s | p50 µs | p99 µs | max µs | broker CPU µs/call | plugin CPU µs/call | client CPU µs/call |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (lang, n, done, elapsed, s, c) in &tput_rows {
+        println!(
+            "| {lang} | {n} | {done} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            *done as f64 / elapsed.as_secs_f64(),
+            s.p50,
+            s.p99,
+            s.max,
+            c.broker,
+            c.plugin,
+            c.client
+        );
+    }
+
+    println!("\n## 3. Cold start ({restarts} × Admin.RestartPlugin per plugin)\n");
+    println!("`startup_ms` = spawn → registered of the new process (PluginStatus, read from ListPlugins once set); RestartPlugin wall = stop old + start new, seen by the client; last column = RestartPlugin answers whose status still said startup_ms 0 / not READY.\n");
+    println!("| plugin | startup_ms median | min | max | mean | RestartPlugin wall ms median | max | answers not yet READY |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (lang, s, w, early) in &cold_rows {
+        println!(
+            "| {lang} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {early} of {} |",
+            s.p50, s.min, s.max, s.mean, w.p50, w.max, s.n
+        );
+    }
+
+    println!("\n## 4. Memory (VmRSS)\n");
+    println!("| process | idle (no plugins) | plugins ready | after the load above |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| broker | {} | {} | {} |",
+        mib(idle_rss),
+        mib(rss_ready),
+        mib(rss_loaded)
+    );
+    for (i, t) in targets.iter().enumerate() {
+        println!(
+            "| {} plugin | – | {} | {} |",
+            t.lang,
+            mib(plugin_rss_ready[i]),
+            mib(plugin_rss_loaded[i])
+        );
+    }
+
+    println!();
+    if left.is_empty() && broker_left.is_empty() {
+        println!(
+            "cleanup: broker and all {} plugin processes it started are gone.",
+            all_pids.len()
+        );
+    } else {
+        println!("cleanup: STILL RUNNING after stop: broker {broker_left:?}, plugins {left:?}");
+        let warn = log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .count();
+        println!("broker log had {warn} warning/error lines");
+        std::process::exit(1);
+    }
+}
