@@ -25,6 +25,35 @@ export interface EventSender extends Sender {
   reply(text: unknown): Promise<void>;
 }
 
+/** Options of one host-service call. */
+export interface HostCallOptions {
+  /** Deadline in milliseconds from now. */
+  timeoutMs?: number;
+}
+
+/** Promise-returning methods of one host service, named like its rpcs in camelCase. */
+export type HostService<M extends Record<string, any>> = {
+  [K in keyof M]: M[K] extends import('@grpc/grpc-js').MethodDefinition<infer Req, infer Res>
+    ? (req?: Req, opts?: HostCallOptions) => Promise<Res>
+    : never;
+};
+
+/**
+ * Clients of the broker's host services (the HomeAgent PluginSDK surface), sharing the
+ * session's connection and carrying the plugin's token. A failure rejects with a
+ * `HostError` naming the plugin, service, method and gRPC status.
+ */
+export interface Host {
+  readonly plugin: string;
+  readonly settings: HostService<typeof import('./gen/services').SettingsService>;
+  readonly memory: HostService<typeof import('./gen/services').MemoryService>;
+  readonly textMemory: HostService<typeof import('./gen/services').TextMemoryService>;
+  readonly docMemory: HostService<typeof import('./gen/services').DocMemoryService>;
+  readonly knowledge: HostService<typeof import('./gen/services').KnowledgeService>;
+  readonly llm: HostService<typeof import('./gen/services').LlmService>;
+  readonly input: HostService<typeof import('./gen/services').InputService>;
+}
+
 /** Per-call context given to every tool handler. */
 export interface CallContext {
   /** Aborted when the broker sends Cancel (timeout or caller gone) or the session ends. */
@@ -38,6 +67,8 @@ export interface CallContext {
   timeoutMs: number;
   /** Reports progress (extends the call's timeout, bounded). `fraction` 0..1 when known. */
   progress(message: string, fraction?: number): void;
+  /** Host services (settings, memory, knowledge, LLM, input). */
+  readonly host: Host;
 }
 
 /** What a LinkZone `executeTool` returns. `data` travels as JSON text. */
@@ -126,6 +157,14 @@ export type ToolHandler = (args: any, ctx: CallContext) => unknown | Promise<unk
 export interface HomeAgentSdk {
   /** The plugin's name. */
   readonly pluginName: string;
+  /** Host services (settings, memory, knowledge, LLM, input). */
+  readonly host: Host;
+  /** HomeAgent InjectText: queue text as input (source = this plugin). */
+  injectText(channel: string, text: string): Promise<void>;
+  /** HomeAgent InjectTextNoMemory. */
+  injectTextNoMemory(channel: string, text: string): Promise<void>;
+  /** HomeAgent InjectInterruptText: ahead of the queue, interrupting the LLM. */
+  injectInterruptText(channel: string, text: string): Promise<void>;
   /**
    * Registers a tool. During start() it goes out with Register; later, as RegisterTool.
    * Throws synchronously on an invalid declaration; the promise settles when the broker

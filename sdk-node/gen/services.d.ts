@@ -5,83 +5,83 @@ import { hearth } from './hearth';
 
 /** grpc-js service definition of `hearth.v1.PluginHost`. */
 export declare const PluginHostService: {
-  attach: MethodDefinition<hearth.v1.IPluginMessage, hearth.v1.IHostMessage> & { originalName: string };
+  attach: MethodDefinition<hearth.v1.IPluginMessage, hearth.v1.HostMessage> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Admin`. */
 export declare const AdminService: {
-  listPlugins: MethodDefinition<hearth.v1.IListPluginsRequest, hearth.v1.IListPluginsResponse> & { originalName: string };
-  restartPlugin: MethodDefinition<hearth.v1.IRestartPluginRequest, hearth.v1.IRestartPluginResponse> & { originalName: string };
-  loadPlugin: MethodDefinition<hearth.v1.ILoadPluginRequest, hearth.v1.ILoadPluginResponse> & { originalName: string };
-  unloadPlugin: MethodDefinition<hearth.v1.IUnloadPluginRequest, hearth.v1.IUnloadPluginResponse> & { originalName: string };
-  reloadPlugin: MethodDefinition<hearth.v1.IReloadPluginRequest, hearth.v1.IReloadPluginResponse> & { originalName: string };
-  pluginLogs: MethodDefinition<hearth.v1.IPluginLogsRequest, hearth.v1.ILogLine> & { originalName: string };
-  listTools: MethodDefinition<hearth.v1.IListToolsRequest, hearth.v1.IListToolsResponse> & { originalName: string };
-  callTool: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.ICallToolResponse> & { originalName: string };
+  listPlugins: MethodDefinition<hearth.v1.IListPluginsRequest, hearth.v1.ListPluginsResponse> & { originalName: string };
+  restartPlugin: MethodDefinition<hearth.v1.IRestartPluginRequest, hearth.v1.RestartPluginResponse> & { originalName: string };
+  loadPlugin: MethodDefinition<hearth.v1.ILoadPluginRequest, hearth.v1.LoadPluginResponse> & { originalName: string };
+  unloadPlugin: MethodDefinition<hearth.v1.IUnloadPluginRequest, hearth.v1.UnloadPluginResponse> & { originalName: string };
+  reloadPlugin: MethodDefinition<hearth.v1.IReloadPluginRequest, hearth.v1.ReloadPluginResponse> & { originalName: string };
+  pluginLogs: MethodDefinition<hearth.v1.IPluginLogsRequest, hearth.v1.LogLine> & { originalName: string };
+  listTools: MethodDefinition<hearth.v1.IListToolsRequest, hearth.v1.ListToolsResponse> & { originalName: string };
+  callTool: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.CallToolResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Settings`. */
 export declare const SettingsService: {
-  get: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.IValueResponse> & { originalName: string };
-  set: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.IEmpty> & { originalName: string };
-  list: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
-  getCore: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.IValueResponse> & { originalName: string };
-  setCore: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.IEmpty> & { originalName: string };
-  listCore: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
-  getPlugin: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.IValueResponse> & { originalName: string };
-  setPlugin: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.IEmpty> & { originalName: string };
-  listPlugin: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IKeysResponse> & { originalName: string };
-  registerDef: MethodDefinition<hearth.v1.IConfigDef, hearth.v1.IEmpty> & { originalName: string };
-  defs: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.IDefsResponse> & { originalName: string };
-  dump: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IDumpResponse> & { originalName: string };
-  plugins: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IKeysResponse> & { originalName: string };
+  get: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.ValueResponse> & { originalName: string };
+  set: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.Empty> & { originalName: string };
+  list: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.KeysResponse> & { originalName: string };
+  getCore: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.ValueResponse> & { originalName: string };
+  setCore: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.Empty> & { originalName: string };
+  listCore: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.KeysResponse> & { originalName: string };
+  getPlugin: MethodDefinition<hearth.v1.IKeyRequest, hearth.v1.ValueResponse> & { originalName: string };
+  setPlugin: MethodDefinition<hearth.v1.ISetRequest, hearth.v1.Empty> & { originalName: string };
+  listPlugin: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.KeysResponse> & { originalName: string };
+  registerDef: MethodDefinition<hearth.v1.IConfigDef, hearth.v1.Empty> & { originalName: string };
+  defs: MethodDefinition<hearth.v1.IPrefixRequest, hearth.v1.DefsResponse> & { originalName: string };
+  dump: MethodDefinition<hearth.v1.IEmpty, hearth.v1.DumpResponse> & { originalName: string };
+  plugins: MethodDefinition<hearth.v1.IEmpty, hearth.v1.KeysResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Memory`. */
 export declare const MemoryService: {
-  recall: MethodDefinition<hearth.v1.IRecallRequest, hearth.v1.IRecallResponse> & { originalName: string };
-  commit: MethodDefinition<hearth.v1.ICommitRequest, hearth.v1.ICommitResponse> & { originalName: string };
-  introspect: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IIntrospectResponse> & { originalName: string };
-  mergeEntities: MethodDefinition<hearth.v1.IMergeRequest, hearth.v1.ICountResponse> & { originalName: string };
-  purge: MethodDefinition<hearth.v1.IPurgeRequest, hearth.v1.ICountResponse> & { originalName: string };
+  recall: MethodDefinition<hearth.v1.IRecallRequest, hearth.v1.RecallResponse> & { originalName: string };
+  commit: MethodDefinition<hearth.v1.ICommitRequest, hearth.v1.CommitResponse> & { originalName: string };
+  introspect: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IntrospectResponse> & { originalName: string };
+  mergeEntities: MethodDefinition<hearth.v1.IMergeRequest, hearth.v1.CountResponse> & { originalName: string };
+  purge: MethodDefinition<hearth.v1.IPurgeRequest, hearth.v1.CountResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.TextMemory`. */
 export declare const TextMemoryService: {
-  append: MethodDefinition<hearth.v1.ITextEvent, hearth.v1.IEmpty> & { originalName: string };
+  append: MethodDefinition<hearth.v1.ITextEvent, hearth.v1.Empty> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.DocMemory`. */
 export declare const DocMemoryService: {
-  query: MethodDefinition<hearth.v1.IDocQuery, hearth.v1.IDocsResponse> & { originalName: string };
-  insert: MethodDefinition<hearth.v1.IDoc, hearth.v1.IEmpty> & { originalName: string };
-  remove: MethodDefinition<hearth.v1.IIdRequest, hearth.v1.IEmpty> & { originalName: string };
-  stats: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IStatsResponse> & { originalName: string };
+  query: MethodDefinition<hearth.v1.IDocQuery, hearth.v1.DocsResponse> & { originalName: string };
+  insert: MethodDefinition<hearth.v1.IDoc, hearth.v1.Empty> & { originalName: string };
+  remove: MethodDefinition<hearth.v1.IIdRequest, hearth.v1.Empty> & { originalName: string };
+  stats: MethodDefinition<hearth.v1.IEmpty, hearth.v1.StatsResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Knowledge`. */
 export declare const KnowledgeService: {
-  search: MethodDefinition<hearth.v1.IKnowledgeQuery, hearth.v1.IKnowledgeResponse> & { originalName: string };
-  add: MethodDefinition<hearth.v1.IKnowledgeEntry, hearth.v1.IEmpty> & { originalName: string };
-  list: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IKeysResponse> & { originalName: string };
+  search: MethodDefinition<hearth.v1.IKnowledgeQuery, hearth.v1.KnowledgeResponse> & { originalName: string };
+  add: MethodDefinition<hearth.v1.IKnowledgeEntry, hearth.v1.Empty> & { originalName: string };
+  list: MethodDefinition<hearth.v1.IEmpty, hearth.v1.KeysResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Llm`. */
 export declare const LlmService: {
-  listSources: MethodDefinition<hearth.v1.IEmpty, hearth.v1.IKeysResponse> & { originalName: string };
-  setSource: MethodDefinition<hearth.v1.ISourceRequest, hearth.v1.IEmpty> & { originalName: string };
-  currentSource: MethodDefinition<hearth.v1.IEmpty, hearth.v1.ISourceRequest> & { originalName: string };
+  listSources: MethodDefinition<hearth.v1.IEmpty, hearth.v1.KeysResponse> & { originalName: string };
+  setSource: MethodDefinition<hearth.v1.ISourceRequest, hearth.v1.Empty> & { originalName: string };
+  currentSource: MethodDefinition<hearth.v1.IEmpty, hearth.v1.SourceRequest> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Input`. */
 export declare const InputService: {
-  injectText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.IEmpty> & { originalName: string };
-  injectTextNoMemory: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.IEmpty> & { originalName: string };
-  injectInterruptText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.IEmpty> & { originalName: string };
+  injectText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty> & { originalName: string };
+  injectTextNoMemory: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty> & { originalName: string };
+  injectInterruptText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Agent`. */
 export declare const AgentService: {
-  chat: MethodDefinition<hearth.v1.IChatRequest, hearth.v1.IChatEvent> & { originalName: string };
-  confirm: MethodDefinition<hearth.v1.IConfirmResponse, hearth.v1.IConfirmAck> & { originalName: string };
+  chat: MethodDefinition<hearth.v1.IChatRequest, hearth.v1.ChatEvent> & { originalName: string };
+  confirm: MethodDefinition<hearth.v1.IConfirmResponse, hearth.v1.ConfirmAck> & { originalName: string };
 };

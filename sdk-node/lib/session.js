@@ -132,6 +132,7 @@ class Session {
       'grpc.max_send_message_length': MAX_MESSAGE,
       'grpc.max_receive_message_length': MAX_MESSAGE,
     });
+    this.token = token;
     const md = new grpc.Metadata();
     md.set('x-hearth-token', token);
     this.call = this.client.makeBidiStreamRequest(
@@ -186,13 +187,26 @@ class Session {
     this.send({ register: reg });
   }
 
+  /** Host-service clients, created on first use. */
+  get host() {
+    if (!this.hostApi) this.hostApi = require('./host').createHost(this.client, this.token, this.name);
+    return this.hostApi;
+  }
+
   /**
    * The HomeAgent-style SDK object given to `start(sdk)`.
    * @returns {import('../index').HomeAgentSdk}
    */
   sdk() {
+    const session = this;
+    const inject = (/** @type {string} */ method) => (/** @type {string} */ channel, /** @type {string} */ text) =>
+      session.host.input[method]({ source: session.name, channel, text }).then(() => undefined);
     return {
       pluginName: this.name,
+      get host() { return session.host; },
+      injectText: inject('injectText'),
+      injectTextNoMemory: inject('injectTextNoMemory'),
+      injectInterruptText: inject('injectInterruptText'),
       registerTool: (name, def, handler) => this.registerTool(name, def, handler),
       unregisterTool: (name) => this.unregisterTool(name),
       registerStage: (stage, handler) => this.registerStage(stage, handler, false),
@@ -362,6 +376,7 @@ class Session {
 
   /** @param {any} inv InvokeTool */
   startCall(inv) {
+    const session = this;
     const key = String(inv.callId);
     const tool = this.tools.get(inv.tool);
     const sender = toSender(inv.sender);
@@ -373,6 +388,7 @@ class Session {
       tool: inv.tool,
       sender,
       timeoutMs: inv.timeoutMs,
+      get host() { return session.host; },
       /** @param {string} message @param {number} [fraction] */
       progress: (message, fraction) => {
         if (!ac.signal.aborted) this.send({ progress: { callId: inv.callId, message: String(message == null ? '' : message), fraction: fraction == null ? -1 : fraction } });

@@ -8,7 +8,8 @@
  *   64-bit integers decode as `Long` (the `long` package) — echo them as received.
  * - gen/services.js + gen/services.d.ts: grpc-js service definitions of every service
  *   in package hearth.v1 (path, streaming flags, serialize/deserialize with the static
- *   classes), so nothing parses .proto files at run time.
+ *   classes), so nothing parses .proto files at run time. Typed for clients: requests
+ *   are plain objects `I<Req>`, responses decoded `<Res>` classes.
  *
  * Output is deterministic: CI regenerates and fails on any git diff. It is built in a
  * fresh sibling directory that then replaces gen/ as a whole (old output deleted, never
@@ -95,7 +96,7 @@ for (const svc of services) {
     js.push(`    responseDeserialize: deserialize(v1.${res}),`);
     js.push(`    originalName: '${m.name}',`);
     js.push('  },');
-    dts.push(`  ${lowerFirst(m.name)}: MethodDefinition<hearth.v1.I${req}, hearth.v1.I${res}> & { originalName: string };`);
+    dts.push(`  ${lowerFirst(m.name)}: MethodDefinition<hearth.v1.I${req}, hearth.v1.${res}> & { originalName: string };`);
   }
   js.push('};', '');
   dts.push('};', '');

@@ -5,10 +5,9 @@
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { FakeBroker, fixture } = require('./helpers/broker');
+const { FakeBroker, fixture, eventually } = require('./helpers/broker');
 
 const MiB = 1024 * 1024;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 describe('large results and backpressure', () => {
   let broker;
@@ -31,8 +30,8 @@ describe('large results and backpressure', () => {
     p.session.call.pause(); // stop reading: HTTP/2 flow control pushes back on the plugin
     p.session.invoke(10, 'stress_big', { bytes: 6 * MiB });
     for (let i = 0; i < 40; i++) p.session.invoke(100 + i, 'stress_echo', { x: i });
-    for (let i = 0; i < 100 && !/backpressure: write\(\) returned false/.test(p.proc.stderr); i++) await sleep(20);
-    assert.match(p.proc.stderr, /backpressure: write\(\) returned false; queueing until drain/);
+    const blocked = /backpressure: write\(\) returned false; queueing until drain/;
+    assert.match(await eventually(() => p.proc.stderr, blocked), blocked);
     p.session.call.resume();
     const big = await p.session.result(10, 10000);
     assert.equal(big.content.length, 6 * MiB);
@@ -40,8 +39,7 @@ describe('large results and backpressure', () => {
       const r = await p.session.result(100 + i);
       assert.deepEqual(JSON.parse(r.content), { x: i });
     }
-    for (let i = 0; i < 100 && !/drain: flushing/.test(p.proc.stderr); i++) await sleep(20);
-    const m = /drain: flushing (\d+) queued message\(s\)/.exec(p.proc.stderr);
+    const m = /drain: flushing (\d+) queued message\(s\)/.exec(await eventually(() => p.proc.stderr, /drain: flushing/));
     assert.ok(m && Number(m[1]) > 0, `no drain flush logged:\n${p.proc.stderr}`);
     // Ping still answered afterwards.
     p.session.send({ ping: { nonce: 5 } });

@@ -8,7 +8,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 const Long = require('long');
-const { FakeBroker, fixture } = require('./helpers/broker');
+const { FakeBroker, fixture, eventually } = require('./helpers/broker');
 
 const STRESS = fixture('stress');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -74,7 +74,8 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.deepEqual([r.success, r.error], [false, 'TypeError: boom at call']);
     const again = await p.session.call1(6, 'stress_text', { text: 'alive' });
     assert.equal(again.content, 'alive');
-    assert.match(p.proc.stderr, /tool stress_throw \(call 5\) failed: TypeError: boom at call/);
+    const re = /tool stress_throw \(call 5\) failed: TypeError: boom at call/;
+    assert.match(await eventually(() => p.proc.stderr, re), re);
   });
 
   it('answers an unknown tool with an error naming it', async () => {
@@ -169,12 +170,22 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.match((await p.session.nextOf('stageResult')).error, /plugin stress has no stage hook pre_action#9/);
   });
 
+  it('reaches host services with its token (ctx.host, sdk.injectText)', async () => {
+    broker.settings.set('city', '"北京"');
+    const r = await p.session.call1(7000, 'stress_setting', { key: 'city' });
+    assert.deepEqual([r.success, r.content], [true, '北京'], 'a string value is the content as is');
+    assert.equal(broker.settings.get('city.copy'), '"北京"');
+    const missing = await p.session.call1(7001, 'stress_setting', { key: 'nope' });
+    assert.equal(missing.error, 'HostError: plugin stress: settings.get: NOT_FOUND: no setting nope');
+    const inj = await p.session.call1(7002, 'stress_inject', { text: '提醒：喝水' });
+    assert.equal(inj.content, 'injected');
+    assert.deepEqual(broker.injected.at(-1), { source: 'stress', channel: 'timer', text: '提醒：喝水' });
+  });
+
   it('keeps working when the plugin floods stdout', async () => {
     const r = await p.session.call1(5000, 'stress_noisy', {});
     assert.equal(r.content, 'still fine');
-    await sleep(50);
-    assert.match(p.proc.stdout, /junk on stdout at load time/);
-    assert.match(p.proc.stdout, /junk line 1999/);
+    assert.match(await eventually(() => p.proc.stdout, /junk line 1999/), /junk on stdout at load time[\s\S]*junk line 0 [\s\S]*junk line 1999 /);
   });
 });
 
@@ -270,7 +281,8 @@ describe('session lifecycle', () => {
     const p = await broker.attach(STRESS, { rejected: [{ kind: 'tool', name: 'stress_fail', reason: 'duplicate tool name (plugin other has it)' }] });
     const r = await p.session.call1(1, 'stress_text', { text: 'ok' });
     assert.equal(r.content, 'ok');
-    assert.match(p.proc.stderr, /broker rejected tool stress_fail: duplicate tool name \(plugin other has it\)/);
+    const re = /broker rejected tool stress_fail: duplicate tool name \(plugin other has it\)/;
+    assert.match(await eventually(() => p.proc.stderr, re), re);
     p.session.send({ shutdown: { graceMs: 1000 } });
     assert.equal((await p.proc.exit(2000)).code, 0);
   });

@@ -12,7 +12,7 @@ const path = require('node:path');
 const crypto = require('node:crypto');
 const { spawn } = require('node:child_process');
 const grpc = require('@grpc/grpc-js');
-const { PluginHostService } = require('../../gen/services');
+const { PluginHostService, SettingsService, InputService } = require('../../gen/services');
 
 /** The command line the broker uses: `node -e BOOTSTRAP /abs/entry`, cwd = plugin dir. */
 const BOOTSTRAP = "require(require.resolve('hearth-sdk/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])";
@@ -110,7 +110,8 @@ class PluginProcess {
     proc.stdout.on('data', (d) => { this.stdout += d; });
     proc.stderr.on('data', (d) => { this.stderr += d; });
     this.exited = new Promise((resolve) => {
-      proc.on('exit', (code, signal) => resolve({ code, signal }));
+      // 'close' comes after 'exit' and after stdout/stderr are fully read.
+      proc.on('close', (code, signal) => resolve({ code, signal }));
       // Spawn failures (e.g. ENOENT) emit 'error' and no 'exit'.
       proc.on('error', (err) => { this.stderr += `spawn failed: ${err.message}\n`; resolve({ code: null, signal: null, error: err }); });
     });
@@ -143,6 +144,21 @@ class FakeBroker {
     /** @type {(call: any) => boolean} hook to answer a session yourself */
     this.server = new grpc.Server({ 'grpc.max_receive_message_length': MAX, 'grpc.max_send_message_length': MAX });
     this.server.addService(PluginHostService, { attach: (call) => this.onAttach(call) });
+    // Two host services, enough to check that plugins reach them with their token.
+    this.settings = new Map();
+    this.injected = [];
+    const authed = (fn) => (call, cb) => {
+      if (call.metadata.get('x-hearth-token')[0] !== this.token) return cb({ code: grpc.status.UNAUTHENTICATED, details: 'invalid or stale x-hearth-token' });
+      return fn(call, cb);
+    };
+    const notFound = (key) => ({ code: grpc.status.NOT_FOUND, details: `no setting ${key}` });
+    this.server.addService(SettingsService, {
+      get: authed((call, cb) => (this.settings.has(call.request.key) ? cb(null, { valueJson: this.settings.get(call.request.key) }) : cb(notFound(call.request.key)))),
+      set: authed((call, cb) => { this.settings.set(call.request.key, call.request.valueJson); cb(null, {}); }),
+    });
+    this.server.addService(InputService, {
+      injectText: authed((call, cb) => { this.injected.push({ ...call.request }); cb(null, {}); }),
+    });
   }
 
   static async start() {
@@ -221,4 +237,15 @@ class FakeBroker {
 
 const fixture = (name, file = 'index.js') => path.join(__dirname, '..', 'fixtures', name, file);
 
-module.exports = { FakeBroker, BOOTSTRAP, fixture };
+/**
+ * Polls `read()` until it matches `re` (output of another process arrives on its own
+ * schedule), then returns it; returns the last value after `ms` so the caller's
+ * assertion reports what was there.
+ */
+async function eventually(read, re, ms = 3000) {
+  const end = Date.now() + ms;
+  while (!re.test(read()) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  return read();
+}
+
+module.exports = { FakeBroker, BOOTSTRAP, fixture, eventually };

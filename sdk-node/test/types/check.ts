@@ -12,6 +12,9 @@ class Calc extends Plugin {
   };
   async executeTool(sender: Sender, args: { e: string }, ctx: CallContext): Promise<LinkZoneResult> {
     ctx.signal.throwIfAborted();
+    const v = await ctx.host.settings.get({ key: 'k' }, { timeoutMs: 1000 });
+    const json: string = v.valueJson;
+    void json;
     return { success: true, content: `${sender.userId}: ${args.e}`, data: { n: 1 } };
   }
 }
@@ -19,6 +22,7 @@ class Calc extends Plugin {
 const homeAgent = {
   name: () => 'ha',
   start(sdk: HomeAgentSdk) {
+    void sdk.injectText('timer', 'hi');
     sdk.registerStage(Stage.OnInput, (ctx) => { if (ctx.userId === 'x') ctx.response = 'no'; });
     sdk.registerStageOwnTools('before_toolcall', async (ctx, { hookId }) => { ctx.toolCalls[0].denyReason = hookId; return ctx; });
     void sdk.registerTool('ha_tool', { description: 'd', parameters: { type: 'object' } }, async (args, { signal }) => ({ ok: !signal.aborted, args }));
