@@ -174,6 +174,11 @@ export interface HomeAgentSdk {
   /** Withdraws a tool at run time. */
   unregisterTool(name: string): Promise<void>;
   /**
+   * Declares a setting (HomeAgent `RegisterDef`): inside start() it goes out with
+   * Register, later through the Settings service.
+   */
+  registerDef(def: ConfigDef): Promise<void>;
+  /**
    * Registers a pipeline stage hook (HomeAgent `RegisterStage`); only inside start().
    * Hooks of one plugin and stage run in registration order.
    */
@@ -207,6 +212,24 @@ export interface HomeAgentPlugin {
   name(): string;
   start(sdk: HomeAgentSdk): void | Promise<void>;
   stop?(): void | Promise<void>;
+}
+
+/** HomeAgent `ConfigDef` (Go JSON names; `displayName` is accepted too). */
+export interface ConfigDef {
+  key: string;
+  default?: unknown;
+  type?: 'string' | 'number' | 'boolean';
+  display_name?: string;
+  displayName?: string;
+  description?: string;
+  category?: string;
+  options?: string[];
+  min?: number;
+  max?: number;
+  step?: number;
+  required?: boolean;
+  /** Masked in Dump and logs. */
+  secret?: boolean;
 }
 
 /** HomeAgent stage names, in pipeline order. */

@@ -83,6 +83,8 @@ class Session {
     this.name = pluginLabel(instance, this.env.HEARTH_PLUGIN);
     /** @type {Map<string, ToolEntry>} */
     this.tools = new Map();
+    /** @type {object[]} ConfigDefs declared in start() */
+    this.configDefs = [];
     /** @type {Map<string, {wire: object, handler: Function}>} stage hooks by hook id */
     this.stageHooks = new Map();
     /** @type {Map<string, AbortController>} in-flight calls and events by call id text */
@@ -183,6 +185,7 @@ class Session {
     }
     reg.tools = [...this.tools.values()].map((t) => t.wire);
     reg.stages = [...this.stageHooks.values()].map((h) => h.wire);
+    reg.configDefs = this.configDefs;
     this.registerSent = true;
     this.send({ register: reg });
   }
@@ -209,6 +212,7 @@ class Session {
       injectInterruptText: inject('injectInterruptText'),
       registerTool: (name, def, handler) => this.registerTool(name, def, handler),
       unregisterTool: (name) => this.unregisterTool(name),
+      registerDef: (def) => this.registerDef(def),
       registerStage: (stage, handler) => this.registerStage(stage, handler, false),
       registerStageOwnTools: (stage, handler) => this.registerStage(stage, handler, true),
       log: (...args) => this.log(...args),
@@ -238,6 +242,23 @@ class Session {
       }
     });
     p.catch((e) => this.log(e.message)); // awaited or not: never an unhandled rejection
+    return p;
+  }
+
+  /**
+   * Declares a setting (HomeAgent `Settings().RegisterDef`): in start() it goes out with
+   * Register; later through the Settings host service.
+   * @param {any} def
+   * @returns {Promise<void>}
+   */
+  registerDef(def) {
+    const wire = spec.configDef(def, this.name);
+    if (!this.registerSent) {
+      this.configDefs.push(wire);
+      return Promise.resolve();
+    }
+    const p = this.host.settings.registerDef(wire).then(() => undefined);
+    p.catch((e) => this.log(e.message));
     return p;
   }
 

@@ -150,4 +150,39 @@ function homeAgentTool(name, def, plugin) {
   };
 }
 
-module.exports = { DeclarationError, linkZoneMetadata, aiTool, injectSpec, triggerSpecs, homeAgentTool, TRIGGER_TYPES };
+/**
+ * HomeAgent `ConfigDef` → wire `ConfigDef`. Accepts the Go JSON names (`display_name`)
+ * and camelCase (`displayName`); `default` travels as JSON text.
+ * @param {any} def
+ * @param {string} plugin
+ * @returns {object}
+ */
+function configDef(def, plugin) {
+  if (!def || typeof def !== 'object') throw new DeclarationError(`plugin ${plugin}: registerDef: expected a ConfigDef object`);
+  if (typeof def.key !== 'string' || !def.key) throw new DeclarationError(`plugin ${plugin}: registerDef: missing key`);
+  const where = `plugin ${plugin}: config ${def.key}`;
+  const type = def.type == null ? 'string' : def.type;
+  if (!['string', 'number', 'boolean'].includes(type)) throw new DeclarationError(`${where}: type must be string, number or boolean, got ${JSON.stringify(type)}`);
+  if (def.options != null && !Array.isArray(def.options)) throw new DeclarationError(`${where}: options must be an array`);
+  /** @type {any} */
+  const w = {
+    key: def.key,
+    defaultJson: def.default === undefined ? '' : JSON.stringify(def.default),
+    type,
+    displayName: optString(def.displayName != null ? def.displayName : def.display_name, `${where}: display_name`),
+    description: optString(def.description, `${where}: description`),
+    category: optString(def.category, `${where}: category`),
+    options: (def.options || []).map(String),
+    required: def.required === true,
+    secret: def.secret === true,
+  };
+  for (const k of ['min', 'max', 'step']) {
+    if (def[k] != null) {
+      if (typeof def[k] !== 'number') throw new DeclarationError(`${where}: ${k} must be a number`);
+      w[k] = def[k];
+    }
+  }
+  return w;
+}
+
+module.exports = { DeclarationError, configDef, linkZoneMetadata, aiTool, injectSpec, triggerSpecs, homeAgentTool, TRIGGER_TYPES };

@@ -42,6 +42,10 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.deepEqual(p.register.stages.map((h) => [h.stage, h.ownToolsOnly, h.hookId]), [
       [1, false, 'on_input#0'], [4, true, 'before_toolcall#1'], [6, false, 'before_output#2'],
     ]);
+    assert.deepEqual(p.register.configDefs.map((d) => ({ ...d })), [
+      { key: 'provider_key', defaultJson: '', type: 'string', displayName: 'API Key', description: '第三方服务 API 密钥', category: '', options: [], required: true, secret: true },
+      { key: 'days', defaultJson: '3', type: 'number', displayName: '', description: '', category: '', options: ['1', '3', '7'], min: 1, max: 7, step: 1, required: false, secret: false },
+    ]);
     assert.equal(p.register.inject, null);
     assert.deepEqual(p.register.triggers, []);
   });

@@ -23,6 +23,7 @@ const homeAgent = {
   name: () => 'ha',
   start(sdk: HomeAgentSdk) {
     void sdk.injectText('timer', 'hi');
+    void sdk.registerDef({ key: 'api_key', type: 'string', display_name: 'API Key', secret: true });
     sdk.registerStage(Stage.OnInput, (ctx) => { if (ctx.userId === 'x') ctx.response = 'no'; });
     sdk.registerStageOwnTools('before_toolcall', async (ctx, { hookId }) => { ctx.toolCalls[0].denyReason = hookId; return ctx; });
     void sdk.registerTool('ha_tool', { description: 'd', parameters: { type: 'object' } }, async (args, { signal }) => ({ ok: !signal.aborted, args }));
