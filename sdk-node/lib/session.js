@@ -150,7 +150,7 @@ class Session {
     });
     this.call.on('status', (st) => {
       const ok = st.code === grpc.status.OK || this.shuttingDown;
-      if (st.code === grpc.status.OK && !this.shuttingDown) this.log('broker closed the session; exiting');
+      if (st.code === grpc.status.OK && !this.shuttingDown && !this.finished) this.log('broker closed the session; exiting');
       this.finish(ok ? EXIT.OK : EXIT.FAILED);
     });
     this.call.on('drain', () => this.flush());
