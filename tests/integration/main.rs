@@ -3,6 +3,7 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod harness;
+mod supervision;
 
 use std::collections::HashSet;
 use std::time::Duration;
