@@ -205,13 +205,31 @@ export declare class Plugin {
   start(sdk: HomeAgentSdk): void | Promise<void>;
   /** Called on Shutdown (and when the broker goes away). */
   stop(): void | Promise<void>;
+  /** Test hook (README "Test hooks"): the `Hello.protocol_version` sent instead of the SDK's. Instance or static. */
+  hearthProtocolVersion?: string;
+  /** Test hook (README "Test hooks"): runs after Hello, before Register. Instance or static. */
+  hearthAfterHello?: AfterHelloHook;
+  static hearthProtocolVersion?: string;
+  static hearthAfterHello?: AfterHelloHook;
 }
+
+/**
+ * Test hook run once `Hello` is on the wire, before `Register`: resolving to
+ * undefined goes on to register, to an integer ends the session with that exit code
+ * (no Register); never settling leaves the plugin unregistered (broker messages,
+ * Pings included, are held meanwhile).
+ */
+export type AfterHelloHook = () => void | number | Promise<void | number>;
 
 /** A HomeAgent-style plugin object (no base class needed). */
 export interface HomeAgentPlugin {
   name(): string;
   start(sdk: HomeAgentSdk): void | Promise<void>;
   stop?(): void | Promise<void>;
+  /** Test hook (README "Test hooks"). */
+  hearthProtocolVersion?: string;
+  /** Test hook (README "Test hooks"). */
+  hearthAfterHello?: AfterHelloHook;
 }
 
 /** HomeAgent `ConfigDef` (Go JSON names; `displayName` is accepted too). */

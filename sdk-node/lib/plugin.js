@@ -35,6 +35,14 @@ class Plugin {
   stop() {}
 }
 
+// Test hooks for fault injection (tests/plugins/stress.js; README "Test hooks"): real
+// plugins leave them unset, and then the session is exactly the normal one. Either may
+// be an instance property or a static property of the class (also without this base class).
+//   hearthProtocolVersion: string sent as Hello.protocol_version instead of the SDK's.
+//   hearthAfterHello: () => void | number | Promise<…>, run once Hello is written and
+//     before Register: undefined → register; an integer → end the session with that exit
+//     code without Register; never settling → never register.
+
 /**
  * The name of a plugin instance: LinkZone `metadata.name`, HomeAgent `name()` (or a
  * `name` string), else `fallback`, else its class name.

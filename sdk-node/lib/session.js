@@ -55,6 +55,18 @@ function toSender(s) {
   };
 }
 
+/**
+ * A test hook of the plugin (`hearthProtocolVersion`, `hearthAfterHello`): an instance
+ * property, else a static property of its class; undefined on real plugins.
+ * @param {any} inst
+ * @param {string} key
+ */
+function testHook(inst, key) {
+  if (inst[key] != null) return inst[key];
+  const cls = inst.constructor;
+  return cls && cls !== Object && cls[key] != null ? cls[key] : undefined;
+}
+
 /** A registered tool: its wire spec and how to run and map one call. */
 class ToolEntry {
   /**
@@ -102,6 +114,8 @@ class Session {
     this.blocked = false;
     this.endWhenFlushed = false;
     this.nextRequest = 1;
+    /** @type {Array<() => void> | null} broker events held while hearthAfterHello runs */
+    this.held = null;
     /** @type {(code: number) => void} */
     this.resolveRun = () => {};
   }
@@ -143,25 +157,79 @@ class Session {
       (b) => v1.HostMessage.decode(b),
       md,
     );
-    this.call.on('data', (m) => this.onMessage(m));
+    // While a hearthAfterHello test hook runs, broker messages and the end of the stream
+    // wait in `held` (nothing is read, so pings go unanswered); normally `held` is null.
+    this.call.on('data', (m) => (this.held ? this.held.push(() => this.onMessage(m)) : this.onMessage(m)));
     this.call.on('error', (err) => {
       // 'status' follows with the same information; keep 'error' from being unhandled.
       if (!this.shuttingDown) this.log(`session stream failed: ${grpc.status[err.code] || err.code}: ${err.details || err.message}`);
     });
-    this.call.on('status', (st) => {
+    const onStatus = (/** @type {grpc.StatusObject} */ st) => {
       const ok = st.code === grpc.status.OK || this.shuttingDown;
       if (st.code === grpc.status.OK && !this.shuttingDown && !this.finished) this.log('broker closed the session; exiting');
       this.finish(ok ? EXIT.OK : EXIT.FAILED);
-    });
+    };
+    this.call.on('status', (st) => (this.held ? this.held.push(() => onStatus(st)) : onStatus(st)));
     this.call.on('drain', () => this.flush());
 
-    this.send({ hello: { protocolVersion: PROTOCOL_VERSION, sdk: SDK_NAME, sdkVersion: SDK_VERSION, features: FEATURES, pid: process.pid } });
+    // Test hooks (README "Test hooks"); unset on real plugins, which take the normal path.
+    const protocolVersion = testHook(this.instance, 'hearthProtocolVersion') || PROTOCOL_VERSION;
+    const afterHello = testHook(this.instance, 'hearthAfterHello');
+    const hello = { hello: { protocolVersion, sdk: SDK_NAME, sdkVersion: SDK_VERSION, features: FEATURES, pid: process.pid } };
+    if (afterHello == null) {
+      this.send(hello);
+      this.startRegister();
+    } else {
+      this.held = [];
+      this.runAfterHello(hello, afterHello);
+    }
+    return done;
+  }
+
+  /** Collects the tools and sends Register; a failure ends the session (exit 2 or 1). */
+  startRegister() {
     this.register().catch((e) => {
       const code = e instanceof spec.DeclarationError ? EXIT.CONFIG : EXIT.FAILED;
       this.log(e instanceof spec.DeclarationError ? e.message : `start failed: ${results.errorText(e)}`);
       this.finish(code);
     });
-    return done;
+  }
+
+  /**
+   * The `hearthAfterHello` test hook: writes Hello, waits until it is on the wire, runs the
+   * hook, then registers (hook returned nothing) or ends the session with the exit code it
+   * returned, without Register. Broker messages are held until then.
+   * @param {object} hello
+   * @param {Function} hook
+   */
+  async runAfterHello(hello, hook) {
+    await new Promise((resolve) => {
+      const timer = setTimeout(() => { this.log('Hello not written within 10 s; running hearthAfterHello anyway'); resolve(undefined); }, 10000);
+      if (!this.call.write(hello, () => { clearTimeout(timer); resolve(undefined); })) this.blocked = true;
+    });
+    let code;
+    try {
+      code = await hook.call(this.instance);
+    } catch (e) {
+      this.log(`hearthAfterHello failed: ${results.errorText(e)}`);
+      code = EXIT.FAILED;
+    }
+    if (code != null && !Number.isInteger(code)) {
+      this.log(`hearthAfterHello returned ${String(code)}; expected undefined or an exit code`);
+      code = EXIT.FAILED;
+    }
+    if (code != null) {
+      this.log(`hearthAfterHello ended the session before Register (exit code ${code})`);
+      // Half-close, and give Hello and the end of the stream 200 ms to reach the broker.
+      this.endStream();
+      await new Promise((resolve) => { this.call.once('status', resolve); setTimeout(resolve, 200); });
+      this.finish(code);
+      return;
+    }
+    const held = this.held || [];
+    this.held = null;
+    this.startRegister();
+    for (const f of held) f();
   }
 
   /** Collects tools (LinkZone metadata, then HomeAgent start(sdk)) and sends Register. */

@@ -1,7 +1,8 @@
 'use strict';
 
 // The plugin session against a fake broker, with real plugin processes
-// (fixtures/stress: HomeAgent style, one tool per behaviour).
+// (fixtures/homeagent: HomeAgent style, one tool per behaviour; the stress plugin's tools
+// and faults are in stress.test.js).
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -10,7 +11,7 @@ const path = require('node:path');
 const Long = require('long');
 const { FakeBroker, fixture, eventually } = require('./helpers/broker');
 
-const STRESS = fixture('stress');
+const HA = fixture('homeagent');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 describe('session with a HomeAgent-style plugin', () => {
@@ -18,7 +19,7 @@ describe('session with a HomeAgent-style plugin', () => {
   let p;
   before(async () => {
     broker = await FakeBroker.start();
-    p = await broker.attach(STRESS);
+    p = await broker.attach(HA);
   });
   after(() => broker.close());
 
@@ -31,13 +32,13 @@ describe('session with a HomeAgent-style plugin', () => {
   });
 
   it('registers HomeAgent tools with the given JSON Schema and no aiTool', () => {
-    assert.equal(p.register.plugin.name, 'stress');
-    const echo = p.register.tools.find((t) => t.name === 'stress_echo');
-    assert.ok(echo, 'stress_echo registered');
+    assert.equal(p.register.plugin.name, 'homeagent');
+    const echo = p.register.tools.find((t) => t.name === 'ha_echo');
+    assert.ok(echo, 'ha_echo registered');
     assert.equal(echo.description, 'returns its arguments');
     assert.deepEqual(JSON.parse(echo.parametersJson), { type: 'object', properties: { x: { type: 'number' } } });
     assert.equal(echo.aiTool, null);
-    const fail = p.register.tools.find((t) => t.name === 'stress_fail');
+    const fail = p.register.tools.find((t) => t.name === 'ha_fail');
     assert.deepEqual(JSON.parse(fail.parametersJson), { type: 'object', properties: {} }, 'missing parameters default to an empty object schema');
     assert.deepEqual(p.register.stages.map((h) => [h.stage, h.ownToolsOnly, h.hookId]), [
       [1, false, 'on_input#0'], [4, true, 'before_toolcall#1'], [6, false, 'before_output#2'],
@@ -51,7 +52,7 @@ describe('session with a HomeAgent-style plugin', () => {
   });
 
   it('maps a non-string value to JSON content and data_json', async () => {
-    const r = await p.session.call1(1, 'stress_echo', { x: 42, s: '天气', nested: { a: [1, 2] } });
+    const r = await p.session.call1(1, 'ha_echo', { x: 42, s: '天气', nested: { a: [1, 2] } });
     assert.equal(r.success, true);
     assert.deepEqual(JSON.parse(r.content), { x: 42, s: '天气', nested: { a: [1, 2] } });
     assert.equal(r.dataJson, r.content);
@@ -59,39 +60,39 @@ describe('session with a HomeAgent-style plugin', () => {
   });
 
   it('maps a string to content as is, without data_json', async () => {
-    const r = await p.session.call1(2, 'stress_text', { text: 'plain "text"' });
+    const r = await p.session.call1(2, 'ha_text', { text: 'plain "text"' });
     assert.deepEqual([r.success, r.content, r.dataJson], [true, 'plain "text"', '']);
   });
 
   it('maps {isError: true, content} to success=false with that error', async () => {
-    const r = await p.session.call1(3, 'stress_fail', {});
+    const r = await p.session.call1(3, 'ha_fail', {});
     assert.deepEqual([r.success, r.error, r.content], [false, 'bad input: x must be positive', '']);
   });
 
   it('maps undefined to an empty successful result', async () => {
-    const r = await p.session.call1(4, 'stress_nothing', {});
+    const r = await p.session.call1(4, 'ha_nothing', {});
     assert.deepEqual([r.success, r.content, r.dataJson], [true, '', '']);
   });
 
   it('turns a thrown error into "<Name>: <message>" and keeps serving', async () => {
-    const r = await p.session.call1(5, 'stress_throw', {});
+    const r = await p.session.call1(5, 'ha_throw', {});
     assert.deepEqual([r.success, r.error], [false, 'TypeError: boom at call']);
-    const again = await p.session.call1(6, 'stress_text', { text: 'alive' });
+    const again = await p.session.call1(6, 'ha_text', { text: 'alive' });
     assert.equal(again.content, 'alive');
-    const re = /tool stress_throw \(call 5\) failed: TypeError: boom at call/;
+    const re = /tool ha_throw \(call 5\) failed: TypeError: boom at call/;
     assert.match(await eventually(() => p.proc.stderr, re), re);
   });
 
   it('answers an unknown tool with an error naming it', async () => {
     const r = await p.session.call1(7, 'no_such_tool', {});
     assert.equal(r.success, false);
-    assert.match(r.error, /plugin stress has no tool no_such_tool/);
+    assert.match(r.error, /plugin homeagent has no tool no_such_tool/);
   });
 
   it('matches 50 concurrent calls by call_id', async () => {
     const ids = Array.from({ length: 50 }, (_, i) => 1000 + i);
     // Later calls sleep less, so results come back out of order.
-    for (const id of ids) p.session.invoke(id, 'stress_sleep', { ms: (1049 - id) * 4, id });
+    for (const id of ids) p.session.invoke(id, 'ha_sleep', { ms: (1049 - id) * 4, id });
     const got = await Promise.all(ids.map((id) => p.session.result(id)));
     for (const [i, r] of got.entries()) {
       assert.equal(r.success, true, r.error);
@@ -101,7 +102,7 @@ describe('session with a HomeAgent-style plugin', () => {
 
   it('echoes 64-bit call ids and ping nonces exactly', async () => {
     const big = Long.fromString('18446744073709551615', true);
-    const r = await p.session.call1(big, 'stress_text', { text: 'x' });
+    const r = await p.session.call1(big, 'ha_text', { text: 'x' });
     assert.equal(r.callId.toString(), '18446744073709551615');
     const nonce = Long.fromString('9007199254740993', true);
     p.session.send({ ping: { nonce } });
@@ -110,7 +111,7 @@ describe('session with a HomeAgent-style plugin', () => {
   });
 
   it('answers Ping while a handler awaits a long promise', async () => {
-    p.session.invoke(2000, 'stress_sleep', { ms: 4000, id: 1 });
+    p.session.invoke(2000, 'ha_sleep', { ms: 4000, id: 1 });
     await sleep(50);
     const t0 = Date.now();
     p.session.send({ ping: { nonce: 77 } });
@@ -122,19 +123,19 @@ describe('session with a HomeAgent-style plugin', () => {
 
   it('Cancel aborts the handler signal and no result is sent', async () => {
     const marker = path.join(broker.dir, 'aborted.txt');
-    p.session.invoke(3000, 'stress_wait_abort', { marker });
+    p.session.invoke(3000, 'ha_wait_abort', { marker });
     await sleep(100);
     p.session.send({ cancel: { callId: 3000, reason: 'caller went away' } });
     for (let i = 0; i < 100 && !fs.existsSync(marker); i++) await sleep(20);
     assert.match(fs.readFileSync(marker, 'utf8'), /aborted: call 3000 cancelled by the broker: caller went away/);
     // A later call's result arrives; the cancelled call's never does.
-    await p.session.call1(3001, 'stress_text', { text: 'after' });
+    await p.session.call1(3001, 'ha_text', { text: 'after' });
     await sleep(100);
     assert.equal(p.session.messages.some((m) => m.msg === 'toolResult' && String(m.toolResult.callId) === '3000'), false);
   });
 
   it('sends Progress for the call', async () => {
-    p.session.invoke(4000, 'stress_progress', {});
+    p.session.invoke(4000, 'ha_progress', {});
     const prog = await p.session.nextOf('progress');
     assert.deepEqual([String(prog.callId), prog.message, prog.fraction], ['4000', 'half way', 0.5]);
     assert.equal((await p.session.result(4000)).content, 'done');
@@ -157,12 +158,12 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.deepEqual([c.memory[0].content, c.memory[0].score], ['m', 0.5]);
 
     p.session.send({ runStage: { callId: 6001, stage: 4, hookId: 'before_toolcall#1', context: { phase: 4, toolCalls: [
-      { id: 'a', name: 'stress_echo', plugin: 'stress', argumentsJson: '{"danger":true}' },
-      { id: 'b', name: 'stress_text', plugin: 'stress', argumentsJson: '{"text":"ok"}' },
+      { id: 'a', name: 'ha_echo', plugin: 'homeagent', argumentsJson: '{"danger":true}' },
+      { id: 'b', name: 'ha_text', plugin: 'homeagent', argumentsJson: '{"text":"ok"}' },
     ] } } });
     const r2 = await p.session.nextOf('stageResult');
     assert.deepEqual(r2.context.toolCalls.map((t) => [t.id, t.deny, t.denyReason, JSON.parse(t.argumentsJson)]), [
-      ['a', true, 'stress: stress_echo refuses danger', { danger: true }], ['b', false, '', { text: 'ok' }],
+      ['a', true, 'homeagent: ha_echo refuses danger', { danger: true }], ['b', false, '', { text: 'ok' }],
     ]);
     assert.equal(Object.prototype.hasOwnProperty.call(r2.context, 'response'), false, 'response stays unset');
 
@@ -171,23 +172,23 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.equal(r3.error, 'RangeError: stage exploded');
     assert.equal(r3.context.finalText, 'x');
     p.session.send({ runStage: { callId: 6003, stage: 2, hookId: 'pre_action#9', context: {} } });
-    assert.match((await p.session.nextOf('stageResult')).error, /plugin stress has no stage hook pre_action#9/);
+    assert.match((await p.session.nextOf('stageResult')).error, /plugin homeagent has no stage hook pre_action#9/);
   });
 
   it('reaches host services with its token (ctx.host, sdk.injectText)', async () => {
     broker.settings.set('city', '"北京"');
-    const r = await p.session.call1(7000, 'stress_setting', { key: 'city' });
+    const r = await p.session.call1(7000, 'ha_setting', { key: 'city' });
     assert.deepEqual([r.success, r.content], [true, '北京'], 'a string value is the content as is');
     assert.equal(broker.settings.get('city.copy'), '"北京"');
-    const missing = await p.session.call1(7001, 'stress_setting', { key: 'nope' });
-    assert.equal(missing.error, 'HostError: plugin stress: settings.get: NOT_FOUND: no setting nope');
-    const inj = await p.session.call1(7002, 'stress_inject', { text: '提醒：喝水' });
+    const missing = await p.session.call1(7001, 'ha_setting', { key: 'nope' });
+    assert.equal(missing.error, 'HostError: plugin homeagent: settings.get: NOT_FOUND: no setting nope');
+    const inj = await p.session.call1(7002, 'ha_inject', { text: '提醒：喝水' });
     assert.equal(inj.content, 'injected');
-    assert.deepEqual(broker.injected.at(-1), { source: 'stress', channel: 'timer', text: '提醒：喝水' });
+    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: '提醒：喝水' });
   });
 
   it('keeps working when the plugin floods stdout', async () => {
-    const r = await p.session.call1(5000, 'stress_noisy', {});
+    const r = await p.session.call1(5000, 'ha_noisy', {});
     assert.equal(r.content, 'still fine');
     assert.match(await eventually(() => p.proc.stdout, /junk line 1999/), /junk on stdout at load time[\s\S]*junk line 0 [\s\S]*junk line 1999 /);
   });
@@ -200,8 +201,8 @@ describe('session lifecycle', () => {
 
   it('Shutdown calls stop(), closes the stream and exits 0 within grace_ms', async () => {
     const marker = path.join(broker.dir, 'stopped.txt');
-    const p = await broker.attach(STRESS, { env: { STOP_MARKER: marker } });
-    p.session.invoke(1, 'stress_sleep', { ms: 10000, id: 1 }); // in flight: abandoned, not waited for
+    const p = await broker.attach(HA, { env: { STOP_MARKER: marker } });
+    p.session.invoke(1, 'ha_sleep', { ms: 10000, id: 1 }); // in flight: abandoned, not waited for
     await sleep(50);
     const t0 = Date.now();
     p.session.send({ shutdown: { graceMs: 1500, reason: 'test' } });
@@ -214,7 +215,7 @@ describe('session lifecycle', () => {
 
   it('exits when the broker closes the stream, calling stop()', async () => {
     const marker = path.join(broker.dir, 'stopped2.txt');
-    const p = await broker.attach(STRESS, { env: { STOP_MARKER: marker } });
+    const p = await broker.attach(HA, { env: { STOP_MARKER: marker } });
     p.session.end();
     const { code } = await p.proc.exit(3000);
     assert.equal(code, 0);
@@ -225,7 +226,7 @@ describe('session lifecycle', () => {
   it('exits 1 when the stream fails (broker killed mid-session)', async () => {
     const other = await FakeBroker.start();
     try {
-      const p = await other.attach(STRESS);
+      const p = await other.attach(HA);
       other.server.forceShutdown();
       const { code } = await p.proc.exit(3000);
       assert.equal(code, 1);
@@ -236,20 +237,20 @@ describe('session lifecycle', () => {
   });
 
   it('dials HEARTH_ADDR as unix:/abs/path and as http://127.0.0.1:PORT', async () => {
-    const p1 = await broker.attach(STRESS, { env: { HEARTH_ADDR: `unix:${broker.sock}` } });
-    assert.equal((await p1.session.call1(1, 'stress_text', { text: 'unix:/' })).content, 'unix:/');
+    const p1 = await broker.attach(HA, { env: { HEARTH_ADDR: `unix:${broker.sock}` } });
+    assert.equal((await p1.session.call1(1, 'ha_text', { text: 'unix:/' })).content, 'unix:/');
     p1.session.send({ shutdown: { graceMs: 1000 } });
     assert.equal((await p1.proc.exit()).code, 0);
     const port = await new Promise((resolve, reject) => broker.server.bindAsync('127.0.0.1:0', require('@grpc/grpc-js').ServerCredentials.createInsecure(), (e, port) => (e ? reject(e) : resolve(port))));
-    const p2 = await broker.attach(STRESS, { env: { HEARTH_ADDR: `http://127.0.0.1:${port}` } });
-    assert.equal((await p2.session.call1(1, 'stress_text', { text: 'tcp' })).content, 'tcp');
+    const p2 = await broker.attach(HA, { env: { HEARTH_ADDR: `http://127.0.0.1:${port}` } });
+    assert.equal((await p2.session.call1(1, 'ha_text', { text: 'tcp' })).content, 'tcp');
     p2.session.send({ shutdown: { graceMs: 1000 } });
     assert.equal((await p2.proc.exit()).code, 0);
   });
 
   it('exits 1 with UNAUTHENTICATED on a wrong token', async () => {
     const before = broker.unauthenticated;
-    const proc = broker.spawn(STRESS, { token: 'stale-token' });
+    const proc = broker.spawn(HA, { token: 'stale-token' });
     const { code } = await proc.exit(5000);
     assert.equal(code, 1);
     assert.equal(broker.unauthenticated, before + 1);
@@ -257,35 +258,35 @@ describe('session lifecycle', () => {
   });
 
   it('exits 1 when nothing listens on HEARTH_ADDR', async () => {
-    const proc = broker.spawn(STRESS, { env: { HEARTH_ADDR: `unix://${path.join(broker.dir, 'nobody.sock')}` } });
+    const proc = broker.spawn(HA, { env: { HEARTH_ADDR: `unix://${path.join(broker.dir, 'nobody.sock')}` } });
     const { code } = await proc.exit(8000);
     assert.equal(code, 1);
     assert.match(proc.stderr, /UNAVAILABLE/);
   });
 
   it('exits 2 when HEARTH_ADDR is not set', async () => {
-    const proc = broker.spawn(STRESS, { env: { HEARTH_ADDR: '' } });
+    const proc = broker.spawn(HA, { env: { HEARTH_ADDR: '' } });
     const { code } = await proc.exit(5000);
     assert.equal(code, 2);
     assert.match(proc.stderr, /HEARTH_ADDR is not set/);
   });
 
   it('exits 3 on Rejected, with the reason and items on stderr', async () => {
-    const proc = broker.spawn(STRESS);
+    const proc = broker.spawn(HA);
     const s = await broker.nextSession();
     await s.nextOf('register');
-    s.send({ rejected: { reason: 'protocol major version 1 not supported', items: [{ kind: 'plugin', name: 'stress', reason: 'too old' }] } });
+    s.send({ rejected: { reason: 'protocol major version 1 not supported', items: [{ kind: 'plugin', name: 'homeagent', reason: 'too old' }] } });
     const { code } = await proc.exit(5000);
     assert.equal(code, 3);
     assert.match(proc.stderr, /broker rejected the registration: protocol major version 1 not supported/);
-    assert.match(proc.stderr, /rejected plugin stress: too old/);
+    assert.match(proc.stderr, /rejected plugin homeagent: too old/);
   });
 
   it('logs each item of Registered.rejected by name and serves the rest', async () => {
-    const p = await broker.attach(STRESS, { rejected: [{ kind: 'tool', name: 'stress_fail', reason: 'duplicate tool name (plugin other has it)' }] });
-    const r = await p.session.call1(1, 'stress_text', { text: 'ok' });
+    const p = await broker.attach(HA, { rejected: [{ kind: 'tool', name: 'ha_fail', reason: 'duplicate tool name (plugin other has it)' }] });
+    const r = await p.session.call1(1, 'ha_text', { text: 'ok' });
     assert.equal(r.content, 'ok');
-    const re = /broker rejected tool stress_fail: duplicate tool name \(plugin other has it\)/;
+    const re = /broker rejected tool ha_fail: duplicate tool name \(plugin other has it\)/;
     assert.match(await eventually(() => p.proc.stderr, re), re);
     p.session.send({ shutdown: { graceMs: 1000 } });
     assert.equal((await p.proc.exit(2000)).code, 0);

@@ -237,6 +237,9 @@ class FakeBroker {
 
 const fixture = (name, file = 'index.js') => path.join(__dirname, '..', 'fixtures', name, file);
 
+/** The canonical Node stress plugin (tests/plugins/stress.js, spec tests/plugins/STRESS.md). */
+const STRESS_PLUGIN = path.join(__dirname, '..', '..', '..', 'tests', 'plugins', 'stress.js');
+
 /**
  * Polls `read()` until it matches `re` (output of another process arrives on its own
  * schedule), then returns it; returns the last value after `ms` so the caller's
@@ -248,4 +251,4 @@ async function eventually(read, re, ms = 3000) {
   return read();
 }
 
-module.exports = { FakeBroker, BOOTSTRAP, fixture, eventually };
+module.exports = { FakeBroker, BOOTSTRAP, fixture, eventually, STRESS_PLUGIN };

@@ -5,6 +5,7 @@ import { hearth } from 'hearth-sdk/gen/hearth';
 import { PluginHostService } from 'hearth-sdk/gen/services';
 
 class Calc extends Plugin {
+  static hearthAfterHello = () => undefined;
   static metadata = {
     name: 'calc',
     triggers: [{ type: 0 as const, pattern: '/calc' }],
@@ -29,6 +30,8 @@ const homeAgent = {
     void sdk.registerTool('ha_tool', { description: 'd', parameters: { type: 'object' } }, async (args, { signal }) => ({ ok: !signal.aborted, args }));
   },
   stop() {},
+  hearthProtocolVersion: '99.0.0',
+  hearthAfterHello: async () => 1,
 };
 
 const msg: hearth.v1.IPluginMessage = { toolResult: { callId: 1, success: true, content: 'x' } };
