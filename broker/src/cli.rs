@@ -182,6 +182,12 @@ pub fn main() -> ExitCode {
             })
         }
         other => {
+            // Client output piped into `head` and closed: end quietly, like other
+            // Unix tools, instead of panicking on EPIPE.
+            // SAFETY: restoring the default disposition before any threads exist.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            }
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();

@@ -106,7 +106,7 @@ pub fn stress(lang: &str, name: &str, faults: &str, extra: Value) -> PluginDir {
 }
 
 /// The three stress plugin languages.
-pub const LANGS: [&str; 2] = ["py", "rs"];
+pub const LANGS: [&str; 3] = ["py", "nd", "rs"];
 
 /// An example plugin of `examples/plugins/<name>` (the Rust `hello` uses the built
 /// binary).
