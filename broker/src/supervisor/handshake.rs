@@ -165,7 +165,7 @@ impl Supervisor {
                 .await;
             return;
         }
-        let session = Arc::new(Session::new(name.clone(), generation, out.clone()));
+        let session = Arc::new(Session::new(name.clone(), generation, out));
         {
             let mut s = plugin.status.lock().unwrap();
             if s.generation != generation {
@@ -229,6 +229,7 @@ impl Supervisor {
             }
             _ => false,
         });
+        session.end_stream();
         let _ = plugin.control.send(Control::SessionEnded(generation));
         // The process watcher fails the calls with the exit status if the process
         // exits meanwhile; a process that lives on loses them with this reason.

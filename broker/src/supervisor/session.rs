@@ -42,7 +42,8 @@ struct Calls {
 pub struct Session {
     plugin: String,
     generation: u64,
-    out: Outbound,
+    /// `None` once the stream was ended ([`Session::end_stream`]).
+    out: Mutex<Option<Outbound>>,
     calls: Mutex<Calls>,
     next_call_id: AtomicU64,
     last_pong: Mutex<Instant>,
@@ -80,11 +81,9 @@ impl Drop for CallGuard<'_> {
             .remove(&self.call_id)
             .is_some();
         if was_pending {
-            let _ = self.session.out.try_send(Ok(HostMessage {
-                msg: Some(Msg::Cancel(Cancel {
-                    call_id: self.call_id,
-                    reason: self.reason.into(),
-                })),
+            self.session.try_send(Msg::Cancel(Cancel {
+                call_id: self.call_id,
+                reason: self.reason.into(),
             }));
         }
     }
@@ -96,7 +95,7 @@ impl Session {
         Session {
             plugin,
             generation,
-            out,
+            out: Mutex::new(Some(out)),
             calls: Mutex::new(Calls {
                 map: HashMap::new(),
                 closed: None,
@@ -134,19 +133,31 @@ impl Session {
         self.generation
     }
 
+    fn sender(&self) -> Option<Outbound> {
+        self.out.lock().unwrap().clone()
+    }
+
     /// Sends a message to the plugin; false when the session is gone.
     pub async fn send(&self, msg: Msg) -> bool {
-        self.out
-            .send(Ok(HostMessage { msg: Some(msg) }))
-            .await
-            .is_ok()
+        match self.sender() {
+            Some(out) => out.send(Ok(HostMessage { msg: Some(msg) })).await.is_ok(),
+            None => false,
+        }
     }
 
     /// Sends without waiting; false when the session is gone or its queue is full.
     pub fn try_send(&self, msg: Msg) -> bool {
-        self.out
-            .try_send(Ok(HostMessage { msg: Some(msg) }))
-            .is_ok()
+        match self.sender() {
+            Some(out) => out.try_send(Ok(HostMessage { msg: Some(msg) })).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Ends the broker's half of the stream (the plugin sees a clean end), once the
+    /// plugin ended its half. Later sends fail; calls in flight stay pending until
+    /// [`Session::close`].
+    pub fn end_stream(&self) {
+        self.out.lock().unwrap().take();
     }
 
     /// Calls `tool` with `args_json` and waits up to `timeout` for its result; each
