@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 
 use crate::broker::{Broker, Session};
-use crate::fault_process::{exit_code, read_all, spawn_example};
+use crate::process::{exit_code, read_all, spawn_example};
 
 fn spawn(broker: &Broker, plugin: &str, envs: &[(&str, &str)]) -> Child {
     spawn_example("stress", broker, plugin, envs)

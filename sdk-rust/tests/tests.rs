@@ -1,8 +1,7 @@
 //! Integration tests of hearth-sdk against an in-process fake broker (a real tonic
-//! `PluginHost` server on a temp Unix socket), plus the `fault` and `stress` examples
-//! as processes.
+//! `PluginHost` server on a temp Unix socket), plus the `stress` example as a process.
 
 mod broker;
-mod fault_process;
+mod process;
 mod session;
 mod stress_process;

@@ -28,7 +28,7 @@ fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A Rust binary built by `cargo build --workspace --examples`, e.g. `examples/fault`.
+/// A Rust binary built by `cargo build --workspace --examples`, e.g. `examples/stress`.
 pub fn rust_binary(rel: &str) -> PathBuf {
     let p = target_dir().join(rel);
     assert!(
@@ -68,17 +68,6 @@ pub fn node_echo(name: &str) -> PluginDir {
         dir: name.into(),
         manifest: json!({"name": name, "runtime": "node",
             "entry": repo().join("tests/plugins/node_echo.js")}),
-    }
-}
-
-/// Rust fault plugin (`sdk-rust/examples/fault.rs`) named `name`, tools prefixed
-/// `<name>_`, with `HEARTH_FAULT=faults`.
-pub fn rust_fault(name: &str, faults: &str) -> PluginDir {
-    PluginDir {
-        dir: name.into(),
-        manifest: json!({"name": name, "runtime": "exec",
-            "entry": rust_binary("examples/fault"),
-            "env": {"HEARTH_TOOL_PREFIX": "1", "HEARTH_FAULT": faults}}),
     }
 }
 
@@ -307,17 +296,18 @@ impl Broker {
             .unwrap_or_else(|| panic!("no plugin {name}"))
     }
 
-    /// Waits (up to 30 s) until `name` is ready; panics with the broker log if not.
+    /// Waits (up to 60 s: CI machines are small and shared) until `name` is ready;
+    /// panics with its status and the broker log if not.
     pub async fn wait_ready(&mut self, name: &str) -> PluginStatus {
         let started = Instant::now();
         loop {
             let p = self.plugins().await.into_iter().find(|p| p.name == name);
-            if let Some(p) = p.filter(|p| p.state == PluginState::Ready as i32) {
-                return p;
+            if let Some(p) = p.as_ref().filter(|p| p.state == PluginState::Ready as i32) {
+                return p.clone();
             }
-            if started.elapsed() > Duration::from_secs(30) {
+            if started.elapsed() > Duration::from_secs(60) {
                 panic!(
-                    "plugin {name} not ready after 30 s; broker log:\n{}",
+                    "plugin {name} not ready after 60 s: {p:?}; broker log:\n{}",
                     self.log()
                 );
             }

@@ -8,7 +8,7 @@ mod supervision;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use harness::{example, node_echo, py_echo, rust_fault, wait_gone, Broker};
+use harness::{example, node_echo, py_echo, stress, wait_gone, Broker};
 use hearth_proto::v1::plugin_host_client::PluginHostClient;
 use hearth_proto::v1::{plugin_message, Hello, PluginMessage, PluginState};
 use serde_json::json;
@@ -101,10 +101,10 @@ async fn hundred_concurrent_calls_across_plugins_each_matched() {
     let mut b = Broker::start(vec![
         py_echo("py", json!({})),
         node_echo("nd"),
-        rust_fault("rs", ""),
+        stress("rs", "rs", "", json!({})),
     ])
     .await;
-    let tools = ["py_echo", "nd_echo", "rs_rs_echo"];
+    let tools = ["py_echo", "nd_echo", "rs_echo"];
     let mut calls = Vec::new();
     for i in 0..100 {
         let tool = tools[i % 3];
@@ -136,12 +136,12 @@ async fn hundred_concurrent_calls_across_plugins_each_matched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_schema_and_arguments_are_rejected_by_the_broker() {
-    let mut b = Broker::start(vec![rust_fault("rs", "bad_schema")]).await;
+    let mut b = Broker::start(vec![stress("rs", "rs", "bad_schema", json!({}))]).await;
     let tools = b.tools().await;
-    assert!(tools.contains(&"rs_rs_echo".to_string()), "{tools:?}");
+    assert!(tools.contains(&"rs_echo".to_string()), "{tools:?}");
     assert!(!tools.iter().any(|t| t.contains("bad_schema")), "{tools:?}");
     assert!(
-        b.log().contains("rs_rs_bad_schema"),
+        b.log().contains("rs_bad_schema"),
         "rejection not logged:\n{}",
         b.log()
     );
@@ -149,21 +149,21 @@ async fn invalid_schema_and_arguments_are_rejected_by_the_broker() {
 
     // The broker's schema check answers, naming the argument; the plugin's own
     // validate() (which says "`ms` must be a non-negative integer") never runs.
-    let r = b.call("rs_rs_sleep", json!({"ms": "soon"})).await.unwrap();
+    let r = b.call("rs_sleep", json!({"ms": "soon"})).await.unwrap();
     assert!(!r.success);
     assert!(r.error.starts_with("argument `ms`"), "{}", r.error);
-    let r = b.call("rs_rs_sleep", json!({})).await.unwrap();
+    let r = b.call("rs_sleep", json!({})).await.unwrap();
     assert!(
         r.error.contains("\"ms\" is a required property"),
         "{}",
         r.error
     );
-    let e = b.call("rs_rs_sleep", json!([1])).await.unwrap();
+    let e = b.call("rs_sleep", json!([1])).await.unwrap();
     assert!(e.error.contains("must be a JSON object"), "{}", e.error);
     // A tool that panics answers an error result and the plugin keeps serving.
-    let r = b.call("rs_rs_panic", json!({})).await.unwrap();
+    let r = b.call("rs_fail", json!({})).await.unwrap();
     assert!(!r.success && r.error.contains("panick"), "{r:?}");
-    assert!(b.call("rs_rs_echo", json!({"a": 1})).await.unwrap().success);
+    assert!(b.call("rs_echo", json!({"a": 1})).await.unwrap().success);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,11 +237,11 @@ async fn wrong_tokens_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_printing_junk_on_stdout_still_work() {
     let mut b = Broker::start(vec![
-        rust_fault("rs", "junk_stdout"),
+        stress("rs", "rs", "junk_stdout", json!({})),
         py_echo("py", json!({"HEARTH_FAULT": "junk_stdout"})),
     ])
     .await;
-    for tool in ["rs_rs_echo", "py_echo"] {
+    for tool in ["rs_echo", "py_echo"] {
         let r = b.call(tool, json!({"x": "y"})).await.unwrap();
         assert!(r.success, "{tool}: {r:?}");
     }
@@ -256,16 +256,12 @@ async fn plugins_printing_junk_on_stdout_still_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_killed_mid_call_fails_the_call_and_comes_back() {
     let mut b = Broker::start(vec![
-        rust_fault("rs", ""),
+        stress("rs", "rs", "", json!({})),
         node_echo("nd"),
         py_echo("py", json!({})),
     ])
     .await;
-    for (plugin, tool) in [
-        ("rs", "rs_rs_sleep"),
-        ("nd", "nd_sleep"),
-        ("py", "py_sleep"),
-    ] {
+    for (plugin, tool) in [("rs", "rs_sleep"), ("nd", "nd_sleep"), ("py", "py_sleep")] {
         let before = b.plugin(plugin).await;
         let mut admin = Broker::admin_clone(&b);
         let call = tokio::spawn(async move {
@@ -328,7 +324,7 @@ async fn no_plugin_outlives_a_stopped_broker() {
     let mut b = Broker::start(vec![
         py_echo("py", json!({})),
         node_echo("nd"),
-        rust_fault("rs", ""),
+        stress("rs", "rs", "", json!({})),
     ])
     .await;
     let pids = all_three(&mut b).await;
@@ -344,7 +340,7 @@ async fn no_plugin_outlives_a_sigkilled_broker() {
     let mut b = Broker::start(vec![
         py_echo("py", json!({})),
         node_echo("nd"),
-        rust_fault("rs", ""),
+        stress("rs", "rs", "", json!({})),
     ])
     .await;
     let pids = all_three(&mut b).await;
