@@ -3,7 +3,8 @@
 Three plugin styles share one runtime (see README.md):
 
 - HomeAgent: ``class P(Plugin)`` with ``name()``, ``start(self, sdk)`` calling
-  ``sdk.register_tool(name, tool_def, handler)``, and ``stop()``;
+  ``sdk.register_tool(name, tool_def, handler)`` / ``sdk.register_stage(stage, handler)``,
+  and ``stop()``; ``sdk.inject_text(...)`` and ``sdk.settings()`` … reach the host services;
 - LinkZone: a ``metadata`` dict and ``execute_tool(self, sender, args)``;
 - decorators: ``@tool`` functions, or ``plugin = Plugin("name")`` with ``@plugin.tool``.
 
@@ -13,9 +14,10 @@ no gRPC code until a plugin is served, so ``import hearth`` stays cheap.
 
 __version__ = "0.1.0"
 
-from ._plugin import Plugin, PluginSDK, Sender, progress, tool
+from ._plugin import HostError, Plugin, PluginSDK, Sender, progress, tool
 
-__all__ = ["Plugin", "PluginSDK", "Sender", "progress", "run", "tool", "__version__"]
+__all__ = ["HostError", "MemItem", "Plugin", "PluginSDK", "Sender", "Stage", "StageContext",
+           "ToolCall", "ToolResult", "progress", "run", "tool", "__version__"]
 
 
 def run(target=None) -> None:
@@ -26,3 +28,14 @@ def run(target=None) -> None:
     """
     from ._main import run_target
     run_target(target)
+
+
+_LAZY = {"MemItem", "Stage", "StageContext", "ToolCall", "ToolResult"}
+
+
+def __getattr__(name):
+    # The stage types load on first use: `enum` alone would double `import hearth`.
+    if name in _LAZY:
+        from . import _stages
+        return getattr(_stages, name)
+    raise AttributeError(f"module 'hearth' has no attribute {name!r}")

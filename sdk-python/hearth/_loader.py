@@ -214,16 +214,21 @@ async def assemble(plugin: Plugin, module: Optional[ModuleType], path: str) -> A
             if id(tinfo) not in seen:
                 add(_entry_from_info(tinfo, tinfo.func, where))
 
+    import asyncio
     sdk = PluginSDK(name)
+    sdk._loop = asyncio.get_running_loop()  # host-service calls run on it
     try:
         await call_handler(plugin.start, sdk, _lifecycle=True)
     except Exception as e:
         import traceback
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         raise PluginLoadError(f"{where}: start() failed: {type(e).__name__}: {e}\n{tb}") from e
+    with sdk._lock:
+        sdk._started = True
     for entry in list(sdk._tools.values()):
         add(entry)
     has_event = _overrides(plugin, "handle_event")
-    if not tools and inject is None and not triggers and not has_event:
-        raise PluginLoadError(f"{where}: registers nothing (no tools, no inject, no triggers)")
+    if not tools and inject is None and not triggers and not has_event and not sdk._stages:
+        raise PluginLoadError(f"{where}: registers nothing (no tools, no stage hooks, no inject, "
+                              "no triggers)")
     return Assembled(plugin, sdk, info, tools, inject, triggers, has_event)

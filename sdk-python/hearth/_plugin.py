@@ -13,7 +13,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms at import; annotations are strings here
     from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ["Plugin", "PluginSDK", "Sender", "ToolInfo", "tool", "progress"]
+__all__ = ["HostError", "Plugin", "PluginSDK", "Sender", "ToolInfo", "tool", "progress"]
+
+
+class HostError(Exception):
+    """A host-service call failed; the message names the plugin, the method and the status.
+
+    `code` is the `grpc.StatusCode` (`UNIMPLEMENTED` while the broker does not serve the
+    service yet), `method` the full rpc name (`hearth.v1.Settings/Get`).
+    """
+
+    def __init__(self, message: str, code: Any = None, method: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.method = method
 
 
 class ToolInfo:
@@ -162,12 +175,24 @@ class PluginSDK:
     object; `name` optional); `handler(args)` gets the arguments dict and returns any
     value: a string is the content as is, other values travel as JSON, and a dict with
     `isError: True` is an error result whose text is its `content`.
+
+    `register_stage(stage, handler)` / `register_stage_own_tools(stage, handler)` add
+    pipeline hooks (in `start()` only); the handler gets a `hearth.StageContext`.
+    `inject_text(source, channel, text)` (and `_no_memory`, `inject_interrupt_text`),
+    `settings()`, `memory()`, `text_memory()`, `doc_memory()`, `knowledge()`, `llm()`,
+    `input()` and `host` reach the broker's host services: blocking in plain code,
+    awaitable on the plugin's event loop; failures raise `HostError`.
     """
 
     def __init__(self, plugin_name: str) -> None:
         self._plugin_name = plugin_name
         self._tools: Dict[str, ToolEntry] = {}
+        self._stages: List[Any] = []  # StageHookEntry, in registration order
+        self._started = False  # set once start() returned: no more stage hooks
         self._lock = threading.Lock()
+        self._loop: Any = None  # the serving event loop (set by the loader)
+        self._conn: Any = None  # hearth._host.Connection, created on first host call
+        self._clients: Dict[str, Any] = {}
         # Set by the runtime once registered: sends later registrations on the stream.
         self._live_register: Optional[Callable[[ToolEntry], None]] = None
         self._live_unregister: Optional[Callable[[str], None]] = None
@@ -214,11 +239,113 @@ class PluginSDK:
             live(name)
 
 
+    # ---------------------------------------------------------------- stage hooks
+
+    def register_stage(self, stage: Any, handler: Callable[[Any], Any]) -> None:
+        """Run `handler(ctx)` at pipeline stage `stage` (HomeAgent `RegisterStage`).
+
+        `stage` is "on_input" … "after_output" or a `hearth.Stage`. The handler (sync or
+        async) gets a `hearth.StageContext` and changes it in place (or returns a new
+        one); raising fails the hook with the exception's text. Hooks of one stage run
+        in registration order. Only in `start()`: hooks travel in `Register`.
+        """
+        self._add_stage(stage, handler, False)
+
+    def register_stage_own_tools(self, stage: Any, handler: Callable[[Any], Any]) -> None:
+        """Like `register_stage`, but in before_toolcall / after_toolcall the hook sees only
+        calls of this plugin's own tools (HomeAgent `RegisterStageOwnTools`); at other
+        stages it is a plain `register_stage`."""
+        self._add_stage(stage, handler, True)
+
+    def _add_stage(self, stage: Any, handler: Callable[[Any], Any], own_tools_only: bool) -> None:
+        from ._stages import StageHookEntry, stage_of
+        st = stage_of(stage, self._plugin_name)
+        what = f"plugin {self._plugin_name}: stage hook {st.value}"
+        if not callable(handler):
+            raise TypeError(f"{what}: handler is not callable")
+        with self._lock:
+            if self._started:
+                raise RuntimeError(f"{what}: stage hooks can only be registered in start()")
+            hook_id = f"{st.value}#{len(self._stages)}"
+            self._stages.append(StageHookEntry(hook_id, st, own_tools_only, handler))
+
+    # ---------------------------------------------------------------- host services
+
+    def _connection(self) -> Any:
+        with self._lock:
+            if self._conn is None:
+                if self._loop is None:
+                    raise RuntimeError(f"plugin {self._plugin_name}: host services are only "
+                                       "available while the plugin is served by the broker")
+                from ._host import Connection
+                self._conn = Connection(self._plugin_name, self._loop)
+            return self._conn
+
+    def _client(self, attr: str) -> Any:
+        client = self._clients.get(attr)
+        if client is None:
+            from ._host import ServiceClient
+            client = self._clients.setdefault(attr, ServiceClient(self._connection, self._plugin_name, attr))
+        return client
+
+    @property
+    def host(self) -> Any:
+        """All host-service clients as attributes: `sdk.host.settings`, `.memory`,
+        `.text_memory`, `.doc_memory`, `.knowledge`, `.llm`, `.input`."""
+        from ._host import Host
+        return Host(self._client, self._plugin_name)
+
+    def settings(self) -> Any:
+        """`Settings` service (HomeAgent `Settings()`): `get`, `set`, `list`, `get_core`, …"""
+        return self._client("settings")
+
+    def memory(self) -> Any:
+        """`Memory` service (graph memory): `recall`, `commit`, `introspect`, …"""
+        return self._client("memory")
+
+    def text_memory(self) -> Any:
+        """`TextMemory` service: `append`."""
+        return self._client("text_memory")
+
+    def doc_memory(self) -> Any:
+        """`DocMemory` service: `query`, `insert`, `remove`, `stats`."""
+        return self._client("doc_memory")
+
+    def knowledge(self) -> Any:
+        """`Knowledge` service: `search`, `add`, `list`."""
+        return self._client("knowledge")
+
+    def llm(self) -> Any:
+        """`Llm` service: `list_sources`, `set_source`, `current_source`."""
+        return self._client("llm")
+
+    def input(self) -> Any:
+        """`Input` service: `inject_text`, `inject_text_no_memory`, `inject_interrupt_text`."""
+        return self._client("input")
+
+    def _inject(self, method: str, source: Optional[str], channel: str, text: str) -> Any:
+        call = getattr(self.input(), method)
+        return call(source=source or self._plugin_name, channel=str(channel), text=str(text))
+
+    def inject_text(self, source: Optional[str], channel: str, text: str) -> Any:
+        """Queue `text` as input on `channel` (HomeAgent `InjectText`); `source` empty or
+        None = this plugin's name. Blocks in plain code; in async code `await` it."""
+        return self._inject("inject_text", source, channel, text)
+
+    def inject_text_no_memory(self, source: Optional[str], channel: str, text: str) -> Any:
+        """Like `inject_text`, without recording the message in memory."""
+        return self._inject("inject_text_no_memory", source, channel, text)
+
+    def inject_interrupt_text(self, source: Optional[str], channel: str, text: str) -> Any:
+        """Put `text` ahead of the queue and interrupt the LLM request in flight."""
+        return self._inject("inject_interrupt_text", source, channel, text)
+
+
 class Plugin:
     """Base class of every plugin style.
 
     HomeAgent style: override `name()`, `start(self, sdk)` (calls
-    `sdk.register_tool(...)`), `stop()`.
+    `sdk.register_tool(...)`, `sdk.register_stage(...)`), `stop()`.
     LinkZone style: a `metadata` dict (module level or class attribute) and
     `execute_tool(self, sender, args)` returning `{success, content, data?, error?}`;
     inject mode: `handle_event(self, sender)` with `sender.param(i)` / `sender.reply()`.

@@ -1,7 +1,7 @@
 """The plugin session: dial the broker, Hello + Register, then serve calls.
 
 One reader loop (`Session._read_loop`) receives every HostMessage and answers Ping at
-once; each InvokeTool / HandleEvent runs as its own asyncio task; every outgoing
+once; each InvokeTool / HandleEvent / RunStage runs as its own asyncio task; every outgoing
 message goes through one queue feeding the request iterator, so writes never
 interleave. Plain `def` handlers run in a thread pool and never delay pongs.
 
@@ -31,6 +31,7 @@ from . import __version__
 from ._loader import Assembled
 from ._plugin import Sender, ToolEntry, _CallContext, _current_call
 from ._result import Outcome, from_exception, from_linkzone, from_value, to_json
+from ._stages import STAGES, StageContext, from_wire, to_wire
 from .v1 import plugin_pb2 as pb
 from .v1 import plugin_pb2_grpc as pb_grpc
 
@@ -194,6 +195,9 @@ def register_message(a: Assembled) -> pb.Register:
         if not isinstance(ttype, int) or not 0 <= ttype <= 4:
             raise ValueError(f"{where}: metadata.triggers[{i}].type must be 0..4, got {ttype!r}")
         reg.triggers.add(type=ttype, pattern=str(t.get("pattern") or ""))
+    for hook in a.sdk._stages:
+        reg.stages.add(stage=STAGES.index(hook.stage.value) + 1, own_tools_only=hook.own_tools_only,
+                       hook_id=hook.hook_id)
     return reg
 
 
@@ -353,9 +357,53 @@ class Session:
             return
         self.send(pb.PluginMessage(event_done=pb.EventDone(call_id=ev.call_id, error=error)))
 
+    async def _run_stage(self, rs: pb.RunStage) -> None:
+        key = ("stage", rs.call_id)
+        hooks = {h.hook_id: h for h in self.a.sdk._stages}
+        hook = hooks.get(rs.hook_id)
+        context: Optional[pb.StageContext] = rs.context
+        error = ""
+        try:
+            if hook is None:
+                raise LookupError(f"plugin {self.name} has no stage hook {rs.hook_id!r}")
+            ctx = from_wire(rs.context)
+            ret = await call_handler(hook.handler, ctx)
+            context = to_wire(ret if isinstance(ret, StageContext) else ctx)
+        except asyncio.CancelledError:
+            self.tasks.pop(key, None)
+            return
+        except Exception as e:
+            if hook is None:
+                error = str(e)
+            else:
+                log(f"plugin {self.name}: stage hook {rs.hook_id}: call {rs.call_id} failed:\n"
+                    + "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip())
+                error = f"stage hook {rs.hook_id}: {from_exception(e).error}"
+        self.tasks.pop(key, None)
+        if rs.call_id in self.cancelled:
+            self.cancelled.discard(rs.call_id)
+            return
+        self.send(self._stage_result(rs, context, error))
+
+    def _stage_result(self, rs: pb.RunStage, context: Optional[pb.StageContext],
+                      error: str) -> pb.PluginMessage:
+        """The StageResult, or an error result when it is over the limit or cannot be encoded."""
+        try:
+            msg = pb.PluginMessage(stage_result=pb.StageResult(call_id=rs.call_id, context=context,
+                                                               error=error))
+            size = msg.ByteSize()
+            if size + _RESULT_OVERHEAD <= MAX_MESSAGE:
+                return msg
+            err = (f"stage hook {rs.hook_id}: result is {size} bytes, over the "
+                   f"{MAX_MESSAGE // _MIB} MiB message limit")
+        except (ValueError, TypeError) as e:  # lone surrogates, out-of-range ints
+            err = f"stage hook {rs.hook_id}: result cannot be sent: {type(e).__name__}: {e}"
+        log(f"plugin {self.name}: call {rs.call_id}: {err}")
+        return pb.PluginMessage(stage_result=pb.StageResult(call_id=rs.call_id, error=err))
+
     def _cancel(self, call_id: int) -> None:
         hit = False
-        for kind in ("tool", "event"):
+        for kind in ("tool", "event", "stage"):
             task = self.tasks.pop((kind, call_id), None)
             if task is not None:
                 hit = True
@@ -404,7 +452,13 @@ class Session:
         # Test hooks (Plugin.hearth_protocol_version / hearth_after_hello), None normally.
         version = getattr(self.a.plugin, "hearth_protocol_version", None) or PROTOCOL_VERSION
         after_hello = getattr(self.a.plugin, "hearth_after_hello", None)
-        channel = grpc.aio.insecure_channel(target, options=options)
+        # One channel for the session and the host services (sdk.settings(), inject_text…);
+        # a host call made in start() may have opened it already.
+        conn = self.a.sdk._connection() if self.a.sdk._loop is self.loop else None
+        if conn is not None:
+            channel = conn.ensure_channel(addr, token)
+        else:
+            channel = grpc.aio.insecure_channel(target, options=options)
         try:
             stub = pb_grpc.PluginHostStub(channel)
             metadata = (("x-hearth-token", token),)
@@ -425,7 +479,10 @@ class Session:
         finally:
             self._cancel_all()
             self.out.put_nowait(None)
-            await channel.close(grace=0.2)
+            if conn is not None:
+                await conn.close()
+            else:
+                await channel.close(grace=0.2)
 
     async def _after_hello(self, hook: Callable[[], Any], hello_sent: asyncio.Event) -> Optional[int]:
         """Run the `hearth_after_hello` test hook once Hello is written; an int it returns
@@ -502,9 +559,7 @@ class Session:
                     log(f"plugin {self.name}: tool {tr.name}: registration refused: {tr.error}")
             elif kind == "run_stage":
                 rs = msg.run_stage
-                self.send(pb.PluginMessage(stage_result=pb.StageResult(
-                    call_id=rs.call_id, context=rs.context,
-                    error=f"plugin {self.name}: stages are not supported by {SDK_NAME}")))
+                self.tasks[("stage", rs.call_id)] = asyncio.ensure_future(self._run_stage(rs))
             else:
                 log(f"plugin {self.name}: ignoring unknown message {kind!r}")
 

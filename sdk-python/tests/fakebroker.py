@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional
 import grpc
 import grpc.aio
 
+from hearth.v1 import host_pb2, host_pb2_grpc
 from hearth.v1 import plugin_pb2 as pb
 from hearth.v1 import plugin_pb2_grpc as pb_grpc
 
@@ -142,6 +143,28 @@ class _Servicer(pb_grpc.PluginHostServicer):
                 reader.cancel()
 
 
+class _Input(host_pb2_grpc.InputServicer):
+    """The Input host service: records (method, token, InjectRequest) in `broker.injected`.
+    The other host services are not served (UNIMPLEMENTED), like the real broker today."""
+
+    def __init__(self, broker: "FakeBroker") -> None:
+        self.broker = broker
+
+    async def _record(self, method: str, request, context):
+        token = dict(context.invocation_metadata()).get("x-hearth-token")
+        self.broker.injected.put_nowait((method, token, request))
+        return host_pb2.Empty()
+
+    async def InjectText(self, request, context):
+        return await self._record("InjectText", request, context)
+
+    async def InjectTextNoMemory(self, request, context):
+        return await self._record("InjectTextNoMemory", request, context)
+
+    async def InjectInterruptText(self, request, context):
+        return await self._record("InjectInterruptText", request, context)
+
+
 class PluginProc:
     """A real plugin process started like the broker does."""
 
@@ -202,11 +225,13 @@ class FakeBroker:
         self.sessions: asyncio.Queue = asyncio.Queue()
         self.procs: List[PluginProc] = []
         self.server = None
+        self.injected: asyncio.Queue = asyncio.Queue()  # (method, token, InjectRequest)
 
     async def start(self) -> None:
         self.server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX),
                                                ("grpc.max_receive_message_length", MAX)])
         pb_grpc.add_PluginHostServicer_to_server(_Servicer(self), self.server)
+        host_pb2_grpc.add_InputServicer_to_server(_Input(self), self.server)
         if self.tcp:
             port = self.server.add_insecure_port("127.0.0.1:0")
             self.addr = f"http://127.0.0.1:{port}"

@@ -1,0 +1,247 @@
+"""HomeAgent stage hooks: the `Stage` names and the `StageContext` handlers mutate.
+
+Wire ↔ object conversion (`from_wire` / `to_wire`) parses the `*_json` fields
+(context_msgs, tool_calls[].arguments, tool_results[].result, extra) so handlers see
+plain Python values; the protobuf module is imported only by those two functions.
+"""
+
+from __future__ import annotations
+
+import enum
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional
+
+__all__ = ["Stage", "StageContext", "ToolCall", "ToolResult", "MemItem", "STAGES"]
+
+
+class Stage(str, enum.Enum):
+    """HomeAgent pipeline stages; each member *is* its name string (`Stage.ON_INPUT == "on_input"`)."""
+
+    ON_INPUT = "on_input"                 # message arrived, untouched (raw_message writable)
+    PRE_ACTION = "pre_action"             # before the LLM call (context_msgs writable)
+    POST_ACTION = "post_action"           # LLM answered (llm_text, tool_calls writable)
+    BEFORE_TOOLCALL = "before_toolcall"   # before one tool call (tool_calls[].deny)
+    AFTER_TOOLCALL = "after_toolcall"     # after one tool call (tool_results writable)
+    BEFORE_OUTPUT = "before_output"       # final text ready (final_text writable)
+    AFTER_OUTPUT = "after_output"         # reply sent (read only)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Stage names in pipeline order; the wire enum value is index + 1.
+STAGES = tuple(s.value for s in Stage)
+_BY_NUMBER = {i + 1: s for i, s in enumerate(Stage)}
+
+
+def stage_of(stage: Any, plugin: str) -> Stage:
+    """A stage name ("on_input", any case), a `Stage`, or the wire number 1..7 → `Stage`."""
+    if isinstance(stage, Stage):
+        return stage
+    if isinstance(stage, int) and not isinstance(stage, bool) and stage in _BY_NUMBER:
+        return _BY_NUMBER[stage]
+    if isinstance(stage, str) and stage.lower() in STAGES:
+        return Stage(stage.lower())
+    raise ValueError(f"plugin {plugin}: unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+
+
+class _Record:
+    """Attribute bag with a readable repr and equality by fields."""
+
+    __slots__: tuple = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(
+            getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class ToolCall(_Record):
+    """A tool call the LLM asked for (HomeAgent ToolCall, plus `deny`).
+
+    In `before_toolcall`, set `deny = True` (and `deny_reason`) to refuse this call only.
+    """
+
+    __slots__ = ("id", "name", "plugin", "arguments", "deny", "deny_reason")
+
+    def __init__(self, id: str = "", name: str = "", plugin: str = "",
+                 arguments: Optional[dict] = None, deny: bool = False, deny_reason: str = "") -> None:
+        self.id = id
+        self.name = name
+        self.plugin = plugin
+        self.arguments = {} if arguments is None else arguments
+        self.deny = deny
+        self.deny_reason = deny_reason
+
+
+class ToolResult(_Record):
+    """The result of one tool call as stage hooks see it (HomeAgent ToolResult)."""
+
+    __slots__ = ("call_id", "name", "plugin", "success", "result")
+
+    def __init__(self, call_id: str = "", name: str = "", plugin: str = "",
+                 success: bool = False, result: Any = None) -> None:
+        self.call_id = call_id
+        self.name = name
+        self.plugin = plugin
+        self.success = success
+        self.result = result
+
+
+class MemItem(_Record):
+    """One recalled memory item (HomeAgent MemItem)."""
+
+    __slots__ = ("role", "content", "score")
+
+    def __init__(self, role: str = "", content: str = "", score: float = 0.0) -> None:
+        self.role = role
+        self.content = content
+        self.score = score
+
+
+class StageContext(_Record):
+    """HomeAgent StageContext, as a stage handler sees and changes it.
+
+    Attributes: `raw_message`, `user_id`, `group_id`, `context_msgs` (list of message
+    dicts), `llm_text`, `reasoning_content`, `token_usage` (dict of ints), `tool_calls`
+    (list of `ToolCall`), `tool_results` (list of `ToolResult`), `final_text`,
+    `response` (None, or a string that short-circuits the pipeline to after_output),
+    `phase` (the `Stage`), `memory` (list of `MemItem`), `no_memory`, `extra` (dict).
+
+    The handler changes it in place (or returns a new `StageContext`); the whole
+    context goes back to the broker, which keeps only what the stage may write.
+    """
+
+    __slots__ = ("raw_message", "user_id", "group_id", "context_msgs", "llm_text",
+                 "reasoning_content", "token_usage", "tool_calls", "tool_results", "final_text",
+                 "response", "phase", "memory", "no_memory", "extra")
+
+    def __init__(self, raw_message: str = "", user_id: str = "", group_id: str = "",
+                 context_msgs: Optional[List[dict]] = None, llm_text: str = "",
+                 reasoning_content: str = "", token_usage: Optional[Dict[str, int]] = None,
+                 tool_calls: Optional[List[ToolCall]] = None,
+                 tool_results: Optional[List[ToolResult]] = None, final_text: str = "",
+                 response: Optional[str] = None, phase: Any = "", memory: Optional[List[MemItem]] = None,
+                 no_memory: bool = False, extra: Optional[dict] = None) -> None:
+        self.raw_message = raw_message
+        self.user_id = user_id
+        self.group_id = group_id
+        self.context_msgs = [] if context_msgs is None else context_msgs
+        self.llm_text = llm_text
+        self.reasoning_content = reasoning_content
+        self.token_usage = {} if token_usage is None else token_usage
+        self.tool_calls = [] if tool_calls is None else tool_calls
+        self.tool_results = [] if tool_results is None else tool_results
+        self.final_text = final_text
+        self.response = response
+        self.phase = phase
+        self.memory = [] if memory is None else memory
+        self.no_memory = no_memory
+        self.extra = {} if extra is None else extra
+
+
+class StageHookEntry:
+    """One registered hook (internal)."""
+
+    __slots__ = ("hook_id", "stage", "own_tools_only", "handler")
+
+    def __init__(self, hook_id: str, stage: Stage, own_tools_only: bool, handler: Callable) -> None:
+        self.hook_id = hook_id
+        self.stage = stage
+        self.own_tools_only = own_tools_only
+        self.handler = handler
+
+
+# ---------------------------------------------------------------- wire conversion
+
+
+def _parse(text: str, empty: Any, what: str) -> Any:
+    if not text:
+        return empty
+    import json
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"StageContext.{what} is not JSON: {e}") from None
+
+
+def _json(value: Any) -> str:
+    import json
+    return "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _get(item: Any, key: str, default: Any = None) -> Any:
+    """A field of a list item given as an object or a dict."""
+    if isinstance(item, dict):
+        return item.get(key, default)
+    return getattr(item, key, default)
+
+
+def from_wire(c: Any) -> StageContext:
+    """Wire `hearth.v1.StageContext` → `StageContext` (JSON fields parsed)."""
+    return StageContext(
+        raw_message=c.raw_message,
+        user_id=c.user_id,
+        group_id=c.group_id,
+        context_msgs=_parse(c.context_msgs_json, [], "context_msgs_json"),
+        llm_text=c.llm_text,
+        reasoning_content=c.reasoning_content,
+        token_usage={k: int(v) for k, v in c.token_usage.items()},
+        tool_calls=[ToolCall(t.id, t.name, t.plugin, _parse(t.arguments_json, {}, "tool_calls.arguments_json"),
+                             t.deny, t.deny_reason) for t in c.tool_calls],
+        tool_results=[ToolResult(r.call_id, r.name, r.plugin, r.success,
+                                 _parse(r.result_json, None, "tool_results.result_json"))
+                      for r in c.tool_results],
+        final_text=c.final_text,
+        response=c.response if c.HasField("response") else None,
+        phase=_BY_NUMBER.get(c.phase, ""),
+        memory=[MemItem(m.role, m.content, m.score) for m in c.memory],
+        no_memory=c.no_memory,
+        extra=_parse(c.extra_json, {}, "extra_json"),
+    )
+
+
+def to_wire(ctx: StageContext) -> Any:
+    """`StageContext` → wire `hearth.v1.StageContext` (list items may be objects or dicts)."""
+    from .v1 import plugin_pb2 as pb
+
+    def s(v: Any) -> str:
+        return "" if v is None else str(v)
+
+    w = pb.StageContext(
+        raw_message=s(ctx.raw_message),
+        user_id=s(ctx.user_id),
+        group_id=s(ctx.group_id),
+        context_msgs_json=_json(ctx.context_msgs),
+        llm_text=s(ctx.llm_text),
+        reasoning_content=s(ctx.reasoning_content),
+        token_usage={str(k): int(v or 0) for k, v in (ctx.token_usage or {}).items()},
+        final_text=s(ctx.final_text),
+        phase=STAGES.index(str(ctx.phase)) + 1 if str(ctx.phase) in STAGES else 0,
+        no_memory=bool(ctx.no_memory),
+        extra_json=_json(ctx.extra),
+    )
+    for t in ctx.tool_calls or []:
+        w.tool_calls.add(id=s(_get(t, "id")), name=s(_get(t, "name")), plugin=s(_get(t, "plugin")),
+                         arguments_json=_json(_get(t, "arguments")), deny=bool(_get(t, "deny")),
+                         deny_reason=s(_get(t, "deny_reason")))
+    for r in ctx.tool_results or []:
+        w.tool_results.add(call_id=s(_get(r, "call_id")), name=s(_get(r, "name")),
+                           plugin=s(_get(r, "plugin")), success=bool(_get(r, "success")),
+                           result_json=_json(_get(r, "result")))
+    for m in ctx.memory or []:
+        w.memory.add(role=s(_get(m, "role")), content=s(_get(m, "content")),
+                     score=float(_get(m, "score") or 0.0))
+    if ctx.response is not None:
+        w.response = str(ctx.response)
+    return w
