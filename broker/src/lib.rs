@@ -10,6 +10,9 @@
 //! - [`schema`]: JSON Schema checks of tool parameters and call arguments; LinkZone
 //!   `ai.tool` parameter lists → JSON Schema.
 //! - [`registry`]: which plugin owns which tool.
+//! - [`adapters`]: the Lua adapter host — sandboxed Lua 5.4 scripts (built-ins from the
+//!   top-level `adapters/`, overrides from `<data_dir>/adapters/`) that translate between
+//!   the unified completion request/response/stream chunk and each LLM API's JSON.
 //! - [`supervisor`]: spawn, handshake, heartbeat, restart (policy, crash budget),
 //!   drain, reload and stop plugin processes; the session of each plugin and its
 //!   calls in flight; the reaper that cleans up if the broker is killed.
@@ -19,6 +22,7 @@
 //! - [`cli`]: the `hearth` command line and its client side.
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
+pub mod adapters;
 pub mod cli;
 pub mod error;
 pub mod grpc;
