@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use clap::{Parser, Subcommand};
 use hearth_proto::v1::admin_client::AdminClient;
+use hearth_proto::v1::agent_client::AgentClient;
 use hearth_proto::v1::{
     CallToolRequest, ListPluginsRequest, ListToolsRequest, LoadPluginRequest, PluginLogsRequest,
     PluginState, PluginStatus, ReloadPluginRequest, RestartPluginRequest, UnloadPluginRequest,
@@ -60,7 +61,21 @@ pub enum Command {
         /// Reload a plugin when files in its directory change.
         #[arg(long)]
         watch: bool,
+        /// Quick start: an OpenAI-compatible base URL used as the first LLM source
+        /// (key from $HEARTH_LLM_API_KEY), e.g. https://api.openai.com/v1.
+        #[arg(long, env = "HEARTH_LLM_URL", value_name = "URL")]
+        llm_url: Option<String>,
+        /// Model for --llm-url.
+        #[arg(long, env = "HEARTH_LLM_MODEL", value_name = "MODEL")]
+        llm_model: Option<String>,
+        /// Adapter for --llm-url (default openai).
+        #[arg(long, env = "HEARTH_LLM_ADAPTER", value_name = "NAME")]
+        llm_adapter: Option<String>,
     },
+    /// Talk to the agent: one exchange with MESSAGE, else a REPL (line editing, history).
+    Chat(crate::chat::ChatArgs),
+    /// Queue input for the agent as a plugin would (InjectText and friends).
+    Inject(crate::chat::InjectArgs),
     /// Internal: the companion process that cleans up plugin groups if the broker dies.
     #[command(name = "__reaper", hide = true)]
     Reaper,
@@ -75,6 +90,12 @@ pub enum Command {
         /// Tool operation.
         #[command(subcommand)]
         command: ToolsCommand,
+    },
+    /// Developer tools (a scripted LLM server for offline tests and demos).
+    Dev {
+        /// Developer tool.
+        #[command(subcommand)]
+        command: crate::scripted::DevCommand,
     },
 }
 
@@ -157,6 +178,7 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
+        Command::Dev { command } => crate::scripted::dev_command(command),
         Command::Run {
             plugins,
             listen,
@@ -164,6 +186,9 @@ pub fn main() -> ExitCode {
             restart_wait_ms,
             drain_timeout_ms,
             watch,
+            llm_url,
+            llm_model,
+            llm_adapter,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -177,6 +202,11 @@ pub fn main() -> ExitCode {
                     restart_wait: Duration::from_millis(restart_wait_ms),
                     drain_timeout: Duration::from_millis(drain_timeout_ms),
                     watch,
+                    quick: crate::llm::config::QuickSource {
+                        url: llm_url,
+                        model: llm_model,
+                        adapter: llm_adapter,
+                    },
                 }))
                 .map(|()| ExitCode::SUCCESS)
             })
@@ -217,6 +247,7 @@ fn one_line(e: &anyhow::Error) -> String {
 #[derive(Debug, Clone)]
 pub struct AdminConn {
     client: AdminClient<Channel>,
+    agent: AgentClient<Channel>,
     token: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
 }
 
@@ -247,6 +278,9 @@ impl AdminConn {
             .await
             .with_context(|| format!("connecting to {}", socket.display()))?;
         Ok(AdminConn {
+            agent: AgentClient::new(channel.clone())
+                .max_decoding_message_size(hearth_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(hearth_proto::MAX_MESSAGE_BYTES),
             client: AdminClient::new(channel)
                 .max_decoding_message_size(hearth_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(hearth_proto::MAX_MESSAGE_BYTES),
@@ -264,6 +298,12 @@ impl AdminConn {
     /// The admin client; build requests with [`AdminConn::with_token`].
     pub fn client(&mut self) -> &mut AdminClient<Channel> {
         &mut self.client
+    }
+
+    /// The agent client (chat, inject) on the same connection; requests need
+    /// [`AdminConn::with_token`] too.
+    pub fn agent(&mut self) -> &mut AgentClient<Channel> {
+        &mut self.agent
     }
 
     /// Wraps `msg` in a request carrying the admin token.
@@ -327,7 +367,11 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
 async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<ExitCode> {
     let mut conn = AdminConn::connect(data_dir).await?;
     match command {
-        Command::Run { .. } | Command::Reaper => unreachable!("handled in main"),
+        Command::Run { .. } | Command::Reaper | Command::Dev { .. } => {
+            unreachable!("handled in main")
+        }
+        Command::Chat(args) => return crate::chat::chat(&mut conn, data_dir, args).await,
+        Command::Inject(args) => return crate::chat::inject(&mut conn, args).await,
         Command::Plugins {
             command: PluginsCommand::List { json },
         } => {

@@ -1,34 +1,52 @@
 //! Hearth: an out-of-process plugin broker for LLM agents.
 //!
 //! The broker spawns every plugin (Python, Node, Rust …) as a supervised child
-//! process; each dials back over gRPC (`PluginHost.Attach`), registers its tools,
-//! and answers tool calls on that one stream. The `hearth` CLI talks to a running
-//! broker through the `Admin` service on `<data_dir>/hearth.sock`.
+//! process; each dials back over gRPC (`PluginHost.Attach`), registers its tools and
+//! stage hooks, and answers calls on that one stream. The broker runs the agent: the
+//! message pipeline with the plugins' stage hooks around the LLM tool-calling loop.
+//! The `hearth` CLI talks to a running broker through the `Admin` and `Agent`
+//! services on `<data_dir>/hearth.sock`.
 //!
 //! # Layout
 //! - [`manifest`]: plugins on disk (`plugin.json`, runtime inference, discovery).
 //! - [`schema`]: JSON Schema checks of tool parameters and call arguments; LinkZone
 //!   `ai.tool` parameter lists → JSON Schema.
-//! - [`registry`]: which plugin owns which tool.
+//! - [`registry`]: which plugin owns which tool, and every plugin's stage hooks.
+//! - [`pipeline`]: stages in order, the permission matrix, one turn of the agent
+//!   (stage hooks around the LLM tool-calling loop).
+//! - [`agent`]: the input queue (chat, injected input, interrupts), one turn at a time.
+//! - [`llm`]: LLM sources (`hearth.toml`) and the HTTP client (plain and SSE) that
+//!   talks to them through an adapter.
 //! - [`adapters`]: the Lua adapter host — sandboxed Lua 5.4 scripts (built-ins from the
 //!   top-level `adapters/`, overrides from `<data_dir>/adapters/`) that translate between
 //!   the unified completion request/response/stream chunk and each LLM API's JSON.
 //! - [`supervisor`]: spawn, handshake, heartbeat, restart (policy, crash budget),
 //!   drain, reload and stop plugin processes; the session of each plugin and its
 //!   calls in flight; the reaper that cleans up if the broker is killed.
-//! - [`grpc`]: thin service implementations (`PluginHost`, `Admin`).
+//! - [`grpc`]: thin service implementations (`PluginHost`, `Admin`, `Agent`, `Input`).
 //! - [`server`]: `hearth run` — listeners, admin token, discovery, graceful stop.
 //! - [`watch`]: `hearth run --watch` — reload plugins whose files change.
-//! - [`cli`]: the `hearth` command line and its client side.
+//! - [`storage`]: the data dir on disk — `hearth.db` (SQLite, WAL, schema migrations),
+//!   conversation history, TextMemory JSONL.
+//! - [`cli`]: the `hearth` command line and its client side; [`chat`]: `hearth chat`
+//!   and `hearth inject`.
+//! - [`scripted`]: `hearth dev llm-server` — a scripted OpenAI-compatible LLM server
+//!   on loopback for offline tests and demos.
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
 pub mod adapters;
+pub mod agent;
+pub mod chat;
 pub mod cli;
 pub mod error;
 pub mod grpc;
+pub mod llm;
 pub mod manifest;
+pub mod pipeline;
 pub mod registry;
 pub mod schema;
+pub mod scripted;
 pub mod server;
+pub mod storage;
 pub mod supervisor;
 pub mod watch;

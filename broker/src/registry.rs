@@ -1,12 +1,13 @@
-//! The tool registry: which plugin owns which tool, with its compiled schema.
+//! The registry: which plugin owns which tool (with its compiled schema) and which
+//! stage hooks each plugin registered.
 //!
-//! One lock owns the map. A plugin's registration replaces all of its previous tools
-//! in one step, so callers never see a half-registered plugin.
+//! One lock owns each map. A plugin's registration replaces all of its previous
+//! tools (and hooks) in one step, so callers never see a half-registered plugin.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use hearth_proto::v1::{AiTool, RejectedItem, ToolSpec};
+use hearth_proto::v1::{AiTool, RejectedItem, Stage, StageHook, ToolSpec};
 
 use crate::schema::{linkzone_description, linkzone_schema, ArgsSchema};
 
@@ -80,10 +81,25 @@ fn build(plugin: &str, spec: &ToolSpec) -> Result<Tool, String> {
     })
 }
 
-/// All tools of all plugins, by name.
+/// A registered stage hook (HomeAgent `RegisterStage` / `RegisterStageOwnTools`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    /// Owning plugin.
+    pub plugin: String,
+    /// The stage it runs at.
+    pub stage: Stage,
+    /// The plugin's id for it, echoed in `RunStage`.
+    pub hook_id: String,
+    /// Sees `before_toolcall`/`after_toolcall` only for its plugin's own tools.
+    pub own_tools_only: bool,
+}
+
+/// All tools of all plugins, by name, and every plugin's stage hooks.
 #[derive(Debug, Default)]
 pub struct Registry {
     tools: RwLock<HashMap<String, Arc<Tool>>>,
+    /// Hooks by plugin, in registration order.
+    hooks: RwLock<HashMap<String, Vec<Hook>>>,
 }
 
 /// Outcome of [`Registry::replace_plugin_tools`].
@@ -200,12 +216,66 @@ impl Registry {
         }
     }
 
-    /// Removes every tool of `plugin`.
+    /// Removes every tool and hook of `plugin`.
     pub fn remove_plugin(&self, plugin: &str) {
         self.tools
             .write()
             .unwrap()
             .retain(|_, t| t.plugin != plugin);
+        self.hooks.write().unwrap().remove(plugin);
+    }
+
+    /// Replaces `plugin`'s stage hooks with `hooks` (registration order kept). A hook
+    /// without a stage or with an empty or repeated id is rejected, named.
+    pub fn replace_plugin_hooks(&self, plugin: &str, hooks: &[StageHook]) -> Vec<RejectedItem> {
+        let mut rejected = Vec::new();
+        let mut fresh: Vec<Hook> = Vec::new();
+        for h in hooks {
+            let reject = |reason: String| RejectedItem {
+                kind: "stage".into(),
+                name: h.hook_id.clone(),
+                reason,
+            };
+            let stage = match Stage::try_from(h.stage) {
+                Ok(Stage::Unspecified) | Err(_) => {
+                    rejected.push(reject(format!(
+                        "hook `{}`: unknown stage {}",
+                        h.hook_id, h.stage
+                    )));
+                    continue;
+                }
+                Ok(s) => s,
+            };
+            if h.hook_id.is_empty() {
+                rejected.push(reject(format!(
+                    "a {} hook has an empty hook_id",
+                    hearth_proto::stage_name(stage)
+                )));
+                continue;
+            }
+            if fresh.iter().any(|f| f.hook_id == h.hook_id) {
+                rejected.push(reject(format!("hook_id `{}` is used twice", h.hook_id)));
+                continue;
+            }
+            fresh.push(Hook {
+                plugin: plugin.into(),
+                stage,
+                hook_id: h.hook_id.clone(),
+                own_tools_only: h.own_tools_only,
+            });
+        }
+        self.hooks.write().unwrap().insert(plugin.into(), fresh);
+        rejected
+    }
+
+    /// `plugin`'s hooks at `stage`, in registration order.
+    pub fn hooks(&self, plugin: &str, stage: Stage) -> Vec<Hook> {
+        self.hooks
+            .read()
+            .unwrap()
+            .get(plugin)
+            .map(|v| v.iter().filter(|h| h.stage == stage).cloned().collect())
+            .unwrap_or_default()
     }
 }
 

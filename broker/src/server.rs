@@ -14,12 +14,21 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::grpc::{AdminService, PluginHostService};
+use crate::adapters::AdapterSet;
+use crate::agent::Agent;
+use crate::grpc::{AdminService, AgentService, InputService, PluginHostService};
+use crate::llm::config::{Config, QuickSource};
+use crate::llm::LlmClient;
 use crate::manifest::discover;
+use crate::pipeline::turn::{Interrupts, TurnDeps};
+use crate::pipeline::Hooks;
 use crate::registry::Registry;
+use crate::storage::{Conversations, Db, HistoryBudget, TextMemory};
 use crate::supervisor::process::Interpreters;
 use crate::supervisor::reaper::Reaper;
 use crate::supervisor::{Supervisor, SupervisorConfig};
+use hearth_proto::v1::agent_server::AgentServer;
+use hearth_proto::v1::input_server::InputServer;
 
 /// Longest Unix socket path Linux accepts (`sun_path` is 108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -45,6 +54,41 @@ pub struct RunOptions {
     pub drain_timeout: Duration,
     /// Reload a plugin when files in its directory change.
     pub watch: bool,
+    /// Quick-start LLM source from flags or environment (goes before hearth.toml's).
+    pub quick: QuickSource,
+}
+
+/// Loads adapters, LLM sources, storage and stage hooks, and starts the agent.
+async fn start_agent(
+    data_dir: &Path,
+    opts: &RunOptions,
+    supervisor: Arc<Supervisor>,
+) -> anyhow::Result<Agent> {
+    let adapters = Arc::new(AdapterSet::load(data_dir));
+    for (name, e) in adapters.errors() {
+        tracing::error!(adapter = %name, "adapter not loaded: {e}");
+    }
+    let config = Config::load(data_dir, &opts.quick).map_err(|e| anyhow::anyhow!(e))?;
+    match config.sources.first() {
+        Some(s) => tracing::info!(source = %s.name, url = %s.base_url, adapter = %s.adapter, "LLM source"),
+        None => tracing::warn!("no LLM source configured: chat answers with an error until one is (hearth.toml or --llm-url)"),
+    }
+    let db = Db::open(data_dir).await.context("opening hearth.db")?;
+    let budget = HistoryBudget {
+        max_messages: Some(config.agent.history_messages),
+        ..HistoryBudget::default()
+    };
+    let deps = TurnDeps {
+        hooks: Hooks::new(supervisor.clone(), config.agent.hook_timeout),
+        supervisor,
+        llm: LlmClient::new(adapters),
+        sources: Arc::new(config.sources),
+        settings: Arc::new(config.agent),
+        conversations: Some(Conversations::new(db, budget)),
+        text_memory: Some(TextMemory::open(data_dir).context("opening TextMemory")?),
+        interrupts: Arc::new(Interrupts::default()),
+    };
+    Ok(Agent::start(deps))
 }
 
 /// Checks the socket path length and replaces a stale socket file left by a killed
@@ -137,6 +181,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         registry,
     ));
 
+    let agent = start_agent(&data_dir, &opts, supervisor.clone()).await?;
+
     let stop = CancellationToken::new();
     let make_router = || {
         tonic::transport::Server::builder()
@@ -150,6 +196,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
+            .add_service(
+                AgentServer::new(AgentService::new(agent.clone(), admin_token.clone()))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(InputServer::new(InputService::new(
+                agent.clone(),
+                supervisor.clone(),
+            )))
     };
     let mut servers = Vec::new();
     let unix_stop = stop.clone();

@@ -1729,6 +1729,8 @@ export namespace hearth {
             public chat(request: hearth.v1.IChatRequest): Promise<hearth.v1.ChatEvent>;
             public confirm(request: hearth.v1.IConfirmResponse, callback: hearth.v1.Agent.ConfirmCallback): void;
             public confirm(request: hearth.v1.IConfirmResponse): Promise<hearth.v1.ConfirmAck>;
+            public inject(request: hearth.v1.IAgentInjectRequest, callback: hearth.v1.Agent.InjectCallback): void;
+            public inject(request: hearth.v1.IAgentInjectRequest): Promise<hearth.v1.InjectAck>;
         }
 
         namespace Agent {
@@ -1736,6 +1738,8 @@ export namespace hearth {
             type ChatCallback = (error: (Error|null), response?: hearth.v1.ChatEvent) => void;
 
             type ConfirmCallback = (error: (Error|null), response?: hearth.v1.ConfirmAck) => void;
+
+            type InjectCallback = (error: (Error|null), response?: hearth.v1.InjectAck) => void;
         }
 
         interface IChatRequest {
@@ -1766,6 +1770,8 @@ export namespace hearth {
             confirmRequest?: (hearth.v1.IConfirmRequest|null);
             final?: (hearth.v1.IFinal|null);
             pluginReply?: (hearth.v1.IPluginReply|null);
+            shortCircuit?: (hearth.v1.IShortCircuit|null);
+            interrupted?: (hearth.v1.IInterrupted|null);
         }
 
         class ChatEvent implements IChatEvent {
@@ -1776,10 +1782,78 @@ export namespace hearth {
             public confirmRequest?: (hearth.v1.IConfirmRequest|null);
             public final?: (hearth.v1.IFinal|null);
             public pluginReply?: (hearth.v1.IPluginReply|null);
-            public event?: ("textDelta"|"toolCallStarted"|"toolCallFinished"|"confirmRequest"|"final"|"pluginReply");
+            public shortCircuit?: (hearth.v1.IShortCircuit|null);
+            public interrupted?: (hearth.v1.IInterrupted|null);
+            public event?: ("textDelta"|"toolCallStarted"|"toolCallFinished"|"confirmRequest"|"final"|"pluginReply"|"shortCircuit"|"interrupted");
             public static create(properties?: hearth.v1.IChatEvent): hearth.v1.ChatEvent;
             public static encode(message: hearth.v1.IChatEvent, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ChatEvent;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IShortCircuit {
+            stage?: (string|null);
+            plugin?: (string|null);
+            text?: (string|null);
+        }
+
+        class ShortCircuit implements IShortCircuit {
+            constructor(properties?: hearth.v1.IShortCircuit);
+            public stage: string;
+            public plugin: string;
+            public text: string;
+            public static create(properties?: hearth.v1.IShortCircuit): hearth.v1.ShortCircuit;
+            public static encode(message: hearth.v1.IShortCircuit, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ShortCircuit;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IInterrupted {
+            source?: (string|null);
+            text?: (string|null);
+        }
+
+        class Interrupted implements IInterrupted {
+            constructor(properties?: hearth.v1.IInterrupted);
+            public source: string;
+            public text: string;
+            public static create(properties?: hearth.v1.IInterrupted): hearth.v1.Interrupted;
+            public static encode(message: hearth.v1.IInterrupted, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.Interrupted;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IAgentInjectRequest {
+            source?: (string|null);
+            channel?: (string|null);
+            text?: (string|null);
+            interrupt?: (boolean|null);
+            noMemory?: (boolean|null);
+        }
+
+        class AgentInjectRequest implements IAgentInjectRequest {
+            constructor(properties?: hearth.v1.IAgentInjectRequest);
+            public source: string;
+            public channel: string;
+            public text: string;
+            public interrupt: boolean;
+            public noMemory: boolean;
+            public static create(properties?: hearth.v1.IAgentInjectRequest): hearth.v1.AgentInjectRequest;
+            public static encode(message: hearth.v1.IAgentInjectRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.AgentInjectRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IInjectAck {
+            ahead?: (number|null);
+        }
+
+        class InjectAck implements IInjectAck {
+            constructor(properties?: hearth.v1.IInjectAck);
+            public ahead: number;
+            public static create(properties?: hearth.v1.IInjectAck): hearth.v1.InjectAck;
+            public static encode(message: hearth.v1.IInjectAck, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.InjectAck;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 
@@ -1824,6 +1898,8 @@ export namespace hearth {
             content?: (string|null);
             error?: (string|null);
             elapsedUs?: (number|Long|null);
+            plugin?: (string|null);
+            deniedBy?: (string|null);
         }
 
         class ToolCallFinished implements IToolCallFinished {
@@ -1834,6 +1910,8 @@ export namespace hearth {
             public content: string;
             public error: string;
             public elapsedUs: (number|Long);
+            public plugin: string;
+            public deniedBy: string;
             public static create(properties?: hearth.v1.IToolCallFinished): hearth.v1.ToolCallFinished;
             public static encode(message: hearth.v1.IToolCallFinished, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolCallFinished;

@@ -8338,6 +8338,11 @@ $root.hearth = (function() {
                 return $protobuf.rpc.Service.prototype.rpcCall.call(this, confirm, $root.hearth.v1.ConfirmResponse, $root.hearth.v1.ConfirmAck, request, callback);
             }, "name", { value: "Confirm" });
 
+
+            Object.defineProperty(Agent.prototype.inject = function inject(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, inject, $root.hearth.v1.AgentInjectRequest, $root.hearth.v1.InjectAck, request, callback);
+            }, "name", { value: "Inject" });
+
             return Agent;
         })();
 
@@ -8461,11 +8466,13 @@ $root.hearth = (function() {
             ChatEvent.prototype.confirmRequest = null;
             ChatEvent.prototype.final = null;
             ChatEvent.prototype.pluginReply = null;
+            ChatEvent.prototype.shortCircuit = null;
+            ChatEvent.prototype.interrupted = null;
 
             var $oneOfFields;
 
             Object.defineProperty(ChatEvent.prototype, "event", {
-                get: $util.oneOfGetter($oneOfFields = ["textDelta", "toolCallStarted", "toolCallFinished", "confirmRequest", "final", "pluginReply"]),
+                get: $util.oneOfGetter($oneOfFields = ["textDelta", "toolCallStarted", "toolCallFinished", "confirmRequest", "final", "pluginReply", "shortCircuit", "interrupted"]),
                 set: $util.oneOfSetter($oneOfFields)
             });
 
@@ -8492,6 +8499,10 @@ $root.hearth = (function() {
                     $root.hearth.v1.Final.encode(message.final, writer.uint32(42).fork(), q + 1).ldelim();
                 if (message.pluginReply != null && Object.hasOwnProperty.call(message, "pluginReply"))
                     $root.hearth.v1.PluginReply.encode(message.pluginReply, writer.uint32(50).fork(), q + 1).ldelim();
+                if (message.shortCircuit != null && Object.hasOwnProperty.call(message, "shortCircuit"))
+                    $root.hearth.v1.ShortCircuit.encode(message.shortCircuit, writer.uint32(58).fork(), q + 1).ldelim();
+                if (message.interrupted != null && Object.hasOwnProperty.call(message, "interrupted"))
+                    $root.hearth.v1.Interrupted.encode(message.interrupted, writer.uint32(66).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -8542,6 +8553,14 @@ $root.hearth = (function() {
                             message.pluginReply = $root.hearth.v1.PluginReply.decode(reader, reader.uint32(), undefined, long + 1);
                             break;
                         }
+                    case 7: {
+                            message.shortCircuit = $root.hearth.v1.ShortCircuit.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    case 8: {
+                            message.interrupted = $root.hearth.v1.Interrupted.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -8563,6 +8582,363 @@ $root.hearth = (function() {
             };
 
             return ChatEvent;
+        })();
+
+        v1.ShortCircuit = (function() {
+
+            function ShortCircuit(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ShortCircuit.prototype.stage = "";
+            ShortCircuit.prototype.plugin = "";
+            ShortCircuit.prototype.text = "";
+
+            ShortCircuit.create = function create(properties) {
+                return new ShortCircuit(properties);
+            };
+
+            ShortCircuit.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.stage != null && Object.hasOwnProperty.call(message, "stage"))
+                    writer.uint32(10).string(message.stage);
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    writer.uint32(18).string(message.plugin);
+                if (message.text != null && Object.hasOwnProperty.call(message, "text"))
+                    writer.uint32(26).string(message.text);
+                return writer;
+            };
+
+            ShortCircuit.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ShortCircuit();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.stage = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.plugin = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.text = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ShortCircuit.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ShortCircuit";
+            };
+
+            return ShortCircuit;
+        })();
+
+        v1.Interrupted = (function() {
+
+            function Interrupted(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            Interrupted.prototype.source = "";
+            Interrupted.prototype.text = "";
+
+            Interrupted.create = function create(properties) {
+                return new Interrupted(properties);
+            };
+
+            Interrupted.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.source != null && Object.hasOwnProperty.call(message, "source"))
+                    writer.uint32(10).string(message.source);
+                if (message.text != null && Object.hasOwnProperty.call(message, "text"))
+                    writer.uint32(18).string(message.text);
+                return writer;
+            };
+
+            Interrupted.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.Interrupted();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.source = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.text = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            Interrupted.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.Interrupted";
+            };
+
+            return Interrupted;
+        })();
+
+        v1.AgentInjectRequest = (function() {
+
+            function AgentInjectRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            AgentInjectRequest.prototype.source = "";
+            AgentInjectRequest.prototype.channel = "";
+            AgentInjectRequest.prototype.text = "";
+            AgentInjectRequest.prototype.interrupt = false;
+            AgentInjectRequest.prototype.noMemory = false;
+
+            AgentInjectRequest.create = function create(properties) {
+                return new AgentInjectRequest(properties);
+            };
+
+            AgentInjectRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.source != null && Object.hasOwnProperty.call(message, "source"))
+                    writer.uint32(10).string(message.source);
+                if (message.channel != null && Object.hasOwnProperty.call(message, "channel"))
+                    writer.uint32(18).string(message.channel);
+                if (message.text != null && Object.hasOwnProperty.call(message, "text"))
+                    writer.uint32(26).string(message.text);
+                if (message.interrupt != null && Object.hasOwnProperty.call(message, "interrupt"))
+                    writer.uint32(32).bool(message.interrupt);
+                if (message.noMemory != null && Object.hasOwnProperty.call(message, "noMemory"))
+                    writer.uint32(40).bool(message.noMemory);
+                return writer;
+            };
+
+            AgentInjectRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.AgentInjectRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.source = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.channel = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.text = reader.string();
+                            break;
+                        }
+                    case 4: {
+                            message.interrupt = reader.bool();
+                            break;
+                        }
+                    case 5: {
+                            message.noMemory = reader.bool();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            AgentInjectRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.AgentInjectRequest";
+            };
+
+            return AgentInjectRequest;
+        })();
+
+        v1.InjectAck = (function() {
+
+            function InjectAck(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            InjectAck.prototype.ahead = 0;
+
+            InjectAck.create = function create(properties) {
+                return new InjectAck(properties);
+            };
+
+            InjectAck.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.ahead != null && Object.hasOwnProperty.call(message, "ahead"))
+                    writer.uint32(8).uint32(message.ahead);
+                return writer;
+            };
+
+            InjectAck.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.InjectAck();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.ahead = reader.uint32();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            InjectAck.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.InjectAck";
+            };
+
+            return InjectAck;
         })();
 
         v1.TextDelta = (function() {
@@ -8762,6 +9138,8 @@ $root.hearth = (function() {
             ToolCallFinished.prototype.content = "";
             ToolCallFinished.prototype.error = "";
             ToolCallFinished.prototype.elapsedUs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+            ToolCallFinished.prototype.plugin = "";
+            ToolCallFinished.prototype.deniedBy = "";
 
             ToolCallFinished.create = function create(properties) {
                 return new ToolCallFinished(properties);
@@ -8786,6 +9164,10 @@ $root.hearth = (function() {
                     writer.uint32(42).string(message.error);
                 if (message.elapsedUs != null && Object.hasOwnProperty.call(message, "elapsedUs"))
                     writer.uint32(48).uint64(message.elapsedUs);
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    writer.uint32(58).string(message.plugin);
+                if (message.deniedBy != null && Object.hasOwnProperty.call(message, "deniedBy"))
+                    writer.uint32(66).string(message.deniedBy);
                 return writer;
             };
 
@@ -8834,6 +9216,14 @@ $root.hearth = (function() {
                         }
                     case 6: {
                             message.elapsedUs = reader.uint64();
+                            break;
+                        }
+                    case 7: {
+                            message.plugin = reader.string();
+                            break;
+                        }
+                    case 8: {
+                            message.deniedBy = reader.string();
                             break;
                         }
                     default:

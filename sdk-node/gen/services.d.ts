@@ -84,4 +84,5 @@ export declare const InputService: {
 export declare const AgentService: {
   chat: MethodDefinition<hearth.v1.IChatRequest, hearth.v1.ChatEvent> & { originalName: string };
   confirm: MethodDefinition<hearth.v1.IConfirmResponse, hearth.v1.ConfirmAck> & { originalName: string };
+  inject: MethodDefinition<hearth.v1.IAgentInjectRequest, hearth.v1.InjectAck> & { originalName: string };
 };

@@ -477,4 +477,14 @@ exports.AgentService = {
     responseDeserialize: deserialize(v1.ConfirmAck),
     originalName: 'Confirm',
   },
+  inject: {
+    path: '/hearth.v1.Agent/Inject',
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: serialize(v1.AgentInjectRequest),
+    requestDeserialize: deserialize(v1.AgentInjectRequest),
+    responseSerialize: serialize(v1.InjectAck),
+    responseDeserialize: deserialize(v1.InjectAck),
+    originalName: 'Inject',
+  },
 };

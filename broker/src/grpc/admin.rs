@@ -31,20 +31,7 @@ impl AdminService {
     }
 
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let given = super::metadata(request, hearth_proto::ADMIN_TOKEN_METADATA)?;
-        let ok = given.len() == self.token.len()
-            && given
-                .bytes()
-                .zip(self.token.bytes())
-                .fold(0u8, |a, (x, y)| a | (x ^ y))
-                == 0;
-        if ok {
-            Ok(())
-        } else {
-            Err(Status::unauthenticated(
-                "admin token does not match <data_dir>/admin.token of the running broker",
-            ))
-        }
+        super::authorize_admin(request, &self.token)
     }
 }
 

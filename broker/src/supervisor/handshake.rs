@@ -13,11 +13,11 @@ use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::plugin::{Control, Plugin};
-use super::session::{Outbound, Session};
+use super::session::{Outbound, Reply, Session};
 use super::Supervisor;
 
-/// Compares secrets without an early exit.
-pub(crate) fn same_secret(a: &str, b: &str) -> bool {
+/// Compares secrets (tokens) without an early exit.
+pub fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()
             .zip(b.bytes())
@@ -143,11 +143,13 @@ impl Supervisor {
         {
             tracing::debug!(plugin = %name, "plugin calls itself `{}`; known as `{name}`", info.name);
         }
-        let reg =
+        let mut reg =
             self.registry
                 .replace_plugin_tools(&name, &register.tools, register.all_or_nothing);
+        reg.rejected
+            .extend(self.registry.replace_plugin_hooks(&name, &register.stages));
         for item in &reg.rejected {
-            tracing::error!(plugin = %name, tool = %item.name, "tool rejected: {}", item.reason);
+            tracing::error!(plugin = %name, item = %item.name, "{} rejected: {}", item.kind, item.reason);
         }
         if register.all_or_nothing && !reg.rejected.is_empty() {
             let reason = format!(
@@ -239,7 +241,8 @@ impl Supervisor {
 
     fn on_message(&self, plugin: &Plugin, session: &Session, msg: PluginMsg) {
         match msg {
-            PluginMsg::ToolResult(r) => session.complete(r),
+            PluginMsg::ToolResult(r) => session.complete(Reply::Tool(r)),
+            PluginMsg::StageResult(r) => session.complete(Reply::Stage(r)),
             PluginMsg::Pong(_) => session.pong(),
             PluginMsg::Progress(p) => session.progress(p.call_id),
             PluginMsg::RegisterTool(r) => {

@@ -23,6 +23,7 @@ use hearth_proto::v1::{PluginState, Sender, ToolResult};
 use crate::error::{CallError, PluginError};
 use crate::manifest::PluginSpec;
 use crate::registry::Registry;
+pub use handshake::same_secret;
 use plugin::{state_reason, Control, TERM_GRACE};
 pub use plugin::{Plugin, PluginSnapshot};
 use process::Interpreters;
@@ -135,6 +136,14 @@ impl Supervisor {
             .iter()
             .find(|p| p.name() == name)
             .cloned()
+    }
+
+    /// The plugin whose current spawn token is `token` (host-service calls).
+    pub fn plugin_for_token(&self, token: &str) -> Option<String> {
+        self.plugins.read().unwrap().iter().find_map(|p| {
+            let s = p.status.lock().unwrap();
+            (!s.token.is_empty() && same_secret(&s.token, token)).then(|| p.name().to_string())
+        })
     }
 
     /// Every loaded plugin, in load order.

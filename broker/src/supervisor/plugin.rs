@@ -407,6 +407,9 @@ impl Plugin {
             s.attached = false;
             s.state = PluginState::Starting;
             s.reason = String::new();
+            // Before the spawn: a fast plugin may register before spawn() returns.
+            s.spawned_at = Some(Instant::now());
+            s.startup = None;
             s.generation
         };
         let mut child = match process::spawn(spec, &config.interpreters, &config.addr, &token) {
@@ -426,8 +429,6 @@ impl Plugin {
         {
             let mut s = self.status.lock().unwrap();
             s.pid = pid;
-            s.spawned_at = Some(Instant::now());
-            s.startup = None;
         }
         tracing::info!(plugin = %name, pid, runtime = spec.runtime.as_str(), "spawned");
         if let Some(out) = child.stdout.take() {

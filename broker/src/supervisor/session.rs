@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hearth_proto::v1::{host_message::Msg, Cancel, HostMessage, InvokeTool, Sender, ToolResult};
+use hearth_proto::v1::{
+    host_message::Msg, Cancel, HostMessage, InvokeTool, RunStage, Sender, Stage, StageContext,
+    StageResult, ToolResult,
+};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
@@ -15,9 +18,28 @@ use crate::error::CallError;
 /// Outbound messages to the plugin (the server side of the response stream).
 pub type Outbound = mpsc::Sender<Result<HostMessage, Status>>;
 
+/// A plugin's answer to a request: a tool's result or a stage hook's result.
+#[derive(Debug)]
+pub enum Reply {
+    /// Answer to `InvokeTool`.
+    Tool(ToolResult),
+    /// Answer to `RunStage`.
+    Stage(StageResult),
+}
+
+impl Reply {
+    fn call_id(&self) -> u64 {
+        match self {
+            Reply::Tool(r) => r.call_id,
+            Reply::Stage(r) => r.call_id,
+        }
+    }
+}
+
 struct Pending {
-    tool: String,
-    reply: oneshot::Sender<Result<ToolResult, String>>,
+    /// What the call is, for errors: a tool name or `stage <name> hook <id>`.
+    what: String,
+    reply: oneshot::Sender<Result<Reply, String>>,
     /// When the plugin last sent `Progress` for this call.
     progress_at: Option<Instant>,
 }
@@ -175,6 +197,60 @@ impl Session {
         timeout: Duration,
         max_total: Duration,
     ) -> Result<ToolResult, InvokeError> {
+        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let build = |call_id| {
+            Msg::InvokeTool(InvokeTool {
+                call_id,
+                tool: tool.into(),
+                args_json,
+                sender,
+                timeout_ms,
+            })
+        };
+        match self.request(tool, build, timeout, max_total).await? {
+            Reply::Tool(r) => Ok(r),
+            Reply::Stage(_) => Err(InvokeError::Failed(
+                self.gone(tool, "answered a tool call with a StageResult".into()),
+            )),
+        }
+    }
+
+    /// Runs stage hook `hook_id` on `context` and waits up to `timeout` for the
+    /// plugin's `StageResult`. Errors as [`Session::invoke`], naming the stage and hook.
+    pub async fn run_stage(
+        &self,
+        stage: Stage,
+        hook_id: &str,
+        context: StageContext,
+        timeout: Duration,
+    ) -> Result<StageResult, InvokeError> {
+        let what = format!("stage {} hook {hook_id}", hearth_proto::stage_name(stage));
+        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let build = |call_id| {
+            Msg::RunStage(RunStage {
+                call_id,
+                stage: stage as i32,
+                hook_id: hook_id.into(),
+                context: Some(context),
+                timeout_ms,
+            })
+        };
+        match self.request(&what, build, timeout, timeout).await? {
+            Reply::Stage(r) => Ok(r),
+            Reply::Tool(_) => Err(InvokeError::Failed(
+                self.gone(&what, "answered a stage hook with a ToolResult".into()),
+            )),
+        }
+    }
+
+    /// Sends the message `build(call_id)` and waits for the plugin's reply to it.
+    async fn request(
+        &self,
+        what: &str,
+        build: impl FnOnce(u64) -> Msg,
+        timeout: Duration,
+        max_total: Duration,
+    ) -> Result<Reply, InvokeError> {
         let call_id = self.next_call_id.fetch_add(1, Ordering::Relaxed);
         let (tx, mut rx) = oneshot::channel();
         {
@@ -185,7 +261,7 @@ impl Session {
             calls.map.insert(
                 call_id,
                 Pending {
-                    tool: tool.into(),
+                    what: what.into(),
                     reply: tx,
                     progress_at: None,
                 },
@@ -197,15 +273,7 @@ impl Session {
             done: false,
             reason: "caller went away",
         };
-        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let invoke = Msg::InvokeTool(InvokeTool {
-            call_id,
-            tool: tool.into(),
-            args_json,
-            sender,
-            timeout_ms,
-        });
-        if !self.send(invoke).await {
+        if !self.send(build(call_id)).await {
             guard.done = true;
             self.calls.lock().unwrap().map.remove(&call_id);
             return Err(InvokeError::NotSent("its session closed".into()));
@@ -232,7 +300,7 @@ impl Session {
                             guard.reason = "timeout";
                             return Err(InvokeError::Failed(CallError::Timeout {
                                 plugin: self.plugin.clone(),
-                                tool: tool.into(),
+                                tool: what.into(),
                                 after_ms: (deadline - started).as_millis() as u64,
                             }));
                         }
@@ -242,10 +310,10 @@ impl Session {
         };
         guard.done = true;
         match outcome {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(reason)) => Err(InvokeError::Failed(self.gone(tool, reason))),
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(reason)) => Err(InvokeError::Failed(self.gone(what, reason))),
             Err(_) => Err(InvokeError::Failed(
-                self.gone(tool, "closed its session".into()),
+                self.gone(what, "closed its session".into()),
             )),
         }
     }
@@ -258,18 +326,18 @@ impl Session {
         }
     }
 
-    /// Delivers a `ToolResult`; a result for an unknown (timed out, cancelled) call
-    /// is dropped.
-    pub fn complete(&self, result: ToolResult) {
-        let pending = self.calls.lock().unwrap().map.remove(&result.call_id);
+    /// Delivers a reply; one for an unknown (timed out, cancelled) call is dropped.
+    pub fn complete(&self, reply: Reply) {
+        let call_id = reply.call_id();
+        let pending = self.calls.lock().unwrap().map.remove(&call_id);
         match pending {
             Some(p) => {
-                let _ = p.reply.send(Ok(result));
+                let _ = p.reply.send(Ok(reply));
             }
             None => tracing::debug!(
                 plugin = %self.plugin,
-                call_id = result.call_id,
-                "result for a call nobody waits for (timed out or cancelled); dropped"
+                call_id,
+                "reply to a call nobody waits for (timed out or cancelled); dropped"
             ),
         }
     }
@@ -285,7 +353,7 @@ impl Session {
             calls.map.drain().map(|(_, p)| p).collect()
         };
         for p in drained {
-            tracing::warn!(plugin = %self.plugin, tool = %p.tool, "call failed: plugin {reason}");
+            tracing::warn!(plugin = %self.plugin, call = %p.what, "call failed: plugin {reason}");
             let _ = p.reply.send(Err(reason.to_string()));
         }
     }

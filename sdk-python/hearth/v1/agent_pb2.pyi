@@ -21,20 +21,62 @@ class ChatRequest(_message.Message):
     def __init__(self, message: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., channel: _Optional[str] = ..., no_memory: _Optional[bool] = ...) -> None: ...
 
 class ChatEvent(_message.Message):
-    __slots__ = ("text_delta", "tool_call_started", "tool_call_finished", "confirm_request", "final", "plugin_reply")
+    __slots__ = ("text_delta", "tool_call_started", "tool_call_finished", "confirm_request", "final", "plugin_reply", "short_circuit", "interrupted")
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
     CONFIRM_REQUEST_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_REPLY_FIELD_NUMBER: _ClassVar[int]
+    SHORT_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
     text_delta: TextDelta
     tool_call_started: ToolCallStarted
     tool_call_finished: ToolCallFinished
     confirm_request: ConfirmRequest
     final: Final
     plugin_reply: PluginReply
-    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ...) -> None: ...
+    short_circuit: ShortCircuit
+    interrupted: Interrupted
+    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ..., short_circuit: _Optional[_Union[ShortCircuit, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ...) -> None: ...
+
+class ShortCircuit(_message.Message):
+    __slots__ = ("stage", "plugin", "text")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    plugin: str
+    text: str
+    def __init__(self, stage: _Optional[str] = ..., plugin: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class Interrupted(_message.Message):
+    __slots__ = ("source", "text")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    text: str
+    def __init__(self, source: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class AgentInjectRequest(_message.Message):
+    __slots__ = ("source", "channel", "text", "interrupt", "no_memory")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_FIELD_NUMBER: _ClassVar[int]
+    NO_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    channel: str
+    text: str
+    interrupt: bool
+    no_memory: bool
+    def __init__(self, source: _Optional[str] = ..., channel: _Optional[str] = ..., text: _Optional[str] = ..., interrupt: _Optional[bool] = ..., no_memory: _Optional[bool] = ...) -> None: ...
+
+class InjectAck(_message.Message):
+    __slots__ = ("ahead",)
+    AHEAD_FIELD_NUMBER: _ClassVar[int]
+    ahead: int
+    def __init__(self, ahead: _Optional[int] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("text", "reasoning")
@@ -57,20 +99,24 @@ class ToolCallStarted(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., plugin: _Optional[str] = ..., args_json: _Optional[str] = ...) -> None: ...
 
 class ToolCallFinished(_message.Message):
-    __slots__ = ("call_id", "tool", "success", "content", "error", "elapsed_us")
+    __slots__ = ("call_id", "tool", "success", "content", "error", "elapsed_us", "plugin", "denied_by")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    DENIED_BY_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     tool: str
     success: bool
     content: str
     error: str
     elapsed_us: int
-    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ...) -> None: ...
+    plugin: str
+    denied_by: str
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ..., plugin: _Optional[str] = ..., denied_by: _Optional[str] = ...) -> None: ...
 
 class ConfirmRequest(_message.Message):
     __slots__ = ("confirm_id", "tool", "args_json", "timeout_ms")

@@ -44,6 +44,11 @@ class AgentStub:
                 request_serializer=hearth_dot_v1_dot_agent__pb2.ConfirmResponse.SerializeToString,
                 response_deserializer=hearth_dot_v1_dot_agent__pb2.ConfirmAck.FromString,
                 _registered_method=True)
+        self.Inject = channel.unary_unary(
+                '/hearth.v1.Agent/Inject',
+                request_serializer=hearth_dot_v1_dot_agent__pb2.AgentInjectRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_agent__pb2.InjectAck.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -63,6 +68,15 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Inject(self, request, context):
+        """Queues input as if a plugin had called the Input host service (`hearth inject`):
+        normal input waits its turn; `interrupt` goes ahead of the queue and cancels an
+        in-flight LLM request, whose turn restarts with the text as a system message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +89,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.Confirm,
                     request_deserializer=hearth_dot_v1_dot_agent__pb2.ConfirmResponse.FromString,
                     response_serializer=hearth_dot_v1_dot_agent__pb2.ConfirmAck.SerializeToString,
+            ),
+            'Inject': grpc.unary_unary_rpc_method_handler(
+                    servicer.Inject,
+                    request_deserializer=hearth_dot_v1_dot_agent__pb2.AgentInjectRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_agent__pb2.InjectAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +150,33 @@ class Agent:
             '/hearth.v1.Agent/Confirm',
             hearth_dot_v1_dot_agent__pb2.ConfirmResponse.SerializeToString,
             hearth_dot_v1_dot_agent__pb2.ConfirmAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Inject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Agent/Inject',
+            hearth_dot_v1_dot_agent__pb2.AgentInjectRequest.SerializeToString,
+            hearth_dot_v1_dot_agent__pb2.InjectAck.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,236 @@
+//! `hearth chat` and `hearth inject`: the client side of the `Agent` service.
+//!
+//! `hearth chat MESSAGE` prints one exchange as it streams: tool calls as they start
+//! and finish (`⚙ tool {args}` / `  ↳ result`), the reply's text deltas as they
+//! arrive, and the final text again if hooks rewrote it. Without MESSAGE it is a REPL
+//! with line editing and history (`<data_dir>/chat_history`); when stdin is not a
+//! terminal it reads one message per line. `--json` prints every event as one JSON
+//! object per line. A turn that failed exits with status 1 and the error on stderr.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::anyhow;
+use hearth_proto::v1::{chat_event::Event, AgentInjectRequest, ChatRequest};
+use serde_json::json;
+
+use crate::cli::AdminConn;
+
+/// Arguments of `hearth chat`.
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// The message; without it, a REPL.
+    pub message: Option<String>,
+    /// Who speaks.
+    #[arg(long, default_value = "user")]
+    pub user: String,
+    /// Group (a group's conversation is shared by its members).
+    #[arg(long, default_value = "")]
+    pub group: String,
+    /// Channel.
+    #[arg(long, default_value = "cli")]
+    pub channel: String,
+    /// Leave this exchange out of TextMemory.
+    #[arg(long)]
+    pub no_memory: bool,
+    /// Print every event as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `hearth inject`.
+#[derive(Debug, clap::Args)]
+pub struct InjectArgs {
+    /// The text.
+    pub text: String,
+    /// Who injects.
+    #[arg(long, default_value = "cli")]
+    pub source: String,
+    /// Channel.
+    #[arg(long, default_value = "cli")]
+    pub channel: String,
+    /// Go ahead of the queue and cancel the LLM request in flight.
+    #[arg(long)]
+    pub interrupt: bool,
+    /// Leave it out of TextMemory.
+    #[arg(long)]
+    pub no_memory: bool,
+}
+
+/// Runs one exchange; Ok(false) when the turn ended with an error.
+async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyhow::Result<bool> {
+    let req = conn.with_token(ChatRequest {
+        message: message.to_string(),
+        user_id: args.user.clone(),
+        group_id: args.group.clone(),
+        channel: args.channel.clone(),
+        no_memory: args.no_memory,
+    });
+    let mut events = conn
+        .agent()
+        .chat(req)
+        .await
+        .map_err(|s| anyhow!("{}", s.message()))?
+        .into_inner();
+    let mut out = std::io::stdout().lock();
+    let mut streamed = String::new();
+    let mut ok = true;
+    while let Some(ev) = events
+        .message()
+        .await
+        .map_err(|s| anyhow!("{}", s.message()))?
+    {
+        let Some(e) = ev.event else { continue };
+        if args.json {
+            writeln!(out, "{}", event_json(&e))?;
+            if let Event::Final(f) = &e {
+                ok = f.error.is_empty();
+            }
+            continue;
+        }
+        match e {
+            Event::TextDelta(d) if !d.reasoning => {
+                streamed.push_str(&d.text);
+                write!(out, "{}", d.text)?;
+                out.flush()?;
+            }
+            Event::TextDelta(_) => {}
+            Event::ToolCallStarted(t) => {
+                if !streamed.is_empty() && !streamed.ends_with('\n') {
+                    writeln!(out)?;
+                }
+                streamed.clear();
+                writeln!(out, "⚙ {} {}", t.tool, t.args_json)?;
+            }
+            Event::ToolCallFinished(t) => {
+                let text = if t.success { &t.content } else { &t.error };
+                let first = text.lines().next().unwrap_or("");
+                let mark = if t.success { "↳" } else { "✗" };
+                writeln!(out, "  {mark} {}: {first}", t.tool)?;
+            }
+            Event::ShortCircuit(s) => {
+                writeln!(out, "[{} of plugin {} answered]", s.stage, s.plugin)?;
+            }
+            Event::Interrupted(i) => {
+                writeln!(out, "\n[interrupted by {}: {}]", i.source, i.text)?;
+                streamed.clear();
+            }
+            Event::Final(f) => {
+                if !f.error.is_empty() {
+                    if !streamed.is_empty() {
+                        writeln!(out)?;
+                    }
+                    eprintln!("error: {}", f.error);
+                    ok = false;
+                } else if f.text.trim() != streamed.trim() {
+                    if !streamed.is_empty() {
+                        writeln!(out)?;
+                    }
+                    writeln!(out, "{}", f.text)?;
+                } else {
+                    writeln!(out)?;
+                }
+            }
+            Event::ConfirmRequest(_) | Event::PluginReply(_) => {}
+        }
+    }
+    Ok(ok)
+}
+
+fn event_json(e: &Event) -> serde_json::Value {
+    match e {
+        Event::TextDelta(d) => {
+            json!({"type": "text_delta", "text": d.text, "reasoning": d.reasoning})
+        }
+        Event::ToolCallStarted(t) => json!({"type": "tool_call_started", "call_id": t.call_id,
+            "tool": t.tool, "plugin": t.plugin, "args": serde_json::from_str::<serde_json::Value>(&t.args_json).unwrap_or_default()}),
+        Event::ToolCallFinished(t) => json!({"type": "tool_call_finished", "call_id": t.call_id,
+            "tool": t.tool, "plugin": t.plugin, "success": t.success, "content": t.content,
+            "error": t.error, "denied_by": t.denied_by, "elapsed_us": t.elapsed_us}),
+        Event::ShortCircuit(s) => {
+            json!({"type": "short_circuit", "stage": s.stage, "plugin": s.plugin, "text": s.text})
+        }
+        Event::Interrupted(i) => json!({"type": "interrupted", "source": i.source, "text": i.text}),
+        Event::Final(f) => json!({"type": "final", "text": f.text, "token_usage": f.token_usage,
+            "iterations": f.iterations, "error": f.error}),
+        Event::ConfirmRequest(c) => {
+            json!({"type": "confirm_request", "confirm_id": c.confirm_id, "tool": c.tool})
+        }
+        Event::PluginReply(r) => {
+            json!({"type": "plugin_reply", "plugin": r.plugin, "text": r.text})
+        }
+    }
+}
+
+/// `hearth chat`.
+pub async fn chat(
+    conn: &mut AdminConn,
+    data_dir: &Path,
+    args: ChatArgs,
+) -> anyhow::Result<ExitCode> {
+    if let Some(message) = args.message.clone() {
+        let ok = exchange(conn, &args, &message).await?;
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() {
+        for line in std::io::stdin().lines() {
+            let line = line?;
+            if !line.trim().is_empty() {
+                exchange(conn, &args, line.trim()).await?;
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let history = data_dir.join("chat_history");
+    let mut editor = rustyline::DefaultEditor::new()?;
+    let _ = editor.load_history(&history);
+    eprintln!("hearth chat — Ctrl-D to quit");
+    loop {
+        match editor.readline("you> ") {
+            Ok(line) => {
+                let line = line.trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let _ = editor.add_history_entry(line);
+                if let Err(e) = exchange(conn, &args, line).await {
+                    eprintln!("error: {e}");
+                }
+            }
+            Err(rustyline::error::ReadlineError::Interrupted) => continue,
+            Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let _ = editor.save_history(&history);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hearth inject`.
+pub async fn inject(conn: &mut AdminConn, args: InjectArgs) -> anyhow::Result<ExitCode> {
+    let req = conn.with_token(AgentInjectRequest {
+        source: args.source,
+        channel: args.channel,
+        text: args.text,
+        interrupt: args.interrupt,
+        no_memory: args.no_memory,
+    });
+    let ack = conn
+        .agent()
+        .inject(req)
+        .await
+        .map_err(|s| anyhow!("{}", s.message()))?
+        .into_inner();
+    if args.interrupt {
+        println!("interrupt delivered");
+    } else {
+        println!("queued ({} ahead)", ack.ahead);
+    }
+    Ok(ExitCode::SUCCESS)
+}

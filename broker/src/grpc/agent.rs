@@ -1,0 +1,167 @@
+use std::sync::Arc;
+
+use hearth_proto::v1::agent_server::Agent as AgentRpc;
+use hearth_proto::v1::input_server::Input;
+use hearth_proto::v1::{
+    AgentInjectRequest, ChatEvent, ChatRequest, ConfirmAck, ConfirmResponse, Empty, InjectAck,
+    InjectRequest,
+};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status};
+
+use crate::agent::Agent;
+use crate::pipeline::turn::TurnInput;
+use crate::supervisor::Supervisor;
+
+/// `Agent`: chat turns and injected input for clients (admin token).
+#[derive(Debug, Clone)]
+pub struct AgentService {
+    agent: Agent,
+    token: Arc<str>,
+}
+
+impl AgentService {
+    /// Serves `agent` to clients presenting `token`.
+    pub fn new(agent: Agent, token: String) -> Self {
+        AgentService {
+            agent,
+            token: token.into(),
+        }
+    }
+}
+
+fn or_default(s: String, default: &str) -> String {
+    if s.is_empty() {
+        default.to_string()
+    } else {
+        s
+    }
+}
+
+#[tonic::async_trait]
+impl AgentRpc for AgentService {
+    type ChatStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<ChatEvent, Status>> + Send>>;
+
+    async fn chat(
+        &self,
+        request: Request<ChatRequest>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
+        super::authorize_admin(&request, &self.token)?;
+        let req = request.into_inner();
+        if req.message.trim().is_empty() {
+            return Err(Status::invalid_argument("message is empty"));
+        }
+        let (_, events) = self.agent.submit(TurnInput {
+            text: req.message,
+            user_id: or_default(req.user_id, "user"),
+            group_id: req.group_id,
+            channel: or_default(req.channel, "cli"),
+            no_memory: req.no_memory,
+        });
+        Ok(Response::new(Box::pin(
+            UnboundedReceiverStream::new(events).map(Ok),
+        )))
+    }
+
+    async fn confirm(
+        &self,
+        request: Request<ConfirmResponse>,
+    ) -> Result<Response<ConfirmAck>, Status> {
+        super::authorize_admin(&request, &self.token)?;
+        Err(Status::failed_precondition(format!(
+            "no confirmation `{}` is pending (ai.tool confirm policies are not enabled in this broker yet)",
+            request.get_ref().confirm_id
+        )))
+    }
+
+    async fn inject(
+        &self,
+        request: Request<AgentInjectRequest>,
+    ) -> Result<Response<InjectAck>, Status> {
+        super::authorize_admin(&request, &self.token)?;
+        let req = request.into_inner();
+        if req.text.trim().is_empty() {
+            return Err(Status::invalid_argument("text is empty"));
+        }
+        let source = or_default(req.source, "cli");
+        let input = TurnInput {
+            text: req.text,
+            user_id: source.clone(),
+            group_id: String::new(),
+            channel: or_default(req.channel, "cli"),
+            no_memory: req.no_memory,
+        };
+        let ahead = self.agent.inject(&source, input, req.interrupt);
+        Ok(Response::new(InjectAck {
+            ahead: ahead as u32,
+        }))
+    }
+}
+
+/// `Input`: the HomeAgent input-injection host service for plugins (plugin token).
+#[derive(Debug, Clone)]
+pub struct InputService {
+    agent: Agent,
+    supervisor: Arc<Supervisor>,
+}
+
+impl InputService {
+    /// Serves `agent` to `supervisor`'s plugins.
+    pub fn new(agent: Agent, supervisor: Arc<Supervisor>) -> Self {
+        InputService { agent, supervisor }
+    }
+
+    fn inject(
+        &self,
+        request: Request<InjectRequest>,
+        no_memory: bool,
+        interrupt: bool,
+    ) -> Result<Response<Empty>, Status> {
+        let token = super::metadata(&request, hearth_proto::TOKEN_METADATA)?;
+        let plugin = self.supervisor.plugin_for_token(token).ok_or_else(|| {
+            Status::unauthenticated("x-hearth-token does not match any running plugin")
+        })?;
+        let req = request.into_inner();
+        if req.text.trim().is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "plugin {plugin}: inject: text is empty"
+            )));
+        }
+        let source = or_default(req.source, &plugin);
+        let input = TurnInput {
+            text: req.text,
+            user_id: source.clone(),
+            group_id: String::new(),
+            channel: or_default(req.channel, &plugin),
+            no_memory,
+        };
+        self.agent.inject(&source, input, interrupt);
+        Ok(Response::new(Empty {}))
+    }
+}
+
+#[tonic::async_trait]
+impl Input for InputService {
+    async fn inject_text(
+        &self,
+        request: Request<InjectRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        self.inject(request, false, false)
+    }
+
+    async fn inject_text_no_memory(
+        &self,
+        request: Request<InjectRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        self.inject(request, true, false)
+    }
+
+    async fn inject_interrupt_text(
+        &self,
+        request: Request<InjectRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        self.inject(request, false, true)
+    }
+}

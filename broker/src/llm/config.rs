@@ -1,0 +1,284 @@
+//! `<data_dir>/hearth.toml`: LLM sources and agent settings, plus the quick-start
+//! overrides (`--llm-url` / `HEARTH_LLM_URL` and friends).
+//!
+//! ```toml
+//! [[sources]]
+//! name = "openai"
+//! base_url = "https://api.openai.com/v1"
+//! model = "gpt-4o-mini"
+//! api_key_env = "OPENAI_API_KEY"   # or api_key = "sk-…"
+//! adapter = "openai"
+//! priority = 1                       # lower is tried first
+//! timeout_s = 120
+//!
+//! [agent]
+//! system_prompt = "You are a helpful assistant."
+//! max_iterations = 10
+//! history_messages = 40
+//! stream = true
+//! hook_timeout_ms = 5000
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Config file name inside the data dir.
+pub const CONFIG_FILE: &str = "hearth.toml";
+
+/// One LLM endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// Unique name.
+    pub name: String,
+    /// API base URL, e.g. `https://api.openai.com/v1`; the adapter's endpoint is appended.
+    pub base_url: String,
+    /// Model name sent in requests.
+    pub model: String,
+    /// The key itself, when configured inline.
+    pub api_key: Option<String>,
+    /// Name of an environment variable holding the key.
+    pub api_key_env: Option<String>,
+    /// Adapter name (`openai`, …).
+    pub adapter: String,
+    /// Lower is tried first.
+    pub priority: i64,
+    /// Request timeout (whole response, or between streamed chunks).
+    pub timeout: Duration,
+}
+
+impl Source {
+    /// The API key: inline, else from the named environment variable; `None` when
+    /// neither is set (local servers need none).
+    pub fn api_key(&self) -> Option<String> {
+        self.api_key
+            .clone()
+            .filter(|k| !k.is_empty())
+            .or_else(|| {
+                self.api_key_env
+                    .as_ref()
+                    .and_then(|v| std::env::var(v).ok())
+            })
+            .filter(|k| !k.is_empty())
+    }
+}
+
+/// Agent behaviour (`[agent]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    /// System prompt put first in every request.
+    pub system_prompt: String,
+    /// LLM rounds per turn before the loop stops with a clear message.
+    pub max_iterations: u32,
+    /// Messages of history kept per conversation.
+    pub history_messages: usize,
+    /// Ask the LLM for SSE streaming.
+    pub stream: bool,
+    /// Time one stage hook may take.
+    pub hook_timeout: Duration,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            system_prompt:
+                "You are Hearth, a helpful assistant. Use the tools you are given when they help."
+                    .into(),
+            max_iterations: 10,
+            history_messages: 40,
+            stream: true,
+            hook_timeout: Duration::from_millis(crate::pipeline::DEFAULT_HOOK_TIMEOUT_MS),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    sources: Vec<RawSource>,
+    #[serde(default)]
+    agent: RawAgent,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    name: String,
+    base_url: String,
+    #[serde(default)]
+    model: String,
+    api_key: Option<String>,
+    api_key_env: Option<String>,
+    #[serde(default = "default_adapter")]
+    adapter: String,
+    #[serde(default)]
+    priority: i64,
+    timeout_s: Option<f64>,
+}
+
+fn default_adapter() -> String {
+    "openai".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    system_prompt: Option<String>,
+    max_iterations: Option<u32>,
+    history_messages: Option<usize>,
+    stream: Option<bool>,
+    hook_timeout_ms: Option<u64>,
+}
+
+/// Quick-start overrides from flags or environment: one source that goes first.
+#[derive(Debug, Clone, Default)]
+pub struct QuickSource {
+    /// `--llm-url` / `HEARTH_LLM_URL`.
+    pub url: Option<String>,
+    /// `--llm-model` / `HEARTH_LLM_MODEL`.
+    pub model: Option<String>,
+    /// `--llm-adapter` / `HEARTH_LLM_ADAPTER`.
+    pub adapter: Option<String>,
+}
+
+/// The loaded configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Sources, sorted by priority.
+    pub sources: Vec<Source>,
+    /// Agent settings.
+    pub agent: AgentSettings,
+}
+
+impl Config {
+    /// Reads `<data_dir>/hearth.toml` (absent = defaults) and puts the quick-start
+    /// source, if any, first. Errors name the file and the bad field.
+    pub fn load(data_dir: &Path, quick: &QuickSource) -> Result<Config, String> {
+        let path = data_dir.join(CONFIG_FILE);
+        let raw: RawConfig = match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => RawConfig::default(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let mut sources = Vec::new();
+        for s in raw.sources {
+            if sources.iter().any(|o: &Source| o.name == s.name) {
+                return Err(format!(
+                    "{}: source `{}` is defined twice",
+                    path.display(),
+                    s.name
+                ));
+            }
+            let timeout = s.timeout_s.unwrap_or(120.0);
+            if !(timeout.is_finite() && timeout > 0.0) {
+                return Err(format!(
+                    "{}: source `{}`: timeout_s must be > 0",
+                    path.display(),
+                    s.name
+                ));
+            }
+            sources.push(Source {
+                name: s.name,
+                base_url: s.base_url,
+                model: s.model,
+                api_key: s.api_key,
+                api_key_env: s.api_key_env,
+                adapter: s.adapter,
+                priority: s.priority,
+                timeout: Duration::from_secs_f64(timeout),
+            });
+        }
+        sources.sort_by_key(|s| s.priority);
+        if let Some(url) = quick.url.clone().filter(|u| !u.is_empty()) {
+            sources.insert(
+                0,
+                Source {
+                    name: "cli".into(),
+                    base_url: url,
+                    model: quick.model.clone().unwrap_or_else(|| "gpt-4o-mini".into()),
+                    api_key: None,
+                    api_key_env: Some("HEARTH_LLM_API_KEY".into()),
+                    adapter: quick.adapter.clone().unwrap_or_else(default_adapter),
+                    priority: i64::MIN,
+                    timeout: Duration::from_secs(120),
+                },
+            );
+        }
+        let d = AgentSettings::default();
+        let a = raw.agent;
+        Ok(Config {
+            sources,
+            agent: AgentSettings {
+                system_prompt: a.system_prompt.unwrap_or(d.system_prompt),
+                max_iterations: a.max_iterations.unwrap_or(d.max_iterations).max(1),
+                history_messages: a.history_messages.unwrap_or(d.history_messages),
+                stream: a.stream.unwrap_or(d.stream),
+                hook_timeout: a
+                    .hook_timeout_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.hook_timeout),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_load_sorted_and_quick_source_goes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            r#"
+            [[sources]]
+            name = "b"
+            base_url = "http://b/v1"
+            priority = 2
+            [[sources]]
+            name = "a"
+            base_url = "http://a/v1"
+            model = "m"
+            api_key = "k"
+            priority = 1
+            [agent]
+            max_iterations = 3
+            "#,
+        )
+        .unwrap();
+        let c = Config::load(dir.path(), &QuickSource::default()).unwrap();
+        assert_eq!(
+            c.sources
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(c.sources[0].api_key().as_deref(), Some("k"));
+        assert_eq!(c.agent.max_iterations, 3);
+        let quick = QuickSource {
+            url: Some("http://127.0.0.1:1/v1".into()),
+            ..Default::default()
+        };
+        let c = Config::load(dir.path(), &quick).unwrap();
+        assert_eq!(c.sources[0].name, "cli");
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "[[sources]]\nname = \"x\"\nbase_url = 3\n",
+        )
+        .unwrap();
+        let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
+        assert!(
+            err.contains("hearth.toml") && err.contains("base_url"),
+            "{err}"
+        );
+    }
+}

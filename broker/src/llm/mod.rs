@@ -1,0 +1,328 @@
+//! LLM sources and the HTTP client that talks to them through a Lua adapter.
+//!
+//! - [`config`]: `<data_dir>/hearth.toml` (`[[sources]]`, `[agent]`) and the quick-start
+//!   flags/environment.
+//! - this module: [`LlmClient::complete`] — unified CompletionRequest → adapter →
+//!   HTTP (plain or SSE) → adapter → unified [`CompletionResponse`], text deltas to
+//!   the caller as they arrive, streamed tool-call fragments assembled by index.
+
+pub mod config;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::adapters::{
+    AdapterError, AdapterSet, CompletionResponse, StreamChunk, TokenUsage, ToolCall,
+};
+pub use config::{AgentSettings, Source};
+
+/// Longest error body quoted in an error, in bytes.
+const MAX_QUOTED_BODY: usize = 2048;
+
+/// Why a completion failed. Every variant names the source.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmError {
+    /// No source is configured.
+    #[error("no LLM source configured: add a [[sources]] entry to <data_dir>/hearth.toml or pass --llm-url")]
+    NoSource,
+    /// The source's adapter failed to load or its script failed.
+    #[error("LLM source {source_name}: {error}")]
+    Adapter {
+        /// Source name.
+        source_name: String,
+        /// The adapter's error (names adapter, function, line).
+        error: AdapterError,
+    },
+    /// The HTTP request failed (connect, TLS, reset, timeout).
+    #[error("LLM source {source_name}: {url}: {message}")]
+    Http {
+        /// Source name.
+        source_name: String,
+        /// URL requested.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The API answered an error status.
+    #[error("LLM source {source_name}: HTTP {status} from {url}: {message}")]
+    Status {
+        /// Source name.
+        source_name: String,
+        /// URL requested.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// The API's error message or the start of its body.
+        message: String,
+        /// `Retry-After` in seconds, when given.
+        retry_after_s: Option<u64>,
+    },
+    /// The request was cancelled (an interrupt).
+    #[error("LLM request cancelled")]
+    Cancelled,
+}
+
+/// Something the caller sees while a completion streams.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    /// Reply text.
+    Text(String),
+    /// Reasoning text.
+    Reasoning(String),
+}
+
+/// HTTP client for LLM sources.
+#[derive(Debug, Clone)]
+pub struct LlmClient {
+    http: reqwest::Client,
+    adapters: Arc<AdapterSet>,
+}
+
+impl LlmClient {
+    /// A client using `adapters`.
+    pub fn new(adapters: Arc<AdapterSet>) -> LlmClient {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .expect("an HTTP client without custom TLS roots builds");
+        LlmClient { http, adapters }
+    }
+
+    /// The adapters in use.
+    pub fn adapters(&self) -> &Arc<AdapterSet> {
+        &self.adapters
+    }
+
+    /// Runs one completion of `request` (the unified CompletionRequest of the seed,
+    /// `model` filled from the source when missing) against `source`. With
+    /// `request.stream == true` the answer is read as SSE and each text delta is
+    /// passed to `on_delta` as it arrives. Cancelling `cancel` aborts the request.
+    pub async fn complete(
+        &self,
+        source: &Source,
+        mut request: Value,
+        mut on_delta: impl FnMut(Delta),
+        cancel: &CancellationToken,
+    ) -> Result<CompletionResponse, LlmError> {
+        let name = source.name.clone();
+        let adapter_err = |error| LlmError::Adapter {
+            source_name: name.clone(),
+            error,
+        };
+        let adapter = self.adapters.get(&source.adapter).map_err(adapter_err)?;
+        if request
+            .get("model")
+            .is_none_or(|m| m.as_str().is_none_or(str::is_empty))
+        {
+            request["model"] = Value::String(source.model.clone());
+        }
+        let stream = request
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            && adapter.supports_streaming();
+        request["stream"] = Value::Bool(stream);
+        let body = adapter.transform_request(&request).map_err(adapter_err)?;
+        let url = format!(
+            "{}/{}",
+            source.base_url.trim_end_matches('/'),
+            adapter
+                .endpoint()
+                .replace("{model}", &source.model)
+                .trim_start_matches('/')
+        );
+        let http_err = |message: String| LlmError::Http {
+            source_name: name.clone(),
+            url: url.clone(),
+            message,
+        };
+        let mut req = self
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .json(&body);
+        if let Some(key) = source.api_key() {
+            req = req.bearer_auth(key);
+        }
+        for (k, v) in adapter.headers() {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        if !stream {
+            req = req.timeout(source.timeout);
+        }
+        let send = req.send();
+        let resp = tokio::select! {
+            r = send => r.map_err(|e| http_err(describe(&e)))?,
+            _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            let retry_after_s = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse().ok());
+            let text = resp.text().await.unwrap_or_default();
+            // The adapter knows the API's error shape; its script error names it.
+            let message = match adapter.transform_response(&text) {
+                Err(AdapterError::Script { message, .. }) => message,
+                _ => quote(&text),
+            };
+            return Err(LlmError::Status {
+                source_name: name.clone(),
+                url: url.clone(),
+                status: status.as_u16(),
+                message,
+                retry_after_s,
+            });
+        }
+        if !stream {
+            let text = tokio::select! {
+                t = resp.text() => t.map_err(|e| http_err(describe(&e)))?,
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            };
+            let out = adapter.transform_response(&text).map_err(adapter_err)?;
+            if !out.content.is_empty() {
+                on_delta(Delta::Text(out.content.clone()));
+            }
+            return Ok(out);
+        }
+
+        let mut events = resp.bytes_stream().eventsource();
+        let mut acc = Assembly::default();
+        loop {
+            let next = tokio::select! {
+                n = tokio::time::timeout(source.timeout, events.next()) => n,
+                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            };
+            let event = match next {
+                Err(_) => {
+                    return Err(http_err(format!(
+                        "no streamed data for {} s",
+                        source.timeout.as_secs()
+                    )))
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(http_err(format!("stream broke: {e}"))),
+                Ok(Some(Ok(ev))) => ev,
+            };
+            let data = event.data.trim();
+            if data.is_empty() {
+                continue;
+            }
+            if data == "[DONE]" {
+                break;
+            }
+            if let Some(chunk) = adapter.transform_stream_chunk(data).map_err(adapter_err)? {
+                acc.add(chunk, &mut on_delta);
+            }
+        }
+        Ok(acc.finish())
+    }
+}
+
+/// Streamed chunks put together.
+#[derive(Default)]
+struct Assembly {
+    content: String,
+    reasoning: String,
+    finish_reason: String,
+    usage: TokenUsage,
+    /// index → (id, name, arguments text)
+    calls: BTreeMap<u32, (String, String, String)>,
+}
+
+impl Assembly {
+    fn add(&mut self, chunk: StreamChunk, on_delta: &mut impl FnMut(Delta)) {
+        if !chunk.content.is_empty() {
+            self.content.push_str(&chunk.content);
+            on_delta(Delta::Text(chunk.content));
+        }
+        if !chunk.reasoning_content.is_empty() {
+            self.reasoning.push_str(&chunk.reasoning_content);
+            on_delta(Delta::Reasoning(chunk.reasoning_content));
+        }
+        for d in chunk.tool_calls {
+            let entry = self.calls.entry(d.index).or_default();
+            if let Some(id) = d.id.filter(|s| !s.is_empty()) {
+                entry.0 = id;
+            }
+            if let Some(name) = d.name.filter(|s| !s.is_empty()) {
+                entry.1 = name;
+            }
+            entry.2.push_str(&d.arguments);
+        }
+        if let Some(r) = chunk.finish_reason.filter(|r| !r.is_empty()) {
+            self.finish_reason = r;
+        }
+        if let Some(u) = chunk.token_usage {
+            self.usage = u;
+        }
+    }
+
+    /// The whole response; arguments text that is not a JSON object is kept as a
+    /// JSON string so the tool loop can answer that call with a clear error.
+    fn finish(self) -> CompletionResponse {
+        let tool_calls = self
+            .calls
+            .into_values()
+            .map(|(id, name, args)| {
+                let arguments = if args.trim().is_empty() {
+                    Value::Object(Default::default())
+                } else {
+                    serde_json::from_str::<Value>(&args)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or(Value::String(args))
+                };
+                ToolCall {
+                    id,
+                    name,
+                    arguments,
+                }
+            })
+            .collect();
+        CompletionResponse {
+            content: self.content,
+            reasoning_content: self.reasoning,
+            finish_reason: self.finish_reason,
+            token_usage: self.usage,
+            tool_calls,
+        }
+    }
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    let mut msg = if e.is_timeout() {
+        "timed out".to_string()
+    } else if e.is_connect() {
+        "cannot connect".to_string()
+    } else {
+        e.to_string()
+    };
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        msg.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    msg
+}
+
+fn quote(body: &str) -> String {
+    let body = body.trim();
+    if body.len() <= MAX_QUOTED_BODY {
+        return body.to_string();
+    }
+    let mut end = MAX_QUOTED_BODY;
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &body[..end])
+}

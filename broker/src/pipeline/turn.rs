@@ -1,0 +1,535 @@
+//! One turn of the agent: stages in order around the LLM tool-calling loop, events
+//! to the client as they happen, history and TextMemory afterwards.
+//!
+//! `on_input` → history + user message → `pre_action` → [LLM (streamed) →
+//! `post_action` → tool calls concurrently, each `before_toolcall` → execute →
+//! `after_toolcall`]* → `before_output` → `after_output`. A `response` set by a hook
+//! jumps to `after_output`; a deny affects only its call and the LLM is told who
+//! denied it. The loop ends on a reply without tool calls or after `max_iterations`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hearth_proto::v1::{
+    chat_event::Event, ChatEvent, Final, Interrupted, Sender, ShortCircuit as ShortCircuitEvent,
+    Stage, StageContext, TextDelta, ToolCallFinished, ToolCallInfo, ToolCallStarted,
+    ToolResultInfo,
+};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Hooks, ShortCircuit};
+use crate::adapters::TokenUsage;
+use crate::llm::{AgentSettings, Delta, LlmClient, LlmError, Source};
+use crate::storage::{ConversationKey, Conversations, TextEvent, TextMemory};
+use crate::supervisor::Supervisor;
+
+/// One input to the agent.
+#[derive(Debug, Clone, Default)]
+pub struct TurnInput {
+    /// The message text.
+    pub text: String,
+    /// Who speaks.
+    pub user_id: String,
+    /// Group, if any (a group's conversation is shared).
+    pub group_id: String,
+    /// Channel (`cli`, a plugin's channel, …).
+    pub channel: String,
+    /// Skip TextMemory for this turn.
+    pub no_memory: bool,
+}
+
+/// Interrupts waiting to cut into the running turn.
+#[derive(Debug, Default)]
+pub struct Interrupts {
+    inner: Mutex<InterruptState>,
+}
+
+#[derive(Debug, Default)]
+struct InterruptState {
+    /// A turn is running.
+    active: bool,
+    pending: Vec<(String, String)>,
+    /// The LLM request in flight, if any.
+    in_flight: Option<CancellationToken>,
+}
+
+impl Interrupts {
+    /// Hands `(source, text)` to the running turn, cancelling its LLM request in
+    /// flight (the turn asks again with the text as a system message). False when no
+    /// turn is running: the caller queues it as the next input instead.
+    pub fn interrupt(&self, source: &str, text: &str) -> bool {
+        let mut s = self.inner.lock().unwrap();
+        if !s.active {
+            return false;
+        }
+        s.pending.push((source.into(), text.into()));
+        if let Some(token) = &s.in_flight {
+            token.cancel();
+        }
+        true
+    }
+
+    /// Marks a turn as running (or not).
+    pub fn set_active(&self, active: bool) {
+        let mut s = self.inner.lock().unwrap();
+        s.active = active;
+        if !active {
+            s.in_flight = None;
+        }
+    }
+
+    fn begin(&self) -> CancellationToken {
+        let token = CancellationToken::new();
+        self.inner.lock().unwrap().in_flight = Some(token.clone());
+        token
+    }
+
+    fn end(&self) {
+        self.inner.lock().unwrap().in_flight = None;
+    }
+
+    fn take(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.inner.lock().unwrap().pending)
+    }
+}
+
+/// What a turn needs.
+#[derive(Debug, Clone)]
+pub struct TurnDeps {
+    /// Plugins and their tools.
+    pub supervisor: Arc<Supervisor>,
+    /// Stage hooks.
+    pub hooks: Hooks,
+    /// LLM HTTP client.
+    pub llm: LlmClient,
+    /// Sources in the order tried.
+    pub sources: Arc<Vec<Source>>,
+    /// Agent settings.
+    pub settings: Arc<AgentSettings>,
+    /// Histories.
+    pub conversations: Option<Conversations>,
+    /// TextMemory log.
+    pub text_memory: Option<TextMemory>,
+    /// Interrupt channel of the agent.
+    pub interrupts: Arc<Interrupts>,
+}
+
+/// How the part of a turn before `before_output` ended.
+enum Ending {
+    /// The final reply text.
+    Reply(String),
+    /// A hook set `response`.
+    Short(ShortCircuit),
+    /// The LLM could not be asked (message names source and cause).
+    Failed(String),
+}
+
+fn event(e: Event) -> ChatEvent {
+    ChatEvent { event: Some(e) }
+}
+
+fn add_usage(ctx: &mut StageContext, u: &TokenUsage) {
+    for (k, v) in [
+        ("prompt", u.prompt),
+        ("completion", u.completion),
+        ("total", u.total),
+    ] {
+        *ctx.token_usage.entry(k.into()).or_insert(0) += v as i64;
+    }
+}
+
+/// The text the LLM gets for a tool result `{success, content, data, error}`.
+fn result_text(result: &Value) -> String {
+    let ok = result
+        .get("success")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let content = result.get("content").and_then(Value::as_str).unwrap_or("");
+    if ok {
+        if content.is_empty() {
+            result
+                .get("data")
+                .map(|d| d.to_string())
+                .unwrap_or_default()
+        } else {
+            content.to_string()
+        }
+    } else {
+        let error = result
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("failed");
+        format!("Error: {error}")
+    }
+}
+
+impl TurnDeps {
+    /// Runs one turn for `input`, sending events to `events` (a closed receiver does
+    /// not stop the turn). Returns the final event.
+    pub async fn run(&self, input: TurnInput, events: &mpsc::UnboundedSender<ChatEvent>) -> Final {
+        let emit = |e: Event| {
+            let _ = events.send(event(e));
+        };
+        let mut ctx = StageContext {
+            raw_message: input.text.clone(),
+            user_id: input.user_id.clone(),
+            group_id: input.group_id.clone(),
+            context_msgs_json: "[]".into(),
+            no_memory: input.no_memory,
+            extra_json: "{}".into(),
+            ..Default::default()
+        };
+        let key = ConversationKey {
+            user_id: input.user_id.clone(),
+            group_id: Some(input.group_id.clone()).filter(|g| !g.is_empty()),
+            channel: input.channel.clone(),
+        };
+        let mut record: Vec<Value> = Vec::new();
+        let mut iterations = 0u32;
+
+        let outcome: Ending = async {
+            if let Some(sc) = self.hooks.run(Stage::OnInput, &mut ctx, None).await {
+                return Ending::Short(sc);
+            }
+            let history = match &self.conversations {
+                Some(c) => c.history(&key).await.unwrap_or_else(|e| {
+                    tracing::error!("history of {key}: {e}");
+                    Vec::new()
+                }),
+                None => Vec::new(),
+            };
+            let user_msg = json!({"role": "user", "content": ctx.raw_message});
+            record.push(user_msg.clone());
+            let mut msgs = vec![json!({"role": "system", "content": self.settings.system_prompt})];
+            msgs.extend(history);
+            msgs.push(user_msg);
+            ctx.context_msgs_json = Value::Array(msgs.clone()).to_string();
+            if let Some(sc) = self.hooks.run(Stage::PreAction, &mut ctx, None).await {
+                return Ending::Short(sc);
+            }
+            let mut messages: Vec<Value> = serde_json::from_str::<Value>(&ctx.context_msgs_json)
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or(msgs);
+
+            let final_text = loop {
+                if iterations == self.settings.max_iterations {
+                    break format!(
+                        "Stopped after {} tool-calling rounds without a final answer (max_iterations = {}).",
+                        iterations, self.settings.max_iterations
+                    );
+                }
+                iterations += 1;
+                let resp = match self.complete(&mut messages, &emit).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!("turn of {key}: {e}");
+                        return Ending::Failed(e.to_string());
+                    }
+                };
+                add_usage(&mut ctx, &resp.token_usage);
+                ctx.llm_text = resp.content.clone();
+                ctx.reasoning_content = resp.reasoning_content.clone();
+                let registry = self.supervisor.registry();
+                ctx.tool_calls = resp
+                    .tool_calls
+                    .iter()
+                    .map(|c| ToolCallInfo {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        plugin: registry.get(&c.name).map(|t| t.plugin.clone()).unwrap_or_default(),
+                        arguments_json: match &c.arguments {
+                            Value::String(raw) => raw.clone(),
+                            v => v.to_string(),
+                        },
+                        ..Default::default()
+                    })
+                    .collect();
+                ctx.tool_results.clear();
+                if let Some(sc) = self.hooks.run(Stage::PostAction, &mut ctx, None).await {
+                    return Ending::Short(sc);
+                }
+                if ctx.tool_calls.is_empty() {
+                    break ctx.llm_text.clone();
+                }
+                let assistant = json!({
+                    "role": "assistant",
+                    "content": ctx.llm_text,
+                    "tool_calls": ctx.tool_calls.iter().map(|c| json!({
+                        "id": c.id, "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments_json},
+                    })).collect::<Vec<_>>(),
+                });
+                messages.push(assistant.clone());
+                record.push(assistant);
+                let calls = ctx.tool_calls.clone();
+                let base = ctx.clone();
+                let runs = calls.iter().map(|c| self.run_call(c, &base, &input, &key, &emit));
+                let results = futures_util::future::join_all(runs).await;
+                for (call, text) in calls.iter().zip(results) {
+                    let msg = json!({"role": "tool", "tool_call_id": call.id, "content": text});
+                    messages.push(msg.clone());
+                    record.push(msg);
+                }
+            };
+            Ending::Reply(final_text)
+        }
+        .await;
+
+        let mut error = String::new();
+        let final_text = match outcome {
+            Ending::Reply(text) => {
+                ctx.final_text = text;
+                match self.hooks.run(Stage::BeforeOutput, &mut ctx, None).await {
+                    Some(sc) => self.short_circuit(&mut ctx, sc, &emit),
+                    None => ctx.final_text.clone(),
+                }
+            }
+            Ending::Short(sc) => {
+                if record.is_empty() {
+                    record.push(json!({"role": "user", "content": ctx.raw_message}));
+                }
+                self.short_circuit(&mut ctx, sc, &emit)
+            }
+            Ending::Failed(e) => {
+                error = e;
+                format!("Error: {error}")
+            }
+        };
+        ctx.final_text = final_text.clone();
+        ctx.response = None;
+        self.hooks.run(Stage::AfterOutput, &mut ctx, None).await;
+        if error.is_empty() {
+            record.push(json!({"role": "assistant", "content": final_text}));
+            self.remember(&key, &input, &record).await;
+        }
+        let done = Final {
+            text: final_text,
+            token_usage: ctx.token_usage.clone(),
+            iterations,
+            error,
+        };
+        emit(Event::Final(done.clone()));
+        done
+    }
+
+    fn short_circuit(
+        &self,
+        ctx: &mut StageContext,
+        sc: ShortCircuit,
+        emit: &impl Fn(Event),
+    ) -> String {
+        let text = ctx.response.clone().unwrap_or_default();
+        emit(Event::ShortCircuit(ShortCircuitEvent {
+            stage: hearth_proto::stage_name(sc.stage).into(),
+            plugin: sc.plugin,
+            text: text.clone(),
+        }));
+        text
+    }
+
+    /// One LLM completion over `messages`; an interrupt cancels the request in flight,
+    /// adds its text as a system message and asks again.
+    async fn complete(
+        &self,
+        messages: &mut Vec<Value>,
+        emit: &impl Fn(Event),
+    ) -> Result<crate::adapters::CompletionResponse, LlmError> {
+        let source = self.sources.first().ok_or(LlmError::NoSource)?;
+        let tools: Vec<Value> = self
+            .supervisor
+            .registry()
+            .list()
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.schema.schema(),
+                }})
+            })
+            .collect();
+        loop {
+            for (from, text) in self.interrupts.take() {
+                tracing::info!(source = %from, "interrupt: added to the turn");
+                messages.push(
+                    json!({"role": "system", "content": format!("Interrupt from {from}: {text}")}),
+                );
+                emit(Event::Interrupted(Interrupted { source: from, text }));
+            }
+            let mut request = json!({
+                "messages": messages,
+                "stream": self.settings.stream,
+            });
+            if !tools.is_empty() {
+                request["tools"] = Value::Array(tools.clone());
+                request["tool_choice"] = json!("auto");
+            }
+            let cancel = self.interrupts.begin();
+            let on_delta = |d: Delta| {
+                let (text, reasoning) = match d {
+                    Delta::Text(t) => (t, false),
+                    Delta::Reasoning(t) => (t, true),
+                };
+                emit(Event::TextDelta(TextDelta { text, reasoning }));
+            };
+            let result = self.llm.complete(source, request, on_delta, &cancel).await;
+            self.interrupts.end();
+            match result {
+                // The interrupt's text is added at the top of the loop.
+                Err(LlmError::Cancelled) => tracing::info!("LLM request cancelled by an interrupt"),
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs one tool call through `before_toolcall`, the plugin and
+    /// `after_toolcall`; returns the text the LLM gets.
+    async fn run_call(
+        &self,
+        call: &ToolCallInfo,
+        base: &StageContext,
+        input: &TurnInput,
+        key: &ConversationKey,
+        emit: &impl Fn(Event),
+    ) -> String {
+        let started = Instant::now();
+        let owner = self
+            .supervisor
+            .registry()
+            .get(&call.name)
+            .map(|t| t.plugin.clone());
+        emit(Event::ToolCallStarted(ToolCallStarted {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            plugin: owner.clone().unwrap_or_default(),
+            args_json: call.arguments_json.clone(),
+        }));
+        let mut cctx = base.clone();
+        cctx.tool_calls = vec![call.clone()];
+        cctx.tool_results.clear();
+        let mut denied_by = String::new();
+        let result: Value = match self
+            .hooks
+            .run(Stage::BeforeToolcall, &mut cctx, owner.as_deref())
+            .await
+        {
+            Some(sc) => {
+                let reason = cctx
+                    .response
+                    .clone()
+                    .or_else(|| cctx.tool_calls.first().map(|c| c.deny_reason.clone()))
+                    .filter(|r| !r.is_empty())
+                    .unwrap_or_else(|| "no reason given".into());
+                denied_by = sc.plugin.clone();
+                json!({"success": false, "error": format!("denied by {}: {reason}", sc.plugin)})
+            }
+            None => {
+                let args = cctx
+                    .tool_calls
+                    .iter()
+                    .find(|c| c.id == call.id)
+                    .map(|c| c.arguments_json.clone())
+                    .unwrap_or_else(|| call.arguments_json.clone());
+                let sender = Sender {
+                    user_id: input.user_id.clone(),
+                    group_id: input.group_id.clone(),
+                    channel: input.channel.clone(),
+                    session_id: key.to_string(),
+                };
+                match serde_json::from_str::<Value>(&args) {
+                    Ok(Value::Object(_)) => match self
+                        .supervisor
+                        .call_tool(&call.name, &args, None, Some(sender))
+                        .await
+                    {
+                        Ok((_, r)) => {
+                            let data = serde_json::from_str::<Value>(&r.data_json).ok();
+                            json!({"success": r.success, "content": r.content, "data": data, "error": r.error})
+                        }
+                        Err(e) => json!({"success": false, "error": e.to_string()}),
+                    },
+                    _ => json!({"success": false, "error": format!(
+                        "tool {}: arguments are not a JSON object: {args}", call.name)}),
+                }
+            }
+        };
+        cctx.response = None;
+        cctx.tool_results = vec![ToolResultInfo {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            plugin: owner.clone().unwrap_or_default(),
+            success: result["success"].as_bool().unwrap_or(false),
+            result_json: result.to_string(),
+        }];
+        if denied_by.is_empty() {
+            // A `response` here has no short-circuit meaning; the matrix still applies.
+            self.hooks
+                .run(Stage::AfterToolcall, &mut cctx, owner.as_deref())
+                .await;
+        }
+        let final_result = cctx
+            .tool_results
+            .first()
+            .and_then(|r| serde_json::from_str::<Value>(&r.result_json).ok())
+            .unwrap_or(result);
+        let text = result_text(&final_result);
+        let success = final_result["success"].as_bool().unwrap_or(false);
+        emit(Event::ToolCallFinished(ToolCallFinished {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            success,
+            content: if success { text.clone() } else { String::new() },
+            error: if success {
+                String::new()
+            } else {
+                text.trim_start_matches("Error: ").to_string()
+            },
+            elapsed_us: started.elapsed().as_micros() as u64,
+            plugin: owner.unwrap_or_default(),
+            denied_by,
+        }));
+        text
+    }
+
+    /// Appends the turn to the conversation's history and (unless `no_memory`) to
+    /// TextMemory. Failures are logged, never fatal.
+    async fn remember(&self, key: &ConversationKey, input: &TurnInput, record: &[Value]) {
+        if let Some(c) = &self.conversations {
+            if let Err(e) = c.append(key, record).await {
+                tracing::error!("history of {key}: {e}");
+            }
+        }
+        if input.no_memory {
+            return;
+        }
+        let Some(tm) = &self.text_memory else { return };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        for m in record {
+            let role = m["role"].as_str().unwrap_or("assistant").to_string();
+            let content = match (m["content"].as_str(), m.get("tool_calls")) {
+                (_, Some(calls)) if calls.as_array().is_some_and(|a| !a.is_empty()) => {
+                    format!(
+                        "{} [tool calls: {calls}]",
+                        m["content"].as_str().unwrap_or("")
+                    )
+                }
+                (Some(c), _) => c.to_string(),
+                _ => m["content"].to_string(),
+            };
+            let ev = TextEvent {
+                role,
+                content,
+                timestamp: now,
+                channel: input.channel.clone(),
+            };
+            if let Err(e) = tm.append(&ev).await {
+                tracing::error!("TextMemory: {e}");
+                return;
+            }
+        }
+    }
+}
