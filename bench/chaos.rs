@@ -26,6 +26,8 @@
 //! - `HEARTH_CHAOS_CALL_TIMEOUT_MS` broker-side call timeout sent with each call (default 10000)
 //! - `HEARTH_CHAOS_DEADLINE_S` client-side deadline; no answer by then = hung (default 30)
 //! - `HEARTH_CHAOS_RESTART_WAIT_MS` the broker's `--restart-wait-ms` (default 5000)
+//! - `HEARTH_CHAOS_BACKOFF_MAX_MS` the plugins' `restart.backoff_max_ms` (default 1000;
+//!   `backoff_initial_ms` is 50 or this if smaller)
 //! - `HEARTH_CHAOS_SEED` seed of the killer's choices (default: from the clock)
 #![allow(unreachable_pub, missing_docs)]
 
@@ -75,6 +77,7 @@ struct Cfg {
     call_timeout_ms: u64,
     deadline: Duration,
     restart_wait_ms: u64,
+    backoff_max_ms: u64,
     seed: u64,
 }
 
@@ -104,6 +107,7 @@ impl Cfg {
             call_timeout_ms: env_num("HEARTH_CHAOS_CALL_TIMEOUT_MS", 10_000),
             deadline: Duration::from_secs(env_num("HEARTH_CHAOS_DEADLINE_S", 30)),
             restart_wait_ms: env_num("HEARTH_CHAOS_RESTART_WAIT_MS", 5000),
+            backoff_max_ms: env_num("HEARTH_CHAOS_BACKOFF_MAX_MS", 1000),
             seed: env_num("HEARTH_CHAOS_SEED", clock_seed).max(1),
         }
     }
@@ -175,6 +179,8 @@ struct Outcome {
     /// Error messages that do not name both the plugin and the tool.
     unclear: bool,
     wall: Duration,
+    /// When the answer (or the client deadline) came.
+    end: Instant,
     message: String,
 }
 
@@ -245,6 +251,7 @@ async fn one_call(mut admin: AdminConn, target: Target, seq: u64, cfg: Arc<Cfg>)
         class,
         unclear,
         wall,
+        end: Instant::now(),
         message,
     }
 }
@@ -373,7 +380,10 @@ async fn monitor(
                 {
                     let mut seen = seen.lock().unwrap();
                     for p in &plugins {
-                        if p.pid != 0 && !seen.contains_key(&p.pid) {
+                        let known = seen
+                            .get(&p.pid)
+                            .is_some_and(|s| s.what.starts_with("plugin "));
+                        if p.pid != 0 && !known {
                             if let Some((_, _, start)) = proc_stat(p.pid) {
                                 seen.insert(
                                     p.pid,
@@ -434,6 +444,8 @@ struct Kill {
     lang: &'static str,
     plugin: String,
     signal: i32,
+    /// When the signal was sent.
+    at: Instant,
     /// Kill → a new pid in READY in ListPlugins; None if not within 60 s.
     to_ready: Option<Duration>,
 }
@@ -519,6 +531,7 @@ async fn killer(
                 lang: t.lang,
                 plugin: t.name,
                 signal,
+                at,
                 to_ready,
             }
         });
@@ -629,7 +642,7 @@ async fn run() -> i32 {
     println!(
         "secs={} rate={}/s per plugin (open loop; even calls P_echo, odd calls P_sleep {} ms) \
          plugins={} per language ({}) kill every {} ms (every {}th a SIGSTOP) \
-         call timeout={} ms client deadline={} s restart_wait={} ms seed={}\n",
+         call timeout={} ms client deadline={} s restart_wait={} ms backoff 50..{} ms seed={}\n",
         cfg.secs,
         cfg.rate,
         cfg.sleep_ms,
@@ -640,6 +653,7 @@ async fn run() -> i32 {
         cfg.call_timeout_ms,
         cfg.deadline.as_secs(),
         cfg.restart_wait_ms,
+        cfg.backoff_max_ms,
         cfg.seed
     );
 
@@ -647,7 +661,8 @@ async fn run() -> i32 {
     let policy = json!({
         "ping_interval_ms": 200,
         "hung_timeout_ms": 1500,
-        "restart": {"max_restarts": 1000, "window_s": 60, "backoff_initial_ms": 50, "backoff_max_ms": 1000},
+        "restart": {"max_restarts": 1000, "window_s": 60,
+            "backoff_initial_ms": cfg.backoff_max_ms.min(50), "backoff_max_ms": cfg.backoff_max_ms},
     });
     let mut targets = Vec::new();
     let mut dirs = Vec::new();
@@ -844,6 +859,40 @@ async fn run() -> i32 {
                 v[v.len() - 1]
             );
         }
+    }
+
+    // Kill → error: for each call that failed because its process died, the time
+    // from the latest signal sent to that plugin before the error to the error.
+    println!("\nSignal → error of the calls that failed because their process died (ms; from the latest kill/stop of that plugin before the error; calls in flight at a SIGKILL should fail at once):\n");
+    println!("| death | n | p50 | p99 | max |");
+    println!("|---|---:|---:|---:|---:|");
+    for (label, hung_kind) in [
+        ("process exited (SIGKILL)", false),
+        ("killed as hung (SIGSTOP)", true),
+    ] {
+        let v = sorted_ms(
+            outcomes
+                .iter()
+                .filter(|o| o.class == Class::Gone && is_hung_msg(&o.message) == hung_kind)
+                .filter_map(|o| {
+                    kills
+                        .iter()
+                        .filter(|k| k.plugin == o.plugin && k.at <= o.end)
+                        .map(|k| k.at)
+                        .max()
+                        .map(|at| o.end - at)
+                }),
+        );
+        if v.is_empty() {
+            continue;
+        }
+        println!(
+            "| {label} | {} | {:.1} | {:.1} | {:.1} |",
+            v.len(),
+            pct(&v, 0.5),
+            pct(&v, 0.99),
+            v[v.len() - 1]
+        );
     }
 
     println!("\nSample messages (first of each kind):\n");
