@@ -1,0 +1,317 @@
+//! `<data_dir>/hearth.db`: one SQLite connection, owned by one thread.
+//!
+//! # Why a thread, not `Mutex<Connection>` + `spawn_blocking`
+//! Operations are small (a few rows) but blocking, and SQLite serializes writers
+//! anyway. A dedicated thread that owns the connection and runs jobs sent over a
+//! channel gives one owner for the state (no lock held across awaits, no lock-order
+//! question), FIFO order of operations, no pile-up of blocking-pool threads waiting on
+//! one mutex, and works the same on a current-thread runtime. A job is a closure run
+//! against `&mut Connection`; its result comes back on a oneshot channel. The thread
+//! ends, closing the connection, when the last [`Db`] clone is dropped.
+//!
+//! # Durability
+//! WAL mode with `synchronous=FULL`: every commit fsyncs the WAL before the call
+//! returns, so a write the broker acknowledged survives power loss, not only a crash
+//! of the process. (`NORMAL` in WAL mode may lose the last commits on power loss.) The
+//! price is one fsync per transaction; the writes here (a conversation turn, a config
+//! change) are few and small, so that is cheap, and it matches TextMemory, which
+//! fsyncs every append.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::migrations::{self, MIGRATIONS};
+use super::StorageError;
+
+/// How long a statement waits for another connection's lock (e.g. a CLI reading the
+/// same file) before failing with `SQLITE_BUSY`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Handle to `<data_dir>/hearth.db`. Cheap to clone; every clone talks to the same
+/// connection thread.
+#[derive(Clone, Debug)]
+pub struct Db {
+    path: Arc<Path>,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Db {
+    /// Opens (creating if needed) `<data_dir>/hearth.db` and `data_dir` itself: WAL
+    /// mode, `synchronous=FULL`, foreign keys on, a busy timeout, and the schema
+    /// migrated to [`migrations::latest`].
+    pub async fn open(data_dir: &Path) -> Result<Db, StorageError> {
+        let path: Arc<Path> = data_dir.join("hearth.db").into();
+        let data_dir = data_dir.to_path_buf();
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (ready, opened) = oneshot::channel();
+        let thread_path = path.clone();
+        std::thread::Builder::new()
+            .name("hearth-db".into())
+            .spawn(move || match open_connection(&data_dir, &thread_path) {
+                Ok(conn) => {
+                    let _ = ready.send(Ok(()));
+                    serve(conn, queue, &thread_path);
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                }
+            })
+            .map_err(|source| StorageError::Io {
+                path: path.to_path_buf(),
+                op: "start the database thread",
+                source,
+            })?;
+        opened.await.map_err(|_| StorageError::Closed {
+            path: path.to_path_buf(),
+        })??;
+        Ok(Db { path, jobs })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on the connection thread and returns its result. `op` names the
+    /// operation in a SQLite error, e.g. "append to conversation user:cli/alice".
+    /// Keep `f` short: every other caller waits behind it.
+    pub(crate) async fn call<T, F>(&self, op: impl Into<String>, f: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (reply, result) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let _ = reply.send(f(conn));
+        });
+        let closed = || StorageError::Closed {
+            path: self.path.to_path_buf(),
+        };
+        self.jobs.send(job).map_err(|_| closed())?;
+        result
+            .await
+            .map_err(|_| closed())?
+            .map_err(|source| StorageError::Sqlite {
+                path: self.path.to_path_buf(),
+                op: op.into(),
+                source,
+            })
+    }
+}
+
+/// Runs jobs until every [`Db`] is dropped. A job that panics is logged and its caller
+/// gets [`StorageError::Closed`]; an open transaction rolls back as it unwinds, and the
+/// thread goes on serving the others.
+fn serve(mut conn: Connection, queue: mpsc::Receiver<Job>, path: &Path) {
+    for job in queue {
+        if catch_unwind(AssertUnwindSafe(|| job(&mut conn))).is_err() {
+            tracing::error!(db = %path.display(), "storage operation panicked; rolled back");
+        }
+    }
+}
+
+fn open_connection(data_dir: &Path, path: &Path) -> Result<Connection, StorageError> {
+    std::fs::create_dir_all(data_dir).map_err(|source| StorageError::Io {
+        path: data_dir.to_path_buf(),
+        op: "create the data dir",
+        source,
+    })?;
+    let sqlite = |op: &str| {
+        let path = path.to_path_buf();
+        let op = op.to_string();
+        move |source| StorageError::Sqlite { path, op, source }
+    };
+    let mut conn = Connection::open(path).map_err(sqlite("open"))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(sqlite("set busy_timeout"))?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(sqlite("set journal_mode=WAL"))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(sqlite("set journal_mode=WAL")(
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+                Some(format!("SQLite kept journal_mode={mode}")),
+            ),
+        ));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(sqlite("set synchronous=FULL"))?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(sqlite("set foreign_keys=ON"))?;
+    migrate(&mut conn, path)?;
+    Ok(conn)
+}
+
+/// Applies the missing [`MIGRATIONS`] and sets `user_version`, all in one transaction:
+/// a failed step leaves the file at its old version.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StorageError> {
+    let known = migrations::latest();
+    let sqlite = |op: String| {
+        let path = path.to_path_buf();
+        move |source| StorageError::Sqlite { path, op, source }
+    };
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite("begin migration".into()))?;
+    let found: u32 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(sqlite("read user_version".into()))?;
+    if found > known {
+        return Err(StorageError::SchemaTooNew {
+            path: path.to_path_buf(),
+            found,
+            known,
+        });
+    }
+    if found == known {
+        return Ok(());
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = i + 1;
+        tx.execute_batch(step.sql).map_err(sqlite(format!(
+            "migrate to schema {version} ({})",
+            step.name
+        )))?;
+    }
+    tx.pragma_update(None, "user_version", known)
+        .map_err(sqlite(format!("set user_version={known}")))?;
+    tx.commit()
+        .map_err(sqlite(format!("commit migration to schema {known}")))?;
+    tracing::info!(db = %path.display(), from = found, to = known, "database schema migrated");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn opens_in_wal_mode_with_full_sync_and_latest_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path().join("nested/data");
+        let db = Db::open(&data_dir).await.unwrap();
+        assert_eq!(db.path(), data_dir.join("hearth.db"));
+        let (mode, sync, version, fk) = db
+            .call("read pragmas", |conn| {
+                let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
+                let sync: i64 = conn.pragma_query_value(None, "synchronous", |r| r.get(0))?;
+                let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                let fk: i64 = conn.pragma_query_value(None, "foreign_keys", |r| r.get(0))?;
+                Ok((mode, sync, version, fk))
+            })
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+        assert_eq!(sync, 2, "synchronous=FULL");
+        assert_eq!(version, migrations::latest());
+        assert_eq!(fk, 1);
+    }
+
+    #[tokio::test]
+    async fn reopening_keeps_the_schema_and_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).await.unwrap();
+        db.call("insert", |conn| {
+            conn.execute(
+                "INSERT INTO conversations (scope, channel, subject) VALUES ('user', 'cli', 'a')",
+                [],
+            )
+        })
+        .await
+        .unwrap();
+        drop(db);
+        let db = Db::open(dir.path()).await.unwrap();
+        let n: i64 = db
+            .call("count", |conn| {
+                conn.query_row("SELECT count(*) FROM conversations", [], |r| r.get(0))
+            })
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[tokio::test]
+    async fn refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hearth.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", migrations::latest() + 1)
+            .unwrap();
+        drop(conn);
+        let err = Db::open(dir.path()).await.unwrap_err();
+        assert!(
+            matches!(err, StorageError::SchemaTooNew { found, .. } if found == migrations::latest() + 1),
+            "{err}"
+        );
+        assert!(err.to_string().contains("hearth.db"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_statement_names_the_file_and_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).await.unwrap();
+        let err = db
+            .call("read nothing", |conn| {
+                conn.execute("SELECT * FROM missing", [])
+            })
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("hearth.db: read nothing: "), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_job_rolls_back_and_the_thread_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).await.unwrap();
+        let err = db
+            .call("panic", |conn| -> rusqlite::Result<()> {
+                let tx = conn.transaction()?;
+                tx.execute(
+                    "INSERT INTO conversations (scope, channel, subject) VALUES ('user', 'c', 'x')",
+                    [],
+                )?;
+                panic!("boom");
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Closed { .. }), "{err}");
+        let n: i64 = db
+            .call("count", |conn| {
+                conn.query_row("SELECT count(*) FROM conversations", [], |r| r.get(0))
+            })
+            .await
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    /// Later issues index memory and knowledge with FTS5; the bundled SQLite has it.
+    #[tokio::test]
+    async fn bundled_sqlite_has_fts5() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).await.unwrap();
+        let hits: i64 = db
+            .call("fts5", |conn| {
+                conn.execute_batch(
+                    "CREATE VIRTUAL TABLE temp.t USING fts5(body);
+                     INSERT INTO temp.t (body) VALUES ('hello world'), ('other');",
+                )?;
+                conn.query_row(
+                    "SELECT count(*) FROM temp.t WHERE t MATCH 'hello' ORDER BY bm25(t)",
+                    [],
+                    |r| r.get(0),
+                )
+            })
+            .await
+            .unwrap();
+        assert_eq!(hits, 1);
+    }
+}

@@ -1,0 +1,83 @@
+//! Everything the broker keeps on disk, under one data dir.
+//!
+//! - [`Db`]: `<data_dir>/hearth.db`, SQLite in WAL mode, owned by one thread; schema
+//!   versions in `PRAGMA user_version` ([`migrations`]).
+//! - [`Conversations`]: chat history per [`ConversationKey`] in `hearth.db`, trimmed to a
+//!   [`HistoryBudget`] without splitting a tool exchange.
+//! - [`TextMemory`]: the raw chronological log, [`TextEvent`]s as JSONL under
+//!   `<data_dir>/memory/text/`, each append fsynced before it is acknowledged.
+//!
+//! Every handle here is cheap to clone and usable from async code: the blocking I/O
+//! happens on the thread that owns the connection or the file, never on a runtime
+//! worker.
+
+mod conversations;
+mod db;
+pub mod migrations;
+mod text_memory;
+
+use std::path::PathBuf;
+
+pub use conversations::{ConversationKey, Conversations, HistoryBudget};
+pub use db::Db;
+pub use text_memory::{TextEvent, TextMemory};
+
+/// Why a storage operation failed. Each variant names the file, operation or message
+/// concerned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// SQLite refused an operation.
+    #[error("{path}: {op}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// What was being done, e.g. "append to conversation group:qq/123".
+        op: String,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A file or directory could not be created, written or synced.
+    #[error("{path}: {op}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done, e.g. "fsync".
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database was written by a newer Hearth whose schema this one does not know.
+    #[error(
+        "{path}: schema version {found} is newer than this broker knows ({known}); \
+         upgrade Hearth or use another data dir"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// `PRAGMA user_version` found in the file.
+        found: u32,
+        /// The newest version this build migrates to.
+        known: u32,
+    },
+    /// A conversation message is not in the unified shape (a JSON object with a string
+    /// `role`); nothing of that append was stored.
+    #[error("conversation {conversation}: message {index}: {reason}")]
+    InvalidMessage {
+        /// The conversation, as [`ConversationKey`]'s `Display` shows it.
+        conversation: String,
+        /// Position of the message in the appended slice.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The thread that owns the database or the log file is gone (it panicked during
+    /// an operation); the handle cannot be used any more.
+    #[error("{path}: storage thread stopped")]
+    Closed {
+        /// The database file or log directory the thread served.
+        path: PathBuf,
+    },
+}
