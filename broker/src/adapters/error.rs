@@ -19,7 +19,9 @@ pub enum AdapterError {
         message: String,
     },
     /// The file name (the adapter's name in configuration) differs from `adapter.name`.
-    #[error("adapter file {file}: declares name `{declared}`, but the file name says `{expected}`")]
+    #[error(
+        "adapter file {file}: declares name `{declared}`, but the file name says `{expected}`"
+    )]
     NameMismatch {
         /// The script's file.
         file: String,
@@ -67,7 +69,9 @@ pub enum AdapterError {
         limit: usize,
     },
     /// The adapter has no `transform_stream_chunk`.
-    #[error("adapter {adapter}: streaming is not supported (the script has no transform_stream_chunk)")]
+    #[error(
+        "adapter {adapter}: streaming is not supported (the script has no transform_stream_chunk)"
+    )]
     StreamingUnsupported {
         /// The adapter's name.
         adapter: String,

@@ -80,7 +80,11 @@ pub(crate) fn fetch(
         .name("hearth-adapter-http".to_owned())
         .spawn(job)
         .map_err(|e| fail(format!("cannot start the request thread: {e}")))?;
-    let wait = move || thread.join().unwrap_or_else(|_| Err("the request thread panicked".to_owned()));
+    let wait = move || {
+        thread
+            .join()
+            .unwrap_or_else(|_| Err("the request thread panicked".to_owned()))
+    };
     let result = match Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(wait)
@@ -92,7 +96,11 @@ pub(crate) fn fetch(
 
 /// reqwest's error with its causes (the top level alone says little: "error sending request").
 fn describe(e: &reqwest::Error) -> String {
-    let mut text = if e.is_timeout() { "timed out".to_owned() } else { e.to_string() };
+    let mut text = if e.is_timeout() {
+        "timed out".to_owned()
+    } else {
+        e.to_string()
+    };
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         text.push_str(": ");

@@ -11,8 +11,28 @@
 //!
 //! Built-in adapters come from the top-level `adapters/` folder, compiled into the binary
 //! ([`BUILTINS`]); `<data_dir>/adapters/<name>.lua` overrides the built-in of that name.
-//! See [`sandbox`](self) for what a script may do (module `sandbox`: no `os`/`io`/`require`,
-//! text-only `load`, an instruction bound per call, a memory bound per VM).
+//!
+//! # Sandbox
+//! Each adapter has its own Lua VM with the `string` (no `string.dump`), `table`, `math`
+//! and `utf8` libraries and the base library without `dofile`/`loadfile`; `load` compiles
+//! text only; `print` goes to the log. No `os`, `io`, `debug`, `package`/`require`,
+//! `coroutine`. Every call (and the script's top level) has an instruction budget —
+//! [`Limits::instructions`]; `pcall` cannot swallow running out of it — and the VM a memory
+//! bound, [`Limits::memory`]. A script error, a spent budget or an out-of-memory becomes an
+//! [`AdapterError`] naming the adapter, the function and (for script errors) the Lua line.
+//!
+//! # Built-ins of the VM
+//! - `json.encode(value)`, `json.decode(text)`: arrays and objects round-trip exactly
+//!   (`[]` stays `[]`, `{}` stays `{}`, integers stay integers). A decoded `null` object
+//!   member reads as nil; `json.null` is JSON `null` (and a `null` array element);
+//!   `json.array(t?)` marks a table as an array, so an empty one encodes as `[]`. A table
+//!   built in Lua is an array if its keys are 1..n, an object if they are strings (the
+//!   empty table: an object).
+//! - `log(level, message)`: `tracing` at `error`/`warn`/`info`/`debug`/`trace`, tagged
+//!   with the adapter.
+//! - `http_get(url)`, `http_post(url, body)`: the body of a 2xx response as a string, any
+//!   failure a Lua error; bounded by [`Limits::http_timeout`] and [`Limits::http_max_body`].
+//!   Safe from any thread, inside a tokio runtime or not (see `http.rs`).
 //!
 //! An [`Adapter`] is `Send + Sync`: async tasks share it through an `Arc`; calls into one
 //! adapter are serialized by a mutex around its VM (a transform costs microseconds; an
@@ -107,12 +127,24 @@ impl Adapter {
     /// Loads an adapter from Lua source. `file` names the script in errors and Lua
     /// messages (`openai.lua:12: …`); its stem tags the script's `log` output.
     pub fn from_source(file: &str, source: &str, limits: &Limits) -> Result<Adapter, AdapterError> {
-        let load_err = |message: String| AdapterError::Load { file: file.to_owned(), message };
-        let stem = Path::new(file).file_stem().and_then(|s| s.to_str()).unwrap_or(file).to_owned();
-        let vm = Vm::new(limits, &stem).map_err(|e| load_err(format!("cannot create the Lua VM: {e}")))?;
+        let load_err = |message: String| AdapterError::Load {
+            file: file.to_owned(),
+            message,
+        };
+        let stem = Path::new(file)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or(file)
+            .to_owned();
+        let vm = Vm::new(limits, &stem)
+            .map_err(|e| load_err(format!("cannot create the Lua VM: {e}")))?;
 
         vm.start_call();
-        let chunk = vm.lua.load(source).set_name(format!("@{file}")).set_mode(ChunkMode::Text);
+        let chunk = vm
+            .lua
+            .load(source)
+            .set_name(format!("@{file}"))
+            .set_mode(ChunkMode::Text);
         let returned: LuaValue = chunk.eval().map_err(|e| {
             let e = classify(&vm, &e, &stem, "load", limits.instructions, limits.memory);
             match e {
@@ -134,8 +166,13 @@ impl Adapter {
             match table.raw_get::<LuaValue>(key) {
                 Ok(LuaValue::String(s)) => Ok(s.to_str().map(|s| s.to_owned()).unwrap_or_default()),
                 Ok(LuaValue::Nil) if !required => Ok(String::new()),
-                Ok(LuaValue::Nil) => Err(load_err(format!("adapter.{key} is missing (a string is required)"))),
-                Ok(other) => Err(load_err(format!("adapter.{key}: expected string, got {}", other.type_name()))),
+                Ok(LuaValue::Nil) => Err(load_err(format!(
+                    "adapter.{key} is missing (a string is required)"
+                ))),
+                Ok(other) => Err(load_err(format!(
+                    "adapter.{key}: expected string, got {}",
+                    other.type_name()
+                ))),
                 Err(e) => Err(load_err(format!("adapter.{key}: {e}"))),
             }
         };
@@ -163,7 +200,12 @@ impl Adapter {
                     }
                 }
             }
-            Ok(other) => return Err(load_err(format!("adapter.headers: expected table, got {}", other.type_name()))),
+            Ok(other) => {
+                return Err(load_err(format!(
+                    "adapter.headers: expected table, got {}",
+                    other.type_name()
+                )))
+            }
             Err(e) => return Err(load_err(format!("adapter.headers: {e}"))),
         }
 
@@ -171,8 +213,13 @@ impl Adapter {
             match table.raw_get::<LuaValue>(key) {
                 Ok(LuaValue::Function(f)) => Ok(Some(f)),
                 Ok(LuaValue::Nil) if !required => Ok(None),
-                Ok(LuaValue::Nil) => Err(load_err(format!("adapter.{key} is missing (a function is required)"))),
-                Ok(other) => Err(load_err(format!("adapter.{key}: expected function, got {}", other.type_name()))),
+                Ok(LuaValue::Nil) => Err(load_err(format!(
+                    "adapter.{key} is missing (a function is required)"
+                ))),
+                Ok(other) => Err(load_err(format!(
+                    "adapter.{key}: expected function, got {}",
+                    other.type_name()
+                ))),
                 Err(e) => Err(load_err(format!("adapter.{key}: {e}"))),
             }
         };
@@ -189,7 +236,12 @@ impl Adapter {
             memory_limit: limits.memory,
             instruction_limit: limits.instructions,
             streaming: transform_stream_chunk.is_some(),
-            loaded: Mutex::new(Loaded { vm, transform_request, transform_response, transform_stream_chunk }),
+            loaded: Mutex::new(Loaded {
+                vm,
+                transform_request,
+                transform_response,
+                transform_stream_chunk,
+            }),
         })
     }
 
@@ -232,15 +284,28 @@ impl Adapter {
             message: e.to_string(),
         })?;
         let out = self.call(TRANSFORM_REQUEST, &input, |l| &l.transform_request)?;
-        out.ok_or_else(|| self.output_error(TRANSFORM_REQUEST, "", "expected JSON text or a table, got an empty string"))
+        out.ok_or_else(|| {
+            self.output_error(
+                TRANSFORM_REQUEST,
+                "",
+                "expected JSON text or a table, got an empty string",
+            )
+        })
     }
 
     /// The API's response body → the unified response.
     pub fn transform_response(&self, body: &str) -> Result<CompletionResponse, AdapterError> {
-        let out = self.call(TRANSFORM_RESPONSE, body, |l| &l.transform_response)?.ok_or_else(|| {
-            self.output_error(TRANSFORM_RESPONSE, "", "expected JSON text or a table, got an empty string")
-        })?;
-        CompletionResponse::from_json(&out).map_err(|(field, message)| self.output_error(TRANSFORM_RESPONSE, &field, &message))
+        let out = self
+            .call(TRANSFORM_RESPONSE, body, |l| &l.transform_response)?
+            .ok_or_else(|| {
+                self.output_error(
+                    TRANSFORM_RESPONSE,
+                    "",
+                    "expected JSON text or a table, got an empty string",
+                )
+            })?;
+        CompletionResponse::from_json(&out)
+            .map_err(|(field, message)| self.output_error(TRANSFORM_RESPONSE, &field, &message))
     }
 
     /// One SSE `data:` payload → a unified chunk, or `None` when the script skips it
@@ -248,23 +313,31 @@ impl Adapter {
     /// [`AdapterError::StreamingUnsupported`].
     pub fn transform_stream_chunk(&self, data: &str) -> Result<Option<StreamChunk>, AdapterError> {
         if !self.streaming {
-            return Err(AdapterError::StreamingUnsupported { adapter: self.name.clone() });
+            return Err(AdapterError::StreamingUnsupported {
+                adapter: self.name.clone(),
+            });
         }
         let out = self.call(TRANSFORM_STREAM_CHUNK, data, |l| {
-            l.transform_stream_chunk.as_ref().expect("checked by `streaming`")
+            l.transform_stream_chunk
+                .as_ref()
+                .expect("checked by `streaming`")
         })?;
         match out {
             None => Ok(None),
             Some(v) => StreamChunk::from_json(&v)
                 .map(Some)
-                .map_err(|(field, message)| self.output_error(TRANSFORM_STREAM_CHUNK, &field, &message)),
+                .map_err(|(field, message)| {
+                    self.output_error(TRANSFORM_STREAM_CHUNK, &field, &message)
+                }),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, Loaded> {
         // A panic while the lock was held cannot leave the VM half-updated in a way that
         // matters here (each call starts afresh), so a poisoned lock is taken as is.
-        self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.loaded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Calls one transform with a JSON string. `None`: it returned `""` or nil.
@@ -278,7 +351,14 @@ impl Adapter {
         let vm = &loaded.vm;
         vm.start_call();
         let returned: LuaValue = pick(&loaded).call(input).map_err(|e| {
-            classify(vm, &e, &self.name, function, self.instruction_limit, self.memory_limit)
+            classify(
+                vm,
+                &e,
+                &self.name,
+                function,
+                self.instruction_limit,
+                self.memory_limit,
+            )
         })?;
         match returned {
             LuaValue::Nil => Ok(None),
@@ -314,20 +394,41 @@ impl Adapter {
 
 /// Maps a Lua error of a call into the adapter's error: the bounds first (a spent budget
 /// or an out-of-memory anywhere in the cause chain), else the Lua message.
-fn classify(vm: &Vm, e: &mlua::Error, adapter: &str, function: &str, instructions: u64, memory: usize) -> AdapterError {
+fn classify(
+    vm: &Vm,
+    e: &mlua::Error,
+    adapter: &str,
+    function: &str,
+    instructions: u64,
+    memory: usize,
+) -> AdapterError {
     if vm.budget_exceeded() {
-        return AdapterError::InstructionLimit { adapter: adapter.to_owned(), function: function.to_owned(), limit: instructions };
+        return AdapterError::InstructionLimit {
+            adapter: adapter.to_owned(),
+            function: function.to_owned(),
+            limit: instructions,
+        };
     }
     if is_memory_error(e) {
-        return AdapterError::MemoryLimit { adapter: adapter.to_owned(), function: function.to_owned(), limit: memory };
+        return AdapterError::MemoryLimit {
+            adapter: adapter.to_owned(),
+            function: function.to_owned(),
+            limit: memory,
+        };
     }
-    AdapterError::Script { adapter: adapter.to_owned(), function: function.to_owned(), message: lua_message(e) }
+    AdapterError::Script {
+        adapter: adapter.to_owned(),
+        function: function.to_owned(),
+        message: lua_message(e),
+    }
 }
 
 fn is_memory_error(e: &mlua::Error) -> bool {
     match e {
         mlua::Error::MemoryError(_) => true,
-        mlua::Error::CallbackError { cause, .. } | mlua::Error::WithContext { cause, .. } => is_memory_error(cause),
+        mlua::Error::CallbackError { cause, .. } | mlua::Error::WithContext { cause, .. } => {
+            is_memory_error(cause)
+        }
         _ => false,
     }
 }
@@ -387,7 +488,12 @@ impl AdapterSet {
     pub fn load_with(data_dir: &Path, limits: &Limits) -> AdapterSet {
         let mut set = AdapterSet::default();
         for (name, source) in BUILTINS {
-            set.insert(name, &format!("adapters/{name}.lua (built-in)"), source, limits);
+            set.insert(
+                name,
+                &format!("adapters/{name}.lua (built-in)"),
+                source,
+                limits,
+            );
         }
         let dir = data_dir.join("adapters");
         let entries = match std::fs::read_dir(&dir) {
@@ -405,11 +511,19 @@ impl AdapterSet {
             .collect();
         files.sort();
         for path in files {
-            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
             let file = path.display().to_string();
             match std::fs::read_to_string(&path) {
                 Ok(source) => set.insert(name, &file, &source, limits),
-                Err(e) => set.fail(name, AdapterError::Load { file, message: format!("cannot read: {e}") }),
+                Err(e) => set.fail(
+                    name,
+                    AdapterError::Load {
+                        file,
+                        message: format!("cannot read: {e}"),
+                    },
+                ),
             }
         }
         set
@@ -448,7 +562,10 @@ impl AdapterSet {
         if let Some(error) = self.errors.get(name) {
             return Err(error.clone());
         }
-        Err(AdapterError::NotFound { name: name.to_owned(), available: self.names().join(", ") })
+        Err(AdapterError::NotFound {
+            name: name.to_owned(),
+            available: self.names().join(", "),
+        })
     }
 
     /// Names of the adapters that loaded, sorted.

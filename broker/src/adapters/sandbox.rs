@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mlua::{
-    HookTriggers, Lua, LuaOptions, LuaSerdeExt, MultiValue, StdLib, Table,
-    Value as LuaValue, VmState,
+    HookTriggers, Lua, LuaOptions, LuaSerdeExt, MultiValue, StdLib, Table, Value as LuaValue,
+    VmState,
 };
 use serde_json::{Map, Value};
 
@@ -80,14 +80,17 @@ impl Vm {
 
         let step = HOOK_STEP.min(limits.instructions).max(1);
         let hook_budget = budget.clone();
-        lua.set_global_hook(HookTriggers::new().every_nth_instruction(step as u32), move |_, _| {
-            let used = hook_budget.used.fetch_add(step, Ordering::Relaxed) + step;
-            if used >= hook_budget.limit {
-                hook_budget.exceeded.store(true, Ordering::Relaxed);
-                return Err(hook_budget.error());
-            }
-            Ok(VmState::Continue)
-        })?;
+        lua.set_global_hook(
+            HookTriggers::new().every_nth_instruction(step as u32),
+            move |_, _| {
+                let used = hook_budget.used.fetch_add(step, Ordering::Relaxed) + step;
+                if used >= hook_budget.limit {
+                    hook_budget.exceeded.store(true, Ordering::Relaxed);
+                    return Err(hook_budget.error());
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
 
         let check_budget = budget.clone();
         let check = lua.create_function(move |_, args: MultiValue| {
@@ -96,7 +99,9 @@ impl Vm {
             }
             Ok(args)
         })?;
-        lua.load(PRELUDE).set_name("=hearth sandbox").call::<()>(check)?;
+        lua.load(PRELUDE)
+            .set_name("=hearth sandbox")
+            .call::<()>(check)?;
         install_builtins(&lua, limits, log_name)?;
         lua.set_memory_limit(limits.memory)?;
         Ok(Vm { lua, budget })
@@ -118,7 +123,10 @@ fn install_builtins(lua: &Lua, limits: &Limits, log_name: &str) -> mlua::Result<
     let globals = lua.globals();
 
     let json = lua.create_table()?;
-    json.set("encode", lua.create_function(|lua, v: LuaValue| encode(lua, v))?)?;
+    json.set(
+        "encode",
+        lua.create_function(|lua, v: LuaValue| encode(lua, v))?,
+    )?;
     json.set(
         "decode",
         lua.create_function(|lua, text: mlua::String| {
@@ -161,7 +169,10 @@ fn install_builtins(lua: &Lua, limits: &Limits, log_name: &str) -> mlua::Result<
     globals.set(
         "print",
         lua.create_function(move |_, args: MultiValue| {
-            let parts = args.iter().map(|v| v.to_string()).collect::<mlua::Result<Vec<_>>>()?;
+            let parts = args
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<mlua::Result<Vec<_>>>()?;
             tracing::debug!(adapter = %print_as, "{}", parts.join("\t"));
             Ok(())
         })?,
@@ -171,14 +182,16 @@ fn install_builtins(lua: &Lua, limits: &Limits, log_name: &str) -> mlua::Result<
     globals.set(
         "http_get",
         lua.create_function(move |_, url: String| {
-            http::fetch(http::Method::Get, &url, None, timeout, max_body).map_err(mlua::Error::runtime)
+            http::fetch(http::Method::Get, &url, None, timeout, max_body)
+                .map_err(mlua::Error::runtime)
         })?,
     )?;
     globals.set(
         "http_post",
         lua.create_function(move |_, (url, body): (String, mlua::String)| {
             let body = body.as_bytes().to_vec();
-            http::fetch(http::Method::Post, &url, Some(body), timeout, max_body).map_err(mlua::Error::runtime)
+            http::fetch(http::Method::Post, &url, Some(body), timeout, max_body)
+                .map_err(mlua::Error::runtime)
         })?,
     )?;
     Ok(())
@@ -203,8 +216,19 @@ pub(crate) fn from_lua(lua: &Lua, v: LuaValue) -> Result<Value, String> {
     convert(&v, array_mt, &mut String::new(), 0)
 }
 
-fn convert(v: &LuaValue, array_mt: *const std::ffi::c_void, path: &mut String, depth: usize) -> Result<Value, String> {
-    let at = |path: &str| if path.is_empty() { String::new() } else { format!("at `{path}`: ") };
+fn convert(
+    v: &LuaValue,
+    array_mt: *const std::ffi::c_void,
+    path: &mut String,
+    depth: usize,
+) -> Result<Value, String> {
+    let at = |path: &str| {
+        if path.is_empty() {
+            String::new()
+        } else {
+            format!("at `{path}`: ")
+        }
+    };
     Ok(match v {
         LuaValue::Nil => Value::Null,
         LuaValue::LightUserData(p) if p.0.is_null() => Value::Null,
@@ -212,12 +236,20 @@ fn convert(v: &LuaValue, array_mt: *const std::ffi::c_void, path: &mut String, d
         LuaValue::Integer(i) => Value::from(*i),
         LuaValue::Number(f) => match serde_json::Number::from_f64(*f) {
             Some(n) => Value::Number(n),
-            None => return Err(format!("{}cannot encode {f} (not a finite number)", at(path))),
+            None => {
+                return Err(format!(
+                    "{}cannot encode {f} (not a finite number)",
+                    at(path)
+                ))
+            }
         },
         LuaValue::String(s) => Value::String(s.to_string_lossy()),
         LuaValue::Table(t) => {
             if depth >= MAX_DEPTH {
-                return Err(format!("{}nested more than {MAX_DEPTH} deep (a table that contains itself?)", at(path)));
+                return Err(format!(
+                    "{}nested more than {MAX_DEPTH} deep (a table that contains itself?)",
+                    at(path)
+                ));
             }
             let mut ints: Vec<(i64, LuaValue)> = Vec::new();
             let mut strings: Vec<(String, LuaValue)> = Vec::new();
@@ -227,19 +259,30 @@ fn convert(v: &LuaValue, array_mt: *const std::ffi::c_void, path: &mut String, d
                     LuaValue::Integer(i) if i >= 1 => ints.push((i, item)),
                     LuaValue::String(s) => strings.push((s.to_string_lossy(), item)),
                     other => {
-                        return Err(format!("{}cannot encode a table key of type {}", at(path), other.type_name()))
+                        return Err(format!(
+                            "{}cannot encode a table key of type {}",
+                            at(path),
+                            other.type_name()
+                        ))
                     }
                 }
             }
             let is_array = t.metatable().is_some_and(|m| m.to_pointer() == array_mt);
             if !strings.is_empty() && (!ints.is_empty() || is_array) {
-                return Err(format!("{}table mixes array items and named keys", at(path)));
+                return Err(format!(
+                    "{}table mixes array items and named keys",
+                    at(path)
+                ));
             }
             if is_array || !ints.is_empty() {
                 ints.sort_by_key(|(i, _)| *i);
                 let len = ints.last().map_or(0, |(i, _)| *i as usize);
                 if len > 2 * ints.len() + 10 {
-                    return Err(format!("{}array too sparse ({} items, highest index {len})", at(path), ints.len()));
+                    return Err(format!(
+                        "{}array too sparse ({} items, highest index {len})",
+                        at(path),
+                        ints.len()
+                    ));
                 }
                 let mut out = vec![Value::Null; len];
                 let base = path.len();

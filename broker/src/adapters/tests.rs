@@ -33,7 +33,10 @@ fn golden(rel: &str, actual: &Value) {
     }
     let expected: Value = match std::fs::read_to_string(&path) {
         Ok(text) => serde_json::from_str(&text).unwrap(),
-        Err(e) => panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create it)", path.display()),
+        Err(e) => panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        ),
     };
     assert_eq!(
         actual,
@@ -45,16 +48,22 @@ fn golden(rel: &str, actual: &Value) {
 }
 
 fn openai() -> Arc<Adapter> {
-    AdapterSet::load(Path::new("/nonexistent-hearth-data-dir")).get("openai").expect("built-in openai loads")
+    AdapterSet::load(Path::new("/nonexistent-hearth-data-dir"))
+        .get("openai")
+        .expect("built-in openai loads")
 }
 
 fn script(name: &str, source: &str) -> Adapter {
-    Adapter::from_source(&format!("{name}.lua"), source, &Limits::default()).unwrap_or_else(|e| panic!("{e}"))
+    Adapter::from_source(&format!("{name}.lua"), source, &Limits::default())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Payloads of the `data:` lines of an SSE file.
 fn sse_data(text: &str) -> Vec<&str> {
-    text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect()
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .collect()
 }
 
 /// What a consumer assembles from a stream: tool calls joined by index.
@@ -72,7 +81,12 @@ fn assemble(adapter: &Adapter, payloads: &[&str]) -> (Assembled, Vec<Value>) {
     let mut out = Assembled::default();
     let mut chunks = Vec::new();
     for data in payloads {
-        let Some(chunk) = adapter.transform_stream_chunk(data).unwrap_or_else(|e| panic!("{e}")) else { continue };
+        let Some(chunk) = adapter
+            .transform_stream_chunk(data)
+            .unwrap_or_else(|e| panic!("{e}"))
+        else {
+            continue;
+        };
         chunks.push(serde_json::to_value(&chunk).unwrap());
         out.content += &chunk.content;
         out.reasoning += &chunk.reasoning_content;
@@ -129,13 +143,29 @@ fn openai_request_history_tools_stream() {
     assert_eq!(out["user"], json!("hearth-test"), "extra keys pass through");
     assert_eq!(out["seed"], json!(42));
     assert_eq!(out["metadata"], json!({}), "{{}} stays an object");
-    assert_eq!(out["tools"][1]["function"]["parameters"]["properties"], json!({}));
-    assert_eq!(out["tools"][1]["function"]["parameters"]["required"], json!([]), "[] stays an array");
+    assert_eq!(
+        out["tools"][1]["function"]["parameters"]["properties"],
+        json!({})
+    );
+    assert_eq!(
+        out["tools"][1]["function"]["parameters"]["required"],
+        json!([]),
+        "[] stays an array"
+    );
     let assistant = &out["messages"][2];
     assert!(assistant.get("reasoning_content").is_none());
-    assert_eq!(assistant["tool_calls"][0]["function"]["arguments"], json!("{\"city\": \"北京\"}"));
-    assert_eq!(out["messages"][3], json!({"role": "tool", "tool_call_id": "call_abc123", "content": "天气：晴"}));
-    assert_eq!(out["messages"][1], request["messages"][1], "multimodal content unchanged");
+    assert_eq!(
+        assistant["tool_calls"][0]["function"]["arguments"],
+        json!("{\"city\": \"北京\"}")
+    );
+    assert_eq!(
+        out["messages"][3],
+        json!({"role": "tool", "tool_call_id": "call_abc123", "content": "天气：晴"})
+    );
+    assert_eq!(
+        out["messages"][1], request["messages"][1],
+        "multimodal content unchanged"
+    );
     golden("openai/golden/request-history.json", &out);
 }
 
@@ -158,21 +188,28 @@ fn openai_request_drops_empty_tools_and_encodes_object_arguments() {
     assert!(out.get("stream_options").is_none());
     let call = &out["messages"][0]["tool_calls"][0];
     assert_eq!(call["type"], json!("function"));
-    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert_eq!(args, json!({"x": [1, 2.5, {}], "y": []}));
     assert!(out["messages"][1].get("tool_calls").is_none());
 }
 
 #[test]
 fn openai_response_toolcall() {
-    let out = openai().transform_response(&read("openai/openai-chat-toolcall-response.json")).unwrap();
+    let out = openai()
+        .transform_response(&read("openai/openai-chat-toolcall-response.json"))
+        .unwrap();
     assert_eq!(
         out,
         CompletionResponse {
             content: String::new(),
             reasoning_content: String::new(),
             finish_reason: "tool_calls".into(),
-            token_usage: TokenUsage { prompt: 82, completion: 17, total: 99 },
+            token_usage: TokenUsage {
+                prompt: 82,
+                completion: 17,
+                total: 99
+            },
             tool_calls: vec![ToolCall {
                 id: "call_abc123".into(),
                 name: "get_current_weather".into(),
@@ -180,18 +217,39 @@ fn openai_response_toolcall() {
             }],
         }
     );
-    golden("openai/golden/response-toolcall.json", &serde_json::to_value(&out).unwrap());
+    golden(
+        "openai/golden/response-toolcall.json",
+        &serde_json::to_value(&out).unwrap(),
+    );
 }
 
 #[test]
 fn openai_response_parallel_toolcalls() {
-    let out = openai().transform_response(&read("openai/openai-chat-parallel-toolcalls-response.json")).unwrap();
+    let out = openai()
+        .transform_response(&read("openai/openai-chat-parallel-toolcalls-response.json"))
+        .unwrap();
     assert_eq!(out.tool_calls.len(), 2);
-    assert_eq!(out.tool_calls[0].arguments, json!({"city": "Edinburgh", "country": "GB", "units": "c"}));
+    assert_eq!(
+        out.tool_calls[0].arguments,
+        json!({"city": "Edinburgh", "country": "GB", "units": "c"})
+    );
     assert_eq!(out.tool_calls[1].name, "get_stock_price");
-    assert_eq!(out.tool_calls[1].arguments, json!({"ticker": "AAPL", "exchange": "NASDAQ"}));
-    assert_eq!(out.token_usage, TokenUsage { prompt: 149, completion: 60, total: 209 });
-    golden("openai/golden/response-parallel-toolcalls.json", &serde_json::to_value(&out).unwrap());
+    assert_eq!(
+        out.tool_calls[1].arguments,
+        json!({"ticker": "AAPL", "exchange": "NASDAQ"})
+    );
+    assert_eq!(
+        out.token_usage,
+        TokenUsage {
+            prompt: 149,
+            completion: 60,
+            total: 209
+        }
+    );
+    golden(
+        "openai/golden/response-parallel-toolcalls.json",
+        &serde_json::to_value(&out).unwrap(),
+    );
 }
 
 #[test]
@@ -218,27 +276,45 @@ fn openai_response_text_reasoning_and_bad_arguments() {
 #[test]
 fn openai_error_bodies_are_clear_errors() {
     let a = openai();
-    let e = a.transform_response(&read("openai/openai-chat-error-400-invalid-request.json")).unwrap_err();
+    let e = a
+        .transform_response(&read("openai/openai-chat-error-400-invalid-request.json"))
+        .unwrap_err();
     assert_eq!(
         e.to_string(),
         "adapter openai: transform_response: API error: Unsupported parameter: 'max_tokens' is not supported \
          with this model. Use 'max_completion_tokens' instead. (type invalid_request_error, code \
          unsupported_parameter, param max_tokens)"
     );
-    let e = a.transform_response(&read("openai/openai-chat-error-429-insufficient-quota.json")).unwrap_err();
+    let e = a
+        .transform_response(&read(
+            "openai/openai-chat-error-429-insufficient-quota.json",
+        ))
+        .unwrap_err();
     assert!(matches!(e, AdapterError::Script { .. }));
-    assert!(e.to_string().contains("You exceeded your current quota"), "{e}");
+    assert!(
+        e.to_string().contains("You exceeded your current quota"),
+        "{e}"
+    );
     assert!(e.to_string().contains("code insufficient_quota"), "{e}");
 
     // An error frame inside a stream (Groq sends these as `event: error`).
     let frame = r#"{"error":{"message":"Failed to call a function.","type":"invalid_request_error","code":"tool_use_failed"}}"#;
     let e = a.transform_stream_chunk(frame).unwrap_err();
-    assert!(e.to_string().starts_with("adapter openai: transform_stream_chunk: API error: Failed to call"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("adapter openai: transform_stream_chunk: API error: Failed to call"),
+        "{e}"
+    );
 
     // Not JSON at all (a proxy's HTML page).
-    let e = a.transform_response("<html>502 Bad Gateway</html>").unwrap_err();
+    let e = a
+        .transform_response("<html>502 Bad Gateway</html>")
+        .unwrap_err();
     assert!(e.to_string().contains("json.decode"), "{e}");
-    assert!(e.to_string().contains("openai.lua"), "names the script line: {e}");
+    assert!(
+        e.to_string().contains("openai.lua"),
+        "names the script line: {e}"
+    );
 }
 
 #[test]
@@ -251,17 +327,39 @@ fn openai_stream_parallel_toolcalls_usage() {
     assert_eq!(got.content, "");
     assert_eq!(got.finish_reason.as_deref(), Some("tool_calls"));
     assert!(got.done);
-    assert_eq!(got.usage, Some(TokenUsage { prompt: 149, completion: 60, total: 209 }));
+    assert_eq!(
+        got.usage,
+        Some(TokenUsage {
+            prompt: 149,
+            completion: 60,
+            total: 209
+        })
+    );
     assert_eq!(got.calls.len(), 2);
     let (id, name, args) = &got.calls[&0];
-    assert_eq!((id.as_str(), name.as_str()), ("call_JMW1whyEaYG438VE1OIflxA2", "GetWeatherArgs"));
-    assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"city": "Edinburgh", "country": "GB", "units": "c"}));
+    assert_eq!(
+        (id.as_str(), name.as_str()),
+        ("call_JMW1whyEaYG438VE1OIflxA2", "GetWeatherArgs")
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(args).unwrap(),
+        json!({"city": "Edinburgh", "country": "GB", "units": "c"})
+    );
     let (id, name, args) = &got.calls[&1];
-    assert_eq!((id.as_str(), name.as_str()), ("call_DNYTawLBoN8fj3KN6qU9N1Ou", "get_stock_price"));
-    assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"ticker": "AAPL", "exchange": "NASDAQ"}));
+    assert_eq!(
+        (id.as_str(), name.as_str()),
+        ("call_DNYTawLBoN8fj3KN6qU9N1Ou", "get_stock_price")
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(args).unwrap(),
+        json!({"ticker": "AAPL", "exchange": "NASDAQ"})
+    );
     // The role-only first chunk and `[DONE]` are skipped.
     assert_eq!(chunks.len(), 24);
-    golden("openai/golden/stream-parallel-toolcalls-usage.json", &Value::Array(chunks));
+    golden(
+        "openai/golden/stream-parallel-toolcalls-usage.json",
+        &Value::Array(chunks),
+    );
 }
 
 #[test]
@@ -276,9 +374,19 @@ fn openai_stream_text_and_reasoning_deltas() {
     ];
     let (got, chunks) = assemble(&a, &payloads);
     assert_eq!(chunks.len(), 3);
-    assert_eq!((got.content.as_str(), got.reasoning.as_str()), ("Hi there", "Let me"));
+    assert_eq!(
+        (got.content.as_str(), got.reasoning.as_str()),
+        ("Hi there", "Let me")
+    );
     assert_eq!(got.finish_reason.as_deref(), Some("stop"));
-    assert_eq!(got.usage, Some(TokenUsage { prompt: 3, completion: 2, total: 5 }));
+    assert_eq!(
+        got.usage,
+        Some(TokenUsage {
+            prompt: 3,
+            completion: 2,
+            total: 5
+        })
+    );
 }
 
 // ---------------------------------------------------------------- host: JSON, outputs, errors
@@ -312,7 +420,9 @@ fn json_round_trip_is_exact() {
         assert_eq!(a.transform_request(&value).unwrap(), value, "{}", a.name());
     }
     // A null object member is left out (reads as nil in Lua); array positions hold.
-    let out = script("echo", ECHO).transform_request(&json!({"a": null, "b": [null]})).unwrap();
+    let out = script("echo", ECHO)
+        .transform_request(&json!({"a": null, "b": [null]}))
+        .unwrap();
     assert_eq!(out, json!({"b": [null]}));
 }
 
@@ -327,6 +437,13 @@ function a.transform_request(raw)
                        arr = json.array(), arr2 = json.array({ "a" }), holes = { 1, nil, 3 } })
 end
 function a.transform_response(raw) return json.encode({ mixed = { 1, 2, x = 3 } }) end
+function a.transform_stream_chunk(raw)
+  if raw == "fn" then return json.encode({ messages = { { content = print } } }) end
+  if raw == "cycle" then local t = {} t.self = t return json.encode(t) end
+  if raw == "nan" then return json.encode({ x = 0/0 }) end
+  if raw == "sparse" then return json.encode({ [1] = 1, [100] = 2 }) end
+  if raw == "key" then return json.encode({ [true] = 1 }) end
+end
 return a
 "#,
     );
@@ -336,7 +453,32 @@ return a
                "holes": [1, null, 3]})
     );
     let e = a.transform_response("{}").unwrap_err().to_string();
-    assert!(e.contains("json.encode: at `mixed`: table mixes array items and named keys"), "{e}");
+    assert!(
+        e.contains("json.encode: at `mixed`: table mixes array items and named keys"),
+        "{e}"
+    );
+    for (input, expected) in [
+        (
+            "fn",
+            "json.encode: at `messages[0].content`: cannot encode a function",
+        ),
+        ("cycle", "json.encode: at `self.self.self"),
+        (
+            "nan",
+            "json.encode: at `x`: cannot encode NaN (not a finite number)",
+        ),
+        (
+            "sparse",
+            "json.encode: array too sparse (2 items, highest index 100)",
+        ),
+        (
+            "key",
+            "json.encode: cannot encode a table key of type boolean",
+        ),
+    ] {
+        let e = a.transform_stream_chunk(input).unwrap_err().to_string();
+        assert!(e.contains(expected), "{input}: {e}");
+    }
 }
 
 #[test]
@@ -350,12 +492,32 @@ fn output_parsing_is_lenient_but_typed() {
         .transform_response(r#"{"content":"hi","tool_call":{"id":"x","name":"f","arguments":"{\"a\":1}"},"token_usage":{"prompt":1.0}}"#)
         .unwrap();
     assert_eq!(out.content, "hi");
-    assert_eq!(out.tool_calls, vec![ToolCall { id: "x".into(), name: "f".into(), arguments: json!({"a": 1}) }]);
-    assert_eq!(out.token_usage, TokenUsage { prompt: 1, completion: 0, total: 0 });
-    assert_eq!(a.transform_response(r#"{"content":null}"#).unwrap(), CompletionResponse::default());
+    assert_eq!(
+        out.tool_calls,
+        vec![ToolCall {
+            id: "x".into(),
+            name: "f".into(),
+            arguments: json!({"a": 1})
+        }]
+    );
+    assert_eq!(
+        out.token_usage,
+        TokenUsage {
+            prompt: 1,
+            completion: 0,
+            total: 0
+        }
+    );
+    assert_eq!(
+        a.transform_response(r#"{"content":null}"#).unwrap(),
+        CompletionResponse::default()
+    );
 
     let err = |body: &str| a.transform_response(body).unwrap_err().to_string();
-    assert_eq!(err(r#"{"content":5}"#), "adapter echo: transform_response: field `content`: expected string, got number");
+    assert_eq!(
+        err(r#"{"content":5}"#),
+        "adapter echo: transform_response: field `content`: expected string, got number"
+    );
     assert_eq!(
         err(r#"{"tool_calls":[{"name":"f","arguments":[1]}]}"#),
         "adapter echo: transform_response: field `tool_calls[0].arguments`: expected object or JSON text, got array"
@@ -368,7 +530,8 @@ fn output_parsing_is_lenient_but_typed() {
         err(r#"{"token_usage":{"total":-1}}"#),
         "adapter echo: transform_response: field `token_usage.total`: expected a non-negative integer"
     );
-    assert!(err(r#"{"tool_calls":[{"arguments":"{oops"}]}"#).contains("`tool_calls[0].arguments`: not valid JSON text"));
+    assert!(err(r#"{"tool_calls":[{"arguments":"{oops"}]}"#)
+        .contains("`tool_calls[0].arguments`: not valid JSON text"));
     assert!(err("[1]").contains("returned value: expected object, got array"));
     assert!(err("not json").contains("returned value: not valid JSON"));
     assert!(err("").contains("got an empty string"));
@@ -382,20 +545,38 @@ fn output_parsing_is_lenient_but_typed() {
     assert!(chunk.done);
     assert_eq!(
         chunk.tool_calls,
-        vec![ToolCallDelta { index: 0, id: Some("c".into()), name: Some("w".into()), arguments: r#"{"city":"北"}"#.into() }]
+        vec![ToolCallDelta {
+            index: 0,
+            id: Some("c".into()),
+            name: Some("w".into()),
+            arguments: r#"{"city":"北"}"#.into()
+        }]
     );
     let chunk = a
-        .transform_stream_chunk(r#"{"tool_calls":[{"arguments":"{"},{"index":5,"arguments":"}"}],"finish_reason":""}"#)
+        .transform_stream_chunk(
+            r#"{"tool_calls":[{"arguments":"{"},{"index":5,"arguments":"}"}],"finish_reason":""}"#,
+        )
         .unwrap()
         .unwrap();
-    assert_eq!((chunk.tool_calls[0].index, chunk.tool_calls[1].index), (0, 5));
+    assert_eq!(
+        (chunk.tool_calls[0].index, chunk.tool_calls[1].index),
+        (0, 5)
+    );
     assert_eq!(chunk.finish_reason, None);
     let e = a.transform_stream_chunk(r#"{"done":"yes"}"#).unwrap_err();
-    assert_eq!(e.to_string(), "adapter echo: transform_stream_chunk: field `done`: expected boolean, got string");
+    assert_eq!(
+        e.to_string(),
+        "adapter echo: transform_stream_chunk: field `done`: expected boolean, got string"
+    );
 
     // Tables instead of JSON text; an empty Lua table is an empty list of tool calls.
     let t = script("echo_tables", ECHO_TABLES);
-    assert_eq!(t.transform_response(r#"{"content":"x","tool_calls":{}}"#).unwrap().content, "x");
+    assert_eq!(
+        t.transform_response(r#"{"content":"x","tool_calls":{}}"#)
+            .unwrap()
+            .content,
+        "x"
+    );
     assert_eq!(t.transform_stream_chunk("skip").unwrap(), None);
 }
 
@@ -413,12 +594,23 @@ fn script_errors_name_adapter_function_and_line() {
          return a\n",
     );
     let e = a.transform_request(&json!({})).unwrap_err();
-    assert_eq!(e.to_string(), "adapter liner: transform_request: liner.lua:3: boom");
+    assert_eq!(
+        e.to_string(),
+        "adapter liner: transform_request: liner.lua:3: boom"
+    );
     let e = a.transform_response("{nope").unwrap_err().to_string();
-    assert!(e.starts_with("adapter liner: transform_response: json.decode: "), "{e}");
+    assert!(
+        e.starts_with("adapter liner: transform_response: json.decode: "),
+        "{e}"
+    );
     assert!(e.ends_with("(at liner.lua:6)"), "{e}");
     let e = a.transform_stream_chunk("{}").unwrap_err();
-    assert_eq!(e, AdapterError::StreamingUnsupported { adapter: "liner".into() });
+    assert_eq!(
+        e,
+        AdapterError::StreamingUnsupported {
+            adapter: "liner".into()
+        }
+    );
     assert_eq!(
         e.to_string(),
         "adapter liner: streaming is not supported (the script has no transform_stream_chunk)"
@@ -427,8 +619,15 @@ fn script_errors_name_adapter_function_and_line() {
 
 #[test]
 fn load_errors_name_file_and_line() {
-    let e = Adapter::from_source("bad.lua", "local a = {\nname = \"bad\"\nfunction oops", &Limits::default()).unwrap_err();
-    let AdapterError::Load { file, message } = &e else { panic!("{e:?}") };
+    let e = Adapter::from_source(
+        "bad.lua",
+        "local a = {\nname = \"bad\"\nfunction oops",
+        &Limits::default(),
+    )
+    .unwrap_err();
+    let AdapterError::Load { file, message } = &e else {
+        panic!("{e:?}")
+    };
     assert_eq!(file, "bad.lua");
     assert!(message.starts_with("bad.lua:3:"), "{message}");
 
@@ -443,8 +642,13 @@ fn load_errors_name_file_and_line() {
         ("return { name = 'x', transform_request = 1 }", "adapter.transform_request: expected function, got integer"),
     ];
     for (source, expected) in cases {
-        let e = Adapter::from_source("x.lua", source, &Limits::default()).unwrap_err().to_string();
-        assert!(e.starts_with("adapter file x.lua: ") && e.contains(expected), "{source}: {e}");
+        let e = Adapter::from_source("x.lua", source, &Limits::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("adapter file x.lua: ") && e.contains(expected),
+            "{source}: {e}"
+        );
     }
 }
 
@@ -475,12 +679,28 @@ return a
 "#,
     );
     let out = a.transform_request(&json!({})).unwrap();
-    for lib in ["os", "io", "require", "package", "debug", "dofile", "loadfile", "dump", "coroutine"] {
+    for lib in [
+        "os",
+        "io",
+        "require",
+        "package",
+        "debug",
+        "dofile",
+        "loadfile",
+        "dump",
+        "coroutine",
+    ] {
         assert_eq!(out[lib], json!("nil"), "{lib}");
     }
     let bytecode = out["bytecode"].as_str().unwrap();
-    assert!(bytecode.starts_with("nil ") && bytecode.contains("binary chunk"), "{bytecode}");
-    assert!(out["mode"].as_str().unwrap().contains("only text chunks"), "{out}");
+    assert!(
+        bytecode.starts_with("nil ") && bytecode.contains("binary chunk"),
+        "{bytecode}"
+    );
+    assert!(
+        out["mode"].as_str().unwrap().contains("only text chunks"),
+        "{out}"
+    );
     assert_eq!(out["text"], json!(2));
     assert_eq!(out["gc_stop"], json!(false));
     assert_eq!(out["gc_count"], json!("number"));
@@ -506,28 +726,52 @@ return a
 
 #[test]
 fn instruction_bound_stops_endless_loops() {
-    let limits = Limits { instructions: 1_000_000, ..Limits::default() };
+    let limits = Limits {
+        instructions: 1_000_000,
+        ..Limits::default()
+    };
     let a = Adapter::from_source("looper.lua", LOOPER, &limits).unwrap();
     let e = a.transform_request(&json!("spin")).unwrap_err();
-    assert_eq!(e.to_string(), "adapter looper: transform_request exceeded 1000000 instructions");
+    assert_eq!(
+        e.to_string(),
+        "adapter looper: transform_request exceeded 1000000 instructions"
+    );
     // pcall cannot swallow the bound.
     let e = a.transform_request(&json!("sneaky")).unwrap_err();
-    assert!(matches!(e, AdapterError::InstructionLimit { limit: 1_000_000, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            AdapterError::InstructionLimit {
+                limit: 1_000_000,
+                ..
+            }
+        ),
+        "{e}"
+    );
     // The VM is fine afterwards, and the budget is per call.
     for _ in 0..3 {
         assert_eq!(a.transform_request(&json!("ok")).unwrap(), json!("ok"));
     }
     // The script's top level is bounded too.
     let e = Adapter::from_source("spin.lua", "while true do end", &limits).unwrap_err();
-    assert!(matches!(e, AdapterError::InstructionLimit { ref function, .. } if function == "load"), "{e}");
+    assert!(
+        matches!(e, AdapterError::InstructionLimit { ref function, .. } if function == "load"),
+        "{e}"
+    );
 }
 
 #[test]
 fn memory_bound_stops_huge_allocations() {
-    let limits = Limits { memory: 16 << 20, ..Limits::default() };
+    let limits = Limits {
+        memory: 16 << 20,
+        ..Limits::default()
+    };
     let a = Adapter::from_source("looper.lua", LOOPER, &limits).unwrap();
     let e = a.transform_request(&json!("rep")).unwrap_err();
-    assert_eq!(e.to_string(), "adapter looper: transform_request exceeded the memory limit of 16777216 bytes");
+    assert_eq!(
+        e.to_string(),
+        "adapter looper: transform_request exceeded the memory limit of 16777216 bytes"
+    );
     let e = a.transform_request(&json!("grow")).unwrap_err();
     assert!(matches!(e, AdapterError::MemoryLimit { .. }), "{e}");
     assert_eq!(a.transform_request(&json!("ok")).unwrap(), json!("ok"));
@@ -547,32 +791,62 @@ fn data_dir_overrides_and_isolates_broken_scripts() {
     let adapters = dir.path().join("adapters");
     std::fs::create_dir(&adapters).unwrap();
     std::fs::write(adapters.join("openai.lua"), OVERRIDE).unwrap();
-    std::fs::write(adapters.join("broken.lua"), "local a = {}\na.name = 'broken'\na.endpoint = = '/x'\nreturn a\n").unwrap();
-    std::fs::write(adapters.join("boom.lua"), "local x = 1\nerror('top level failure')\n").unwrap();
+    std::fs::write(
+        adapters.join("broken.lua"),
+        "local a = {}\na.name = 'broken'\na.endpoint = = '/x'\nreturn a\n",
+    )
+    .unwrap();
+    std::fs::write(
+        adapters.join("boom.lua"),
+        "local x = 1\nerror('top level failure')\n",
+    )
+    .unwrap();
     std::fs::write(adapters.join("wrongname.lua"), ECHO).unwrap();
     std::fs::write(adapters.join("echo.lua"), ECHO).unwrap();
     std::fs::write(adapters.join("notes.txt"), "not an adapter").unwrap();
 
     let set = AdapterSet::load(dir.path());
     assert_eq!(set.names(), ["echo", "openai"]);
-    assert_eq!(set.errors().keys().collect::<Vec<_>>(), ["boom", "broken", "wrongname"]);
+    assert_eq!(
+        set.errors().keys().collect::<Vec<_>>(),
+        ["boom", "broken", "wrongname"]
+    );
 
     let openai = set.get("openai").unwrap();
     assert_eq!((openai.version(), openai.endpoint()), ("9.9", "/v9/chat"));
-    assert_eq!(openai.file(), adapters.join("openai.lua").display().to_string());
-    assert_eq!(openai.transform_response("{}").unwrap().content, "overridden");
-    assert_eq!(set.get("echo").unwrap().transform_response(r#"{"content":"ok"}"#).unwrap().content, "ok");
+    assert_eq!(
+        openai.file(),
+        adapters.join("openai.lua").display().to_string()
+    );
+    assert_eq!(
+        openai.transform_response("{}").unwrap().content,
+        "overridden"
+    );
+    assert_eq!(
+        set.get("echo")
+            .unwrap()
+            .transform_response(r#"{"content":"ok"}"#)
+            .unwrap()
+            .content,
+        "ok"
+    );
 
     let broken = set.get("broken").unwrap_err().to_string();
     let path = adapters.join("broken.lua").display().to_string();
-    assert!(broken.starts_with(&format!("adapter file {path}: {path}:3:")), "{broken}");
+    assert!(
+        broken.starts_with(&format!("adapter file {path}: {path}:3:")),
+        "{broken}"
+    );
     let boom = set.get("boom").unwrap_err().to_string();
     assert!(boom.contains("boom.lua:2: top level failure"), "{boom}");
     assert!(
         matches!(set.get("wrongname").unwrap_err(), AdapterError::NameMismatch { ref declared, .. } if declared == "echo")
     );
     let e = set.get("nope").unwrap_err();
-    assert_eq!(e.to_string(), "adapter nope: not found (available: echo, openai)");
+    assert_eq!(
+        e.to_string(),
+        "adapter nope: not found (available: echo, openai)"
+    );
 }
 
 #[test]
@@ -589,7 +863,13 @@ fn broken_override_does_not_fall_back_to_the_builtin() {
 fn builtins_load_without_a_data_dir() {
     let set = AdapterSet::load(Path::new("/nonexistent-hearth-data-dir"));
     assert!(set.errors().is_empty(), "{:?}", set.errors());
-    assert_eq!(set.names(), BUILTINS.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>());
+    assert_eq!(
+        set.names(),
+        BUILTINS
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect::<Vec<_>>()
+    );
 }
 
 // ---------------------------------------------------------------- concurrency and http
@@ -641,12 +921,21 @@ fn http_server(status: &'static str, connections: usize) -> (String, std::thread
             let head = String::from_utf8_lossy(&buf).to_string();
             let length = head
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
                 .unwrap_or(0usize);
             let mut body = vec![0u8; length];
             stream.read_exact(&mut body).unwrap();
             let mut first = head.lines().next().unwrap_or("").split(' ');
-            let reply = format!("{} {} {}", first.next().unwrap(), first.next().unwrap(), String::from_utf8_lossy(&body));
+            let reply = format!(
+                "{} {} {}",
+                first.next().unwrap(),
+                first.next().unwrap(),
+                String::from_utf8_lossy(&body)
+            );
             let _ = write!(
                 stream,
                 "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
@@ -673,22 +962,33 @@ fn net_call(a: &Adapter, url: &str, body: Option<&str>) -> Result<String, Adapte
     if let Some(b) = body {
         request["body"] = json!(b);
     }
-    a.transform_request(&request).map(|v| v["got"].as_str().unwrap().to_owned())
+    a.transform_request(&request)
+        .map(|v| v["got"].as_str().unwrap().to_owned())
 }
 
 #[test]
 fn http_builtins_outside_a_runtime() {
     let a = script("net", NET);
     let (url, server) = http_server("200 OK", 2);
-    assert_eq!(net_call(&a, &format!("{url}/token"), None).unwrap(), "GET /token ");
-    assert_eq!(net_call(&a, &format!("{url}/p"), Some(r#"{"k":1}"#)).unwrap(), r#"POST /p {"k":1}"#);
+    assert_eq!(
+        net_call(&a, &format!("{url}/token"), None).unwrap(),
+        "GET /token "
+    );
+    assert_eq!(
+        net_call(&a, &format!("{url}/p"), Some(r#"{"k":1}"#)).unwrap(),
+        r#"POST /p {"k":1}"#
+    );
     server.join().unwrap();
 
     let (url, server) = http_server("500 Internal Server Error", 1);
-    let e = net_call(&a, &format!("{url}/x"), None).unwrap_err().to_string();
+    let e = net_call(&a, &format!("{url}/x"), None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains(&format!("http_get {url}/x: HTTP 500")), "{e}");
     server.join().unwrap();
-    let e = net_call(&a, "file:///etc/passwd", None).unwrap_err().to_string();
+    let e = net_call(&a, "file:///etc/passwd", None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("only http and https URLs are allowed"), "{e}");
 }
 
@@ -696,7 +996,10 @@ fn http_builtins_outside_a_runtime() {
 async fn http_builtins_inside_a_multi_thread_runtime() {
     let a = script("net", NET);
     let (url, server) = http_server("200 OK", 1);
-    assert_eq!(net_call(&a, &format!("{url}/mt"), None).unwrap(), "GET /mt ");
+    assert_eq!(
+        net_call(&a, &format!("{url}/mt"), None).unwrap(),
+        "GET /mt "
+    );
     server.join().unwrap();
 }
 
@@ -704,7 +1007,10 @@ async fn http_builtins_inside_a_multi_thread_runtime() {
 async fn http_builtins_inside_a_current_thread_runtime() {
     let a = script("net", NET);
     let (url, server) = http_server("200 OK", 1);
-    assert_eq!(net_call(&a, &format!("{url}/ct"), None).unwrap(), "GET /ct ");
+    assert_eq!(
+        net_call(&a, &format!("{url}/ct"), None).unwrap(),
+        "GET /ct "
+    );
     server.join().unwrap();
 }
 

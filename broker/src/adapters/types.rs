@@ -118,8 +118,9 @@ impl StreamChunk {
             let c = object(item, &path)?;
             let index = match c.get("index") {
                 None | Some(Value::Null) => position as u32,
-                Some(i) => uint(i, &join(&path, "index"))
-                    .and_then(|n| u32::try_from(n).map_err(|_| (join(&path, "index"), "out of range".to_owned())))?,
+                Some(i) => uint(i, &join(&path, "index")).and_then(|n| {
+                    u32::try_from(n).map_err(|_| (join(&path, "index"), "out of range".to_owned()))
+                })?,
             };
             tool_calls.push(ToolCallDelta {
                 index,
@@ -167,7 +168,8 @@ fn expected(what: &str, got: &Value) -> String {
 }
 
 fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, FieldError> {
-    v.as_object().ok_or_else(|| (path.to_owned(), expected("object", v)))
+    v.as_object()
+        .ok_or_else(|| (path.to_owned(), expected("object", v)))
 }
 
 /// An optional string field: missing or null → `None`.
@@ -186,7 +188,10 @@ fn uint(v: &Value, path: &str) -> Result<u64, FieldError> {
     }
     match v.as_f64() {
         Some(f) if f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64 => Ok(f as u64),
-        Some(_) => Err((path.to_owned(), "expected a non-negative integer".to_owned())),
+        Some(_) => Err((
+            path.to_owned(),
+            "expected a non-negative integer".to_owned(),
+        )),
         None => Err((path.to_owned(), expected("integer", v))),
     }
 }
@@ -201,7 +206,11 @@ fn usage(o: &Map<String, Value>, path: &str) -> Result<Option<TokenUsage>, Field
         None | Some(Value::Null) => Ok(0),
         Some(v) => uint(v, &join(&path, key)),
     };
-    Ok(Some(TokenUsage { prompt: field("prompt")?, completion: field("completion")?, total: field("total")? }))
+    Ok(Some(TokenUsage {
+        prompt: field("prompt")?,
+        completion: field("completion")?,
+        total: field("total")?,
+    }))
 }
 
 /// The tool calls of a response or chunk, with their paths: a `tool_calls` array and/or
@@ -211,7 +220,12 @@ fn calls(o: &Map<String, Value>) -> Result<Vec<(String, &Value)>, FieldError> {
     match o.get("tool_calls") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
-            out.extend(items.iter().enumerate().map(|(i, v)| (format!("tool_calls[{i}]"), v)));
+            out.extend(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("tool_calls[{i}]"), v)),
+            );
         }
         // A Lua table with no entries encodes as `{}`: an empty list, not an error.
         Some(Value::Object(m)) if m.is_empty() => {}
@@ -232,7 +246,10 @@ fn arguments_object(v: Option<&Value>, path: &str) -> Result<Value, FieldError> 
         Some(Value::String(s)) if s.trim().is_empty() => Ok(Value::Object(Map::new())),
         Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
             Ok(parsed @ Value::Object(_)) => Ok(parsed),
-            Ok(other) => Err((path.to_owned(), format!("JSON text of {}, expected an object", kind(&other)))),
+            Ok(other) => Err((
+                path.to_owned(),
+                format!("JSON text of {}, expected an object", kind(&other)),
+            )),
             Err(e) => Err((path.to_owned(), format!("not valid JSON text: {e}"))),
         },
         // `{}` built in Lua encodes as an object already; `[]` (an empty array) means none.
