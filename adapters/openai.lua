@@ -15,7 +15,7 @@
 --   kept as `{"_raw": "<text>"}` rather than failing the whole turn: the tool loop's
 --   schema check then sends the problem back to the model as that tool's error.
 -- * An error body (`{"error": {...}}`, also inside a stream) raises a Lua error with the
---   API's message, type and code.
+--   API's message, type and code; a body that is not JSON, one quoting its start.
 
 local adapter = {}
 
@@ -100,6 +100,16 @@ local function usage_of(u)
   }
 end
 
+-- The body as a table; a body that is not JSON (a proxy's HTML error page) is an error
+-- quoting its start.
+local function decode_body(raw)
+  local ok, body = pcall(json.decode, raw)
+  if not ok or type(body) ~= "table" then
+    error("response is not a JSON object: " .. string.sub(raw, 1, 200), 0)
+  end
+  return body
+end
+
 function adapter.transform_request(raw_json)
   local body = json.decode(raw_json)
   body.disable_thinking = nil
@@ -140,7 +150,7 @@ function adapter.transform_request(raw_json)
 end
 
 function adapter.transform_response(raw_json)
-  local body = json.decode(raw_json)
+  local body = decode_body(raw_json)
   check_error(body)
   local choice = body.choices and body.choices[1]
   if type(choice) ~= "table" then
@@ -172,7 +182,7 @@ function adapter.transform_stream_chunk(raw_line)
   if raw_line == "[DONE]" then
     return ""
   end
-  local chunk = json.decode(raw_line)
+  local chunk = decode_body(raw_line)
   check_error(chunk)
 
   local out = { content = "", reasoning_content = "", done = false }

@@ -310,10 +310,19 @@ fn openai_error_bodies_are_clear_errors() {
     let e = a
         .transform_response("<html>502 Bad Gateway</html>")
         .unwrap_err();
-    assert!(e.to_string().contains("json.decode"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "adapter openai: transform_response: response is not a JSON object: <html>502 Bad Gateway</html>"
+    );
+    // Groq's `event: error` frame, as recorded.
+    let sse = read("openai/compat/groq-stream-error-tool-use-failed.sse");
+    let e = a
+        .transform_stream_chunk(sse_data(&sse)[0])
+        .unwrap_err()
+        .to_string();
     assert!(
-        e.to_string().contains("openai.lua"),
-        "names the script line: {e}"
+        e.contains("API error: Failed to call a function") && e.contains("code tool_use_failed"),
+        "{e}"
     );
 }
 
@@ -360,6 +369,40 @@ fn openai_stream_parallel_toolcalls_usage() {
         "openai/golden/stream-parallel-toolcalls-usage.json",
         &Value::Array(chunks),
     );
+}
+
+/// OpenAI-compatible streams of other providers, recorded (`.jsonl`: one `data:` payload
+/// a line): DeepSeek (reasoning + tool call), Groq (usage under `x_groq` too), Mistral (no
+/// `index` on the tool call, finish and usage on the same chunk).
+#[test]
+fn openai_adapter_reads_compatible_streams() {
+    let a = openai();
+    for (file, usage, reasoning) in [
+        (
+            "deepseek-stream-toolcall-reasoning.jsonl",
+            (339, 83, 422),
+            true,
+        ),
+        ("groq-stream-toolcall.jsonl", (210, 15, 225), false),
+        ("mistral-stream-toolcall.jsonl", (124, 22, 146), false),
+    ] {
+        let text = read(&format!("openai/compat/{file}"));
+        let payloads: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let (got, _) = assemble(&a, &payloads);
+        assert_eq!(got.finish_reason.as_deref(), Some("tool_calls"), "{file}");
+        let u = got.usage.unwrap_or_else(|| panic!("{file}: no usage"));
+        assert_eq!((u.prompt, u.completion, u.total), usage, "{file}");
+        assert_eq!(!got.reasoning.is_empty(), reasoning, "{file}");
+        assert_eq!(got.calls.len(), 1, "{file}");
+        let (id, name, args) = &got.calls[&0];
+        assert!(
+            !id.is_empty() && !name.is_empty(),
+            "{file}: {id:?} {name:?}"
+        );
+        let args: Value =
+            serde_json::from_str(args).unwrap_or_else(|e| panic!("{file}: {args:?}: {e}"));
+        assert!(args.is_object(), "{file}: {args}");
+    }
 }
 
 #[test]
