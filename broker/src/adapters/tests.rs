@@ -1037,12 +1037,15 @@ fn http_builtins_outside_a_runtime() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_builtins_inside_a_multi_thread_runtime() {
-    let a = script("net", NET);
-    let (url, server) = http_server("200 OK", 1);
+    let a = Arc::new(script("net", NET));
+    let (url, server) = http_server("200 OK", 2);
+    // In `block_on` (the test body) and on a worker thread (a spawned task).
     assert_eq!(
         net_call(&a, &format!("{url}/mt"), None).unwrap(),
         "GET /mt "
     );
+    let task = tokio::spawn(async move { net_call(&a, &format!("{url}/worker"), None) });
+    assert_eq!(task.await.unwrap().unwrap(), "GET /worker ");
     server.join().unwrap();
 }
 
