@@ -40,6 +40,7 @@
 //! | --- | --- |
 //! | `match` | substring of the last user message (optional) |
 //! | `after_tool` | only when the last message is (`true`) / is not (`false`) a tool result |
+//! | `match_system` | only when some system message contains this text (an interrupt, a hook's note) |
 //! | `content` | answer text; `{tool_results}` = contents of the tool messages since the last assistant message joined with `\n`, `{user}` = the last user message |
 //! | `reasoning_content` | reasoning text (DeepSeek style `reasoning_content`), same placeholders |
 //! | `tool_calls` | `[{"name": …, "arguments": {…}}]`; ids are `call_<n>`, unique per server; `arguments` is serialized to a JSON string, or sent verbatim when it is a string (for malformed-arguments tests) |
@@ -114,6 +115,9 @@ pub struct Step {
     /// Applies only when the last message is (`true`) / is not (`false`) a tool result.
     #[serde(default)]
     pub after_tool: Option<bool>,
+    /// Applies only when some system message contains this text (e.g. an interrupt).
+    #[serde(default)]
+    pub match_system: Option<String>,
     /// Answer text (`{tool_results}` and `{user}` are substituted).
     #[serde(default)]
     pub content: Option<String>,
@@ -270,6 +274,9 @@ impl Script {
                     .as_deref()
                     .is_none_or(|m| conv.last_user.contains(m))
                     && s.after_tool.is_none_or(|t| t == conv.last_is_tool)
+                    && s.match_system
+                        .as_deref()
+                        .is_none_or(|m| conv.system.iter().any(|t| t.contains(m)))
             })
             .or(self.default.as_ref())
     }
@@ -281,6 +288,8 @@ struct Conversation {
     last_user: String,
     last_is_tool: bool,
     tool_results: String,
+    /// Texts of the system messages.
+    system: Vec<String>,
 }
 
 impl Conversation {
@@ -308,6 +317,11 @@ impl Conversation {
             last_user,
             last_is_tool: messages.last().is_some_and(|m| role(m) == "tool"),
             tool_results,
+            system: messages
+                .iter()
+                .filter(|m| role(m) == "system")
+                .map(|m| text_of(&m["content"]))
+                .collect(),
         }
     }
 

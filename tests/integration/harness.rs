@@ -151,6 +151,16 @@ impl Broker {
 
     /// Starts `hearth run` with `plugins` without waiting for them.
     pub async fn spawn(plugins: Vec<PluginDir>, args: &[&str]) -> Broker {
+        Self::spawn_with_files(plugins, args, &[]).await
+    }
+
+    /// Like [`Broker::spawn`], first writing `files` (path relative to the data dir,
+    /// content), e.g. `hearth.toml` or `adapters/openai.lua`.
+    pub async fn spawn_with_files(
+        plugins: Vec<PluginDir>,
+        args: &[&str],
+        files: &[(&str, &str)],
+    ) -> Broker {
         let root = tempfile::Builder::new()
             .prefix("hearth-it")
             .tempdir_in("/tmp")
@@ -163,6 +173,11 @@ impl Broker {
         }
         std::fs::create_dir_all(&plugin_root).unwrap();
         let data = root.path().join("data");
+        for (rel, content) in files {
+            let path = data.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        }
         let log = std::fs::File::create(root.path().join("broker.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hearth"))
             .arg("--data-dir")
@@ -327,6 +342,26 @@ impl Broker {
             .into_inner()
             .tools;
         tools.into_iter().map(|t| t.name).collect()
+    }
+
+    /// Runs one chat exchange; returns every event (the last is `Final`).
+    pub async fn chat(
+        &mut self,
+        message: &str,
+        user: &str,
+    ) -> Vec<hearth_proto::v1::chat_event::Event> {
+        let req = self.admin.with_token(hearth_proto::v1::ChatRequest {
+            message: message.into(),
+            user_id: user.into(),
+            channel: "test".into(),
+            ..Default::default()
+        });
+        let mut stream = self.admin.agent().chat(req).await.unwrap().into_inner();
+        let mut events = Vec::new();
+        while let Some(ev) = stream.message().await.unwrap() {
+            events.extend(ev.event);
+        }
+        events
     }
 
     /// Calls `tool` with a timeout through the Admin service.

@@ -2,6 +2,7 @@
 //! Rust. Build the Rust test plugins first: `cargo build --workspace --examples`.
 #![allow(unreachable_pub, missing_docs)]
 
+mod agent;
 mod harness;
 mod supervision;
 

@@ -268,10 +268,17 @@ impl TurnDeps {
                 let base = ctx.clone();
                 let runs = calls.iter().map(|c| self.run_call(c, &base, &input, &key, &emit));
                 let results = futures_util::future::join_all(runs).await;
-                for (call, text) in calls.iter().zip(results) {
+                let mut short = None;
+                for (call, (text, sc)) in calls.iter().zip(results) {
                     let msg = json!({"role": "tool", "tool_call_id": call.id, "content": text});
                     messages.push(msg.clone());
                     record.push(msg);
+                    short = short.or(sc);
+                }
+                // A `response` set in after_toolcall ends the turn with it.
+                if let Some((sc, response)) = short {
+                    ctx.response = Some(response);
+                    return Ending::Short(sc);
                 }
             };
             Ending::Reply(final_text)
@@ -384,7 +391,8 @@ impl TurnDeps {
     }
 
     /// Runs one tool call through `before_toolcall`, the plugin and
-    /// `after_toolcall`; returns the text the LLM gets.
+    /// `after_toolcall`; returns the text the LLM gets, and the short-circuit (with
+    /// its response) when an `after_toolcall` hook set `response`.
     async fn run_call(
         &self,
         call: &ToolCallInfo,
@@ -392,7 +400,7 @@ impl TurnDeps {
         input: &TurnInput,
         key: &ConversationKey,
         emit: &impl Fn(Event),
-    ) -> String {
+    ) -> (String, Option<(ShortCircuit, String)>) {
         let started = Instant::now();
         let owner = self
             .supervisor
@@ -462,11 +470,14 @@ impl TurnDeps {
             success: result["success"].as_bool().unwrap_or(false),
             result_json: result.to_string(),
         }];
+        let mut short = None;
         if denied_by.is_empty() {
-            // A `response` here has no short-circuit meaning; the matrix still applies.
-            self.hooks
-                .run(Stage::AfterToolcall, &mut cctx, owner.as_deref())
-                .await;
+            let ran = self
+                .hooks
+                .run(Stage::AfterToolcall, &mut cctx, owner.as_deref());
+            if let Some(sc) = ran.await {
+                short = cctx.response.clone().map(|r| (sc, r));
+            }
         }
         let final_result = cctx
             .tool_results
@@ -489,7 +500,7 @@ impl TurnDeps {
             plugin: owner.unwrap_or_default(),
             denied_by,
         }));
-        text
+        (text, short)
     }
 
     /// Appends the turn to the conversation's history and (unless `no_memory`) to
