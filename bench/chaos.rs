@@ -186,7 +186,7 @@ struct Outcome {
 
 /// Sends one call and classifies its outcome.
 async fn one_call(mut admin: AdminConn, target: Target, seq: u64, cfg: Arc<Cfg>) -> Outcome {
-    let echo = seq % 2 == 0;
+    let echo = seq.is_multiple_of(2);
     let (tool, args) = if echo {
         (
             format!("{}_echo", target.name),
@@ -419,7 +419,7 @@ async fn monitor(
                 }
             }
         }
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             record_descendants(broker, &groups, &seen);
         }
         n += 1;

@@ -251,8 +251,7 @@ async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
     let log = b.wait_log("TRACE d_py after_output", LONG).await;
     let line = log
         .lines()
-        .filter(|l| l.contains("TRACE d_py after_output"))
-        .last()
+        .rfind(|l| l.contains("TRACE d_py after_output"))
         .unwrap();
     let trace: Vec<String> = serde_json::from_str(
         line.split("trace=")

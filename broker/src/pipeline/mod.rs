@@ -66,17 +66,6 @@ impl Hooks {
             .collect()
     }
 
-    /// True when some hook is registered for `stage`.
-    pub fn any(&self, stage: Stage) -> bool {
-        !self.hooks(stage, None).is_empty()
-            || (matches!(stage, Stage::BeforeToolcall | Stage::AfterToolcall)
-                && self
-                    .supervisor
-                    .plugins()
-                    .iter()
-                    .any(|p| !self.supervisor.registry().hooks(p.name(), stage).is_empty()))
-    }
-
     /// Sends `ctx` to one hook and returns the context it answered, or `None` (logged)
     /// when the plugin is not ready, failed, timed out or answered an error.
     async fn call(&self, hook: &Hook, ctx: &StageContext) -> Option<StageContext> {

@@ -242,7 +242,7 @@ impl Supervisor {
     fn on_message(&self, plugin: &Plugin, session: &Session, msg: PluginMsg) {
         match msg {
             PluginMsg::ToolResult(r) => session.complete(Reply::Tool(r)),
-            PluginMsg::StageResult(r) => session.complete(Reply::Stage(r)),
+            PluginMsg::StageResult(r) => session.complete(Reply::Stage(Box::new(r))),
             PluginMsg::Pong(_) => session.pong(),
             PluginMsg::Progress(p) => session.progress(p.call_id),
             PluginMsg::RegisterTool(r) => {

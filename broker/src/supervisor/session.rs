@@ -23,8 +23,8 @@ pub type Outbound = mpsc::Sender<Result<HostMessage, Status>>;
 pub enum Reply {
     /// Answer to `InvokeTool`.
     Tool(ToolResult),
-    /// Answer to `RunStage`.
-    Stage(StageResult),
+    /// Answer to `RunStage` (boxed: a whole StageContext).
+    Stage(Box<StageResult>),
 }
 
 impl Reply {
@@ -236,7 +236,7 @@ impl Session {
             })
         };
         match self.request(&what, build, timeout, timeout).await? {
-            Reply::Stage(r) => Ok(r),
+            Reply::Stage(r) => Ok(*r),
             Reply::Tool(_) => Err(InvokeError::Failed(
                 self.gone(&what, "answered a stage hook with a ToolResult".into()),
             )),
