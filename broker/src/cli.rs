@@ -72,6 +72,12 @@ pub enum Command {
         #[arg(long, env = "HEARTH_LLM_ADAPTER", value_name = "NAME")]
         llm_adapter: Option<String>,
     },
+    /// LLM sources: list them with their health, or choose the one to use first.
+    Llm {
+        /// Source operation.
+        #[command(subcommand)]
+        command: LlmCommand,
+    },
     /// Talk to the agent: one exchange with MESSAGE, else a REPL (line editing, history).
     Chat(crate::chat::ChatArgs),
     /// Queue input for the agent as a plugin would (InjectText and friends).
@@ -138,6 +144,22 @@ pub enum PluginsCommand {
         /// How many past lines to print (0 = all kept).
         #[arg(long, short = 'n', default_value_t = 100)]
         tail: u32,
+    },
+}
+
+/// `hearth llm …`
+#[derive(Debug, Subcommand)]
+pub enum LlmCommand {
+    /// Sources in order, with state (ok, cooldown, out) and last error.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send requests to NAME first (brings it back if it was taken out).
+    Use {
+        /// Source name.
+        name: String,
     },
 }
 
@@ -371,6 +393,51 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
             unreachable!("handled in main")
         }
         Command::Chat(args) => return crate::chat::chat(&mut conn, data_dir, args).await,
+        Command::Llm { command } => {
+            let resp = match command {
+                LlmCommand::List { json } => {
+                    let req = conn.with_token(hearth_proto::v1::ListSourcesRequest {});
+                    let r = conn
+                        .client()
+                        .list_sources(req)
+                        .await
+                        .map_err(status_error)?
+                        .into_inner();
+                    if json {
+                        let v: Vec<_> = r.sources.iter().map(|s| json!({
+                            "name": s.name, "base_url": s.base_url, "model": s.model, "adapter": s.adapter,
+                            "priority": s.priority, "current": s.name == r.current, "state": s.state,
+                            "cooldown_ms": s.cooldown_ms, "failures": s.failures, "last_error": s.last_error,
+                        })).collect();
+                        println!("{}", serde_json::to_string_pretty(&v)?);
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    r
+                }
+                LlmCommand::Use { name } => {
+                    let req = conn.with_token(hearth_proto::v1::UseSourceRequest { name });
+                    conn.client()
+                        .use_source(req)
+                        .await
+                        .map_err(status_error)?
+                        .into_inner()
+                }
+            };
+            println!(
+                "  {:<16} {:<9} {:<8} {:<24} URL",
+                "NAME", "STATE", "ADAPTER", "MODEL"
+            );
+            for s in &resp.sources {
+                let mark = if s.name == resp.current { "*" } else { " " };
+                println!(
+                    "{mark} {:<16} {:<9} {:<8} {:<24} {}",
+                    s.name, s.state, s.adapter, s.model, s.base_url
+                );
+                if !s.last_error.is_empty() && s.state != "ok" {
+                    println!("  {:<16} └ {}", "", s.last_error);
+                }
+            }
+        }
         Command::Inject(args) => return crate::chat::inject(&mut conn, args).await,
         Command::Plugins {
             command: PluginsCommand::List { json },

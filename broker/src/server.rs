@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapters::AdapterSet;
 use crate::agent::Agent;
-use crate::grpc::{AdminService, AgentService, InputService, PluginHostService};
+use crate::grpc::{AdminService, AgentService, InputService, LlmService, PluginHostService};
 use crate::llm::config::{Config, QuickSource};
-use crate::llm::LlmClient;
+use crate::llm::{LlmClient, SourcePool};
 use crate::manifest::discover;
 use crate::pipeline::turn::{Interrupts, TurnDeps};
 use crate::pipeline::Hooks;
@@ -29,6 +29,7 @@ use crate::supervisor::reaper::Reaper;
 use crate::supervisor::{Supervisor, SupervisorConfig};
 use hearth_proto::v1::agent_server::AgentServer;
 use hearth_proto::v1::input_server::InputServer;
+use hearth_proto::v1::llm_server::LlmServer;
 
 /// Longest Unix socket path Linux accepts (`sun_path` is 108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -63,7 +64,7 @@ async fn start_agent(
     data_dir: &Path,
     opts: &RunOptions,
     supervisor: Arc<Supervisor>,
-) -> anyhow::Result<Agent> {
+) -> anyhow::Result<(Agent, Arc<SourcePool>)> {
     let adapters = Arc::new(AdapterSet::load(data_dir));
     for (name, e) in adapters.errors() {
         tracing::error!(adapter = %name, "adapter not loaded: {e}");
@@ -78,17 +79,18 @@ async fn start_agent(
         max_messages: Some(config.agent.history_messages),
         ..HistoryBudget::default()
     };
+    let sources = Arc::new(SourcePool::new(config.sources));
     let deps = TurnDeps {
         hooks: Hooks::new(supervisor.clone(), config.agent.hook_timeout),
         supervisor,
         llm: LlmClient::new(adapters),
-        sources: Arc::new(config.sources),
+        sources: sources.clone(),
         settings: Arc::new(config.agent),
         conversations: Some(Conversations::new(db, budget)),
         text_memory: Some(TextMemory::open(data_dir).context("opening TextMemory")?),
         interrupts: Arc::new(Interrupts::default()),
     };
-    Ok(Agent::start(deps))
+    Ok((Agent::start(deps), sources))
 }
 
 /// Checks the socket path length and replaces a stale socket file left by a killed
@@ -181,7 +183,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         registry,
     ));
 
-    let agent = start_agent(&data_dir, &opts, supervisor.clone()).await?;
+    let (agent, sources) = start_agent(&data_dir, &opts, supervisor.clone()).await?;
 
     let stop = CancellationToken::new();
     let make_router = || {
@@ -192,9 +194,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(
-                AdminServer::new(AdminService::new(supervisor.clone(), admin_token.clone()))
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                AdminServer::new(AdminService::new(
+                    supervisor.clone(),
+                    sources.clone(),
+                    admin_token.clone(),
+                ))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(
                 AgentServer::new(AgentService::new(agent.clone(), admin_token.clone()))
@@ -203,6 +209,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             )
             .add_service(InputServer::new(InputService::new(
                 agent.clone(),
+                supervisor.clone(),
+            )))
+            .add_service(LlmServer::new(LlmService::new(
+                sources.clone(),
                 supervisor.clone(),
             )))
     };

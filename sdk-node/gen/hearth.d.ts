@@ -766,6 +766,10 @@ export namespace hearth {
             public reloadPlugin(request: hearth.v1.IReloadPluginRequest): Promise<hearth.v1.ReloadPluginResponse>;
             public pluginLogs(request: hearth.v1.IPluginLogsRequest, callback: hearth.v1.Admin.PluginLogsCallback): void;
             public pluginLogs(request: hearth.v1.IPluginLogsRequest): Promise<hearth.v1.LogLine>;
+            public listSources(request: hearth.v1.IListSourcesRequest, callback: hearth.v1.Admin.ListSourcesCallback): void;
+            public listSources(request: hearth.v1.IListSourcesRequest): Promise<hearth.v1.ListSourcesResponse>;
+            public useSource(request: hearth.v1.IUseSourceRequest, callback: hearth.v1.Admin.UseSourceCallback): void;
+            public useSource(request: hearth.v1.IUseSourceRequest): Promise<hearth.v1.ListSourcesResponse>;
             public listTools(request: hearth.v1.IListToolsRequest, callback: hearth.v1.Admin.ListToolsCallback): void;
             public listTools(request: hearth.v1.IListToolsRequest): Promise<hearth.v1.ListToolsResponse>;
             public callTool(request: hearth.v1.ICallToolRequest, callback: hearth.v1.Admin.CallToolCallback): void;
@@ -785,6 +789,10 @@ export namespace hearth {
             type ReloadPluginCallback = (error: (Error|null), response?: hearth.v1.ReloadPluginResponse) => void;
 
             type PluginLogsCallback = (error: (Error|null), response?: hearth.v1.LogLine) => void;
+
+            type ListSourcesCallback = (error: (Error|null), response?: hearth.v1.ListSourcesResponse) => void;
+
+            type UseSourceCallback = (error: (Error|null), response?: hearth.v1.ListSourcesResponse) => void;
 
             type ListToolsCallback = (error: (Error|null), response?: hearth.v1.ListToolsResponse) => void;
 
@@ -1089,6 +1097,76 @@ export namespace hearth {
             public static create(properties?: hearth.v1.ICallToolResponse): hearth.v1.CallToolResponse;
             public static encode(message: hearth.v1.ICallToolResponse, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.CallToolResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IListSourcesRequest {
+        }
+
+        class ListSourcesRequest implements IListSourcesRequest {
+            constructor(properties?: hearth.v1.IListSourcesRequest);
+            public static create(properties?: hearth.v1.IListSourcesRequest): hearth.v1.ListSourcesRequest;
+            public static encode(message: hearth.v1.IListSourcesRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ListSourcesRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface ISourceInfo {
+            name?: (string|null);
+            baseUrl?: (string|null);
+            model?: (string|null);
+            adapter?: (string|null);
+            priority?: (number|Long|null);
+            current?: (boolean|null);
+            state?: (string|null);
+            cooldownMs?: (number|Long|null);
+            failures?: (number|null);
+            lastError?: (string|null);
+        }
+
+        class SourceInfo implements ISourceInfo {
+            constructor(properties?: hearth.v1.ISourceInfo);
+            public name: string;
+            public baseUrl: string;
+            public model: string;
+            public adapter: string;
+            public priority: (number|Long);
+            public current: boolean;
+            public state: string;
+            public cooldownMs: (number|Long);
+            public failures: number;
+            public lastError: string;
+            public static create(properties?: hearth.v1.ISourceInfo): hearth.v1.SourceInfo;
+            public static encode(message: hearth.v1.ISourceInfo, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.SourceInfo;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IListSourcesResponse {
+            sources?: (hearth.v1.ISourceInfo[]|null);
+            current?: (string|null);
+        }
+
+        class ListSourcesResponse implements IListSourcesResponse {
+            constructor(properties?: hearth.v1.IListSourcesResponse);
+            public sources: hearth.v1.ISourceInfo[];
+            public current: string;
+            public static create(properties?: hearth.v1.IListSourcesResponse): hearth.v1.ListSourcesResponse;
+            public static encode(message: hearth.v1.IListSourcesResponse, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ListSourcesResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IUseSourceRequest {
+            name?: (string|null);
+        }
+
+        class UseSourceRequest implements IUseSourceRequest {
+            constructor(properties?: hearth.v1.IUseSourceRequest);
+            public name: string;
+            public static create(properties?: hearth.v1.IUseSourceRequest): hearth.v1.UseSourceRequest;
+            public static encode(message: hearth.v1.IUseSourceRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.UseSourceRequest;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 

@@ -3868,6 +3868,16 @@ $root.hearth = (function() {
             }, "name", { value: "PluginLogs" });
 
 
+            Object.defineProperty(Admin.prototype.listSources = function listSources(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, listSources, $root.hearth.v1.ListSourcesRequest, $root.hearth.v1.ListSourcesResponse, request, callback);
+            }, "name", { value: "ListSources" });
+
+
+            Object.defineProperty(Admin.prototype.useSource = function useSource(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, useSource, $root.hearth.v1.UseSourceRequest, $root.hearth.v1.ListSourcesResponse, request, callback);
+            }, "name", { value: "UseSource" });
+
+
             Object.defineProperty(Admin.prototype.listTools = function listTools(request, callback) {
                 return $protobuf.rpc.Service.prototype.rpcCall.call(this, listTools, $root.hearth.v1.ListToolsRequest, $root.hearth.v1.ListToolsResponse, request, callback);
             }, "name", { value: "ListTools" });
@@ -5483,6 +5493,380 @@ $root.hearth = (function() {
             };
 
             return CallToolResponse;
+        })();
+
+        v1.ListSourcesRequest = (function() {
+
+            function ListSourcesRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ListSourcesRequest.create = function create(properties) {
+                return new ListSourcesRequest(properties);
+            };
+
+            ListSourcesRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                return writer;
+            };
+
+            ListSourcesRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ListSourcesRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ListSourcesRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ListSourcesRequest";
+            };
+
+            return ListSourcesRequest;
+        })();
+
+        v1.SourceInfo = (function() {
+
+            function SourceInfo(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            SourceInfo.prototype.name = "";
+            SourceInfo.prototype.baseUrl = "";
+            SourceInfo.prototype.model = "";
+            SourceInfo.prototype.adapter = "";
+            SourceInfo.prototype.priority = $util.Long ? $util.Long.fromBits(0,0,false) : 0;
+            SourceInfo.prototype.current = false;
+            SourceInfo.prototype.state = "";
+            SourceInfo.prototype.cooldownMs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+            SourceInfo.prototype.failures = 0;
+            SourceInfo.prototype.lastError = "";
+
+            SourceInfo.create = function create(properties) {
+                return new SourceInfo(properties);
+            };
+
+            SourceInfo.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.name != null && Object.hasOwnProperty.call(message, "name"))
+                    writer.uint32(10).string(message.name);
+                if (message.baseUrl != null && Object.hasOwnProperty.call(message, "baseUrl"))
+                    writer.uint32(18).string(message.baseUrl);
+                if (message.model != null && Object.hasOwnProperty.call(message, "model"))
+                    writer.uint32(26).string(message.model);
+                if (message.adapter != null && Object.hasOwnProperty.call(message, "adapter"))
+                    writer.uint32(34).string(message.adapter);
+                if (message.priority != null && Object.hasOwnProperty.call(message, "priority"))
+                    writer.uint32(40).int64(message.priority);
+                if (message.current != null && Object.hasOwnProperty.call(message, "current"))
+                    writer.uint32(48).bool(message.current);
+                if (message.state != null && Object.hasOwnProperty.call(message, "state"))
+                    writer.uint32(58).string(message.state);
+                if (message.cooldownMs != null && Object.hasOwnProperty.call(message, "cooldownMs"))
+                    writer.uint32(64).uint64(message.cooldownMs);
+                if (message.failures != null && Object.hasOwnProperty.call(message, "failures"))
+                    writer.uint32(72).uint32(message.failures);
+                if (message.lastError != null && Object.hasOwnProperty.call(message, "lastError"))
+                    writer.uint32(82).string(message.lastError);
+                return writer;
+            };
+
+            SourceInfo.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.SourceInfo();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.name = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.baseUrl = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.model = reader.string();
+                            break;
+                        }
+                    case 4: {
+                            message.adapter = reader.string();
+                            break;
+                        }
+                    case 5: {
+                            message.priority = reader.int64();
+                            break;
+                        }
+                    case 6: {
+                            message.current = reader.bool();
+                            break;
+                        }
+                    case 7: {
+                            message.state = reader.string();
+                            break;
+                        }
+                    case 8: {
+                            message.cooldownMs = reader.uint64();
+                            break;
+                        }
+                    case 9: {
+                            message.failures = reader.uint32();
+                            break;
+                        }
+                    case 10: {
+                            message.lastError = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            SourceInfo.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.SourceInfo";
+            };
+
+            return SourceInfo;
+        })();
+
+        v1.ListSourcesResponse = (function() {
+
+            function ListSourcesResponse(properties) {
+                this.sources = [];
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ListSourcesResponse.prototype.sources = $util.emptyArray;
+            ListSourcesResponse.prototype.current = "";
+
+            ListSourcesResponse.create = function create(properties) {
+                return new ListSourcesResponse(properties);
+            };
+
+            ListSourcesResponse.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.sources != null && message.sources.length)
+                    for (var i = 0; i < message.sources.length; ++i)
+                        $root.hearth.v1.SourceInfo.encode(message.sources[i], writer.uint32(10).fork(), q + 1).ldelim();
+                if (message.current != null && Object.hasOwnProperty.call(message, "current"))
+                    writer.uint32(18).string(message.current);
+                return writer;
+            };
+
+            ListSourcesResponse.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ListSourcesResponse();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            if (!(message.sources && message.sources.length))
+                                message.sources = [];
+                            message.sources.push($root.hearth.v1.SourceInfo.decode(reader, reader.uint32(), undefined, long + 1));
+                            break;
+                        }
+                    case 2: {
+                            message.current = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ListSourcesResponse.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ListSourcesResponse";
+            };
+
+            return ListSourcesResponse;
+        })();
+
+        v1.UseSourceRequest = (function() {
+
+            function UseSourceRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            UseSourceRequest.prototype.name = "";
+
+            UseSourceRequest.create = function create(properties) {
+                return new UseSourceRequest(properties);
+            };
+
+            UseSourceRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.name != null && Object.hasOwnProperty.call(message, "name"))
+                    writer.uint32(10).string(message.name);
+                return writer;
+            };
+
+            UseSourceRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.UseSourceRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.name = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            UseSourceRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.UseSourceRequest";
+            };
+
+            return UseSourceRequest;
         })();
 
         v1.Settings = (function() {

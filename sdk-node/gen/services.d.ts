@@ -16,6 +16,8 @@ export declare const AdminService: {
   unloadPlugin: MethodDefinition<hearth.v1.IUnloadPluginRequest, hearth.v1.UnloadPluginResponse> & { originalName: string };
   reloadPlugin: MethodDefinition<hearth.v1.IReloadPluginRequest, hearth.v1.ReloadPluginResponse> & { originalName: string };
   pluginLogs: MethodDefinition<hearth.v1.IPluginLogsRequest, hearth.v1.LogLine> & { originalName: string };
+  listSources: MethodDefinition<hearth.v1.IListSourcesRequest, hearth.v1.ListSourcesResponse> & { originalName: string };
+  useSource: MethodDefinition<hearth.v1.IUseSourceRequest, hearth.v1.ListSourcesResponse> & { originalName: string };
   listTools: MethodDefinition<hearth.v1.IListToolsRequest, hearth.v1.ListToolsResponse> & { originalName: string };
   callTool: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.CallToolResponse> & { originalName: string };
 };

@@ -477,3 +477,72 @@ async fn a_data_dir_adapter_overrides_the_builtin_and_a_broken_one_is_a_clear_er
     // The broker and other plugins keep serving.
     assert!(b.call("rsx_echo", json!({})).await.unwrap().success);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_across_three_sources_auth_failure_500_and_success() {
+    let auth = llm(
+        json!({"default": {"status": 401, "error_body": {"error": {"message": "bad key", "type": "invalid_request_error"}}}}),
+    );
+    let broken = llm(
+        json!({"default": {"status": 500, "error_body": {"error": {"message": "upstream down"}}}}),
+    );
+    let good = llm(json!({"default": {"content": "from the third source"}}));
+    let cfg = format!(
+        "[[sources]]\nname = \"auth\"\nbase_url = \"{}\"\npriority = 1\n\
+         [[sources]]\nname = \"broken\"\nbase_url = \"{}\"\npriority = 2\n\
+         [[sources]]\nname = \"good\"\nbase_url = \"{}\"\npriority = 3\n",
+        auth.base_url(),
+        broken.base_url(),
+        good.base_url()
+    );
+    let mut b = Broker::spawn_with_files(vec![], &[], &[("hearth.toml", &cfg)]).await;
+    let f = final_of(&b.chat("hi", "u").await);
+    assert_eq!(f.text, "from the third source", "{f:?}");
+    assert_eq!(
+        (
+            auth.requests().len(),
+            broken.requests().len(),
+            good.requests().len()
+        ),
+        (1, 1, 1)
+    );
+    let log = b.log();
+    assert!(
+        log.contains("LLM source auth taken out (authentication failed)")
+            && log.contains("bad key"),
+        "{log}"
+    );
+    assert!(
+        log.contains("LLM source broken failed") && log.contains("cooling down"),
+        "{log}"
+    );
+    // The next turn skips the source taken out and the one cooling down.
+    let f = final_of(&b.chat("again", "u").await);
+    assert_eq!(f.text, "from the third source");
+    assert_eq!((auth.requests().len(), broken.requests().len()), (1, 1));
+    let (code, out, err) = b.cli(&["llm", "list"]);
+    assert_eq!(code, 0, "{err}");
+    let state = |name: &str| {
+        out.lines()
+            .find(|l| l.contains(name))
+            .map(|l| l.to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        state("auth").contains("out")
+            && state("broken").contains("cooldown")
+            && state("good").contains("ok"),
+        "{out}"
+    );
+    // `hearth llm use` puts a source first and brings it back.
+    let (code, out, _) = b.cli(&["llm", "use", "auth"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with('*') && l.contains("auth")),
+        "{out}"
+    );
+    let (code, _, err) = b.cli(&["llm", "use", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown LLM source `nope`"), "{err}");
+}

@@ -8,7 +8,10 @@ use hearth_proto::v1::{
     PluginStatus, ReloadPluginRequest, ReloadPluginResponse, RestartPluginRequest,
     RestartPluginResponse, Sender, ToolInfo, UnloadPluginRequest, UnloadPluginResponse,
 };
+use hearth_proto::v1::{ListSourcesRequest, ListSourcesResponse, SourceInfo, UseSourceRequest};
 use tokio_stream::wrappers::ReceiverStream;
+
+use crate::llm::SourcePool;
 use tonic::{Request, Response, Status};
 
 use crate::error::CallError;
@@ -18,15 +21,41 @@ use crate::supervisor::{PluginSnapshot, Supervisor};
 #[derive(Debug, Clone)]
 pub struct AdminService {
     supervisor: Arc<Supervisor>,
+    sources: Arc<SourcePool>,
     token: Arc<str>,
 }
 
 impl AdminService {
-    /// Serves `supervisor`, accepting calls that carry `token`.
-    pub fn new(supervisor: Arc<Supervisor>, token: String) -> Self {
+    /// Serves `supervisor` and the LLM `sources`, accepting calls that carry `token`.
+    pub fn new(supervisor: Arc<Supervisor>, sources: Arc<SourcePool>, token: String) -> Self {
         AdminService {
             supervisor,
+            sources,
             token: token.into(),
+        }
+    }
+
+    fn sources_response(&self) -> ListSourcesResponse {
+        let sources = self
+            .sources
+            .statuses()
+            .into_iter()
+            .map(|s| SourceInfo {
+                name: s.source.name,
+                base_url: s.source.base_url,
+                model: s.source.model,
+                adapter: s.source.adapter,
+                priority: s.source.priority,
+                current: s.current,
+                state: s.state.into(),
+                cooldown_ms: s.cooldown.map(|d| d.as_millis() as u64).unwrap_or(0),
+                failures: s.failures,
+                last_error: s.last_error,
+            })
+            .collect();
+        ListSourcesResponse {
+            sources,
+            current: self.sources.current(),
         }
     }
 
@@ -69,6 +98,25 @@ fn log_line(plugin: &str, l: crate::supervisor::process::LogLine) -> LogLine {
 #[tonic::async_trait]
 impl Admin for AdminService {
     type PluginLogsStream = ReceiverStream<Result<LogLine, Status>>;
+
+    async fn list_sources(
+        &self,
+        request: Request<ListSourcesRequest>,
+    ) -> Result<Response<ListSourcesResponse>, Status> {
+        self.authorize(&request)?;
+        Ok(Response::new(self.sources_response()))
+    }
+
+    async fn use_source(
+        &self,
+        request: Request<UseSourceRequest>,
+    ) -> Result<Response<ListSourcesResponse>, Status> {
+        self.authorize(&request)?;
+        self.sources
+            .set_current(&request.get_ref().name)
+            .map_err(Status::not_found)?;
+        Ok(Response::new(self.sources_response()))
+    }
 
     async fn load_plugin(
         &self,

@@ -165,3 +165,63 @@ impl Input for InputService {
         self.inject(request, false, true)
     }
 }
+
+/// `Llm`: the HomeAgent LLM-management host service for plugins (plugin token).
+#[derive(Debug, Clone)]
+pub struct LlmService {
+    sources: Arc<crate::llm::SourcePool>,
+    supervisor: Arc<Supervisor>,
+}
+
+impl LlmService {
+    /// Serves `sources` to `supervisor`'s plugins.
+    pub fn new(sources: Arc<crate::llm::SourcePool>, supervisor: Arc<Supervisor>) -> Self {
+        LlmService {
+            sources,
+            supervisor,
+        }
+    }
+
+    fn plugin<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        let token = super::metadata(request, hearth_proto::TOKEN_METADATA)?;
+        self.supervisor.plugin_for_token(token).ok_or_else(|| {
+            Status::unauthenticated("x-hearth-token does not match any running plugin")
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl hearth_proto::v1::llm_server::Llm for LlmService {
+    async fn list_sources(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<hearth_proto::v1::KeysResponse>, Status> {
+        self.plugin(&request)?;
+        Ok(Response::new(hearth_proto::v1::KeysResponse {
+            keys: self.sources.names(),
+        }))
+    }
+
+    async fn set_source(
+        &self,
+        request: Request<hearth_proto::v1::SourceRequest>,
+    ) -> Result<Response<Empty>, Status> {
+        let plugin = self.plugin(&request)?;
+        let name = &request.get_ref().name;
+        self.sources
+            .set_current(name)
+            .map_err(|e| Status::not_found(format!("plugin {plugin}: set_source: {e}")))?;
+        tracing::info!(plugin = %plugin, "LLM source set to {name}");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn current_source(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<hearth_proto::v1::SourceRequest>, Status> {
+        self.plugin(&request)?;
+        Ok(Response::new(hearth_proto::v1::SourceRequest {
+            name: self.sources.current(),
+        }))
+    }
+}

@@ -1,4 +1,5 @@
-//! Thin gRPC service implementations: decode and authenticate, hand the work to the
+//! Thin gRPC service implementations (`PluginHost`, `Admin`, `Agent`, and the host
+//! services `Input` and `Llm`): decode and authenticate, hand the work to the
 //! supervisor, map the outcome to a `Status` (through `crate::error`).
 
 mod admin;
@@ -6,7 +7,7 @@ mod agent;
 mod plugin_host;
 
 pub use admin::AdminService;
-pub use agent::{AgentService, InputService};
+pub use agent::{AgentService, InputService, LlmService};
 pub use plugin_host::PluginHostService;
 
 use tonic::{Request, Status};

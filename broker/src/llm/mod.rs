@@ -2,11 +2,13 @@
 //!
 //! - [`config`]: `<data_dir>/hearth.toml` (`[[sources]]`, `[agent]`) and the quick-start
 //!   flags/environment.
+//! - [`pool`]: the sources' health and failover order.
 //! - this module: [`LlmClient::complete`] — unified CompletionRequest → adapter →
 //!   HTTP (plain or SSE) → adapter → unified [`CompletionResponse`], text deltas to
 //!   the caller as they arrive, streamed tool-call fragments assembled by index.
 
 pub mod config;
+pub mod pool;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use crate::adapters::{
     AdapterError, AdapterSet, CompletionResponse, StreamChunk, TokenUsage, ToolCall,
 };
 pub use config::{AgentSettings, Source};
+pub use pool::{SourcePool, SourceStatus};
 
 /// Longest error body quoted in an error, in bytes.
 const MAX_QUOTED_BODY: usize = 2048;

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Hooks, ShortCircuit};
 use crate::adapters::TokenUsage;
-use crate::llm::{AgentSettings, Delta, LlmClient, LlmError, Source};
+use crate::llm::{AgentSettings, Delta, LlmClient, LlmError, SourcePool};
 use crate::storage::{ConversationKey, Conversations, TextEvent, TextMemory};
 use crate::supervisor::Supervisor;
 
@@ -104,8 +104,8 @@ pub struct TurnDeps {
     pub hooks: Hooks,
     /// LLM HTTP client.
     pub llm: LlmClient,
-    /// Sources in the order tried.
-    pub sources: Arc<Vec<Source>>,
+    /// LLM sources with their health (failover order).
+    pub sources: Arc<SourcePool>,
     /// Agent settings.
     pub settings: Arc<AgentSettings>,
     /// Histories.
@@ -337,14 +337,15 @@ impl TurnDeps {
         text
     }
 
-    /// One LLM completion over `messages`; an interrupt cancels the request in flight,
-    /// adds its text as a system message and asks again.
+    /// One LLM completion over `messages`, trying the sources in the pool's order: a
+    /// source that fails before any output is marked (taken out on 401/403, else
+    /// cooled down) and the next is tried. An interrupt cancels the request in
+    /// flight, adds its text as a system message and asks again.
     async fn complete(
         &self,
         messages: &mut Vec<Value>,
         emit: &impl Fn(Event),
     ) -> Result<crate::adapters::CompletionResponse, LlmError> {
-        let source = self.sources.first().ok_or(LlmError::NoSource)?;
         let tools: Vec<Value> = self
             .supervisor
             .registry()
@@ -356,7 +357,7 @@ impl TurnDeps {
                 }})
             })
             .collect();
-        loop {
+        'interrupted: loop {
             for (from, text) in self.interrupts.take() {
                 tracing::info!(source = %from, "interrupt: added to the turn");
                 messages.push(
@@ -372,21 +373,44 @@ impl TurnDeps {
                 request["tools"] = Value::Array(tools.clone());
                 request["tool_choice"] = json!("auto");
             }
-            let cancel = self.interrupts.begin();
-            let on_delta = |d: Delta| {
-                let (text, reasoning) = match d {
-                    Delta::Text(t) => (t, false),
-                    Delta::Reasoning(t) => (t, true),
+            let order = self.sources.order();
+            let mut last = LlmError::NoSource;
+            for source in &order {
+                let cancel = self.interrupts.begin();
+                let emitted = std::sync::atomic::AtomicBool::new(false);
+                let on_delta = |d: Delta| {
+                    emitted.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let (text, reasoning) = match d {
+                        Delta::Text(t) => (t, false),
+                        Delta::Reasoning(t) => (t, true),
+                    };
+                    emit(Event::TextDelta(TextDelta { text, reasoning }));
                 };
-                emit(Event::TextDelta(TextDelta { text, reasoning }));
-            };
-            let result = self.llm.complete(source, request, on_delta, &cancel).await;
-            self.interrupts.end();
-            match result {
-                // The interrupt's text is added at the top of the loop.
-                Err(LlmError::Cancelled) => tracing::info!("LLM request cancelled by an interrupt"),
-                other => return other,
+                let result = self
+                    .llm
+                    .complete(source, request.clone(), on_delta, &cancel)
+                    .await;
+                self.interrupts.end();
+                match result {
+                    Ok(r) => {
+                        self.sources.succeeded(&source.name);
+                        return Ok(r);
+                    }
+                    // The interrupt's text is added at the top of the loop.
+                    Err(LlmError::Cancelled) => {
+                        tracing::info!("LLM request cancelled by an interrupt");
+                        continue 'interrupted;
+                    }
+                    Err(e) => {
+                        tracing::warn!("{}", self.sources.failed(&source.name, &e));
+                        if emitted.load(std::sync::atomic::Ordering::Relaxed) {
+                            return Err(e);
+                        }
+                        last = e;
+                    }
+                }
             }
+            return Err(last);
         }
     }
 

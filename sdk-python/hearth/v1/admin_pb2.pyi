@@ -189,3 +189,45 @@ class CallToolResponse(_message.Message):
     error: str
     elapsed_us: int
     def __init__(self, tool: _Optional[str] = ..., plugin: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ...) -> None: ...
+
+class ListSourcesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SourceInfo(_message.Message):
+    __slots__ = ("name", "base_url", "model", "adapter", "priority", "current", "state", "cooldown_ms", "failures", "last_error")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COOLDOWN_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    base_url: str
+    model: str
+    adapter: str
+    priority: int
+    current: bool
+    state: str
+    cooldown_ms: int
+    failures: int
+    last_error: str
+    def __init__(self, name: _Optional[str] = ..., base_url: _Optional[str] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ..., current: _Optional[bool] = ..., state: _Optional[str] = ..., cooldown_ms: _Optional[int] = ..., failures: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class ListSourcesResponse(_message.Message):
+    __slots__ = ("sources", "current")
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    sources: _containers.RepeatedCompositeFieldContainer[SourceInfo]
+    current: str
+    def __init__(self, sources: _Optional[_Iterable[_Union[SourceInfo, _Mapping]]] = ..., current: _Optional[str] = ...) -> None: ...
+
+class UseSourceRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...

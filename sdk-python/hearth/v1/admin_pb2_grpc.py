@@ -65,6 +65,16 @@ class AdminStub:
                 request_serializer=hearth_dot_v1_dot_admin__pb2.PluginLogsRequest.SerializeToString,
                 response_deserializer=hearth_dot_v1_dot_admin__pb2.LogLine.FromString,
                 _registered_method=True)
+        self.ListSources = channel.unary_unary(
+                '/hearth.v1.Admin/ListSources',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.ListSourcesRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.ListSourcesResponse.FromString,
+                _registered_method=True)
+        self.UseSource = channel.unary_unary(
+                '/hearth.v1.Admin/UseSource',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.UseSourceRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.ListSourcesResponse.FromString,
+                _registered_method=True)
         self.ListTools = channel.unary_unary(
                 '/hearth.v1.Admin/ListTools',
                 request_serializer=hearth_dot_v1_dot_admin__pb2.ListToolsRequest.SerializeToString,
@@ -126,6 +136,20 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSources(self, request, context):
+        """LLM sources with their health, in failover order of configuration.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UseSource(self, request, context):
+        """Puts a source first (and brings it back if it was taken out).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTools(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -173,6 +197,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.PluginLogs,
                     request_deserializer=hearth_dot_v1_dot_admin__pb2.PluginLogsRequest.FromString,
                     response_serializer=hearth_dot_v1_dot_admin__pb2.LogLine.SerializeToString,
+            ),
+            'ListSources': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSources,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.ListSourcesRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.ListSourcesResponse.SerializeToString,
+            ),
+            'UseSource': grpc.unary_unary_rpc_method_handler(
+                    servicer.UseSource,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.UseSourceRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.ListSourcesResponse.SerializeToString,
             ),
             'ListTools': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTools,
@@ -348,6 +382,60 @@ class Admin:
             '/hearth.v1.Admin/PluginLogs',
             hearth_dot_v1_dot_admin__pb2.PluginLogsRequest.SerializeToString,
             hearth_dot_v1_dot_admin__pb2.LogLine.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSources(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/ListSources',
+            hearth_dot_v1_dot_admin__pb2.ListSourcesRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.ListSourcesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UseSource(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/UseSource',
+            hearth_dot_v1_dot_admin__pb2.UseSourceRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.ListSourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

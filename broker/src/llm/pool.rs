@@ -1,0 +1,248 @@
+//! The sources in use, their health, and failover (DESIGN.md "LLM loop": sources are
+//! tried in priority order; 401/403 takes a source out, other failures put it in a
+//! growing cooldown).
+//!
+//! The order of a request: the source chosen with `SetSource` / `hearth llm use`
+//! first, then the others by `priority`; sources taken out are skipped, sources in
+//! cooldown are tried only when no other is left (the one whose cooldown ends first).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{LlmError, Source};
+
+/// First cooldown after a failure; doubles per consecutive failure.
+const COOLDOWN_INITIAL: Duration = Duration::from_secs(5);
+/// Longest cooldown.
+const COOLDOWN_MAX: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Default, Clone)]
+struct Health {
+    /// Taken out (auth failure), with the reason.
+    out: Option<String>,
+    cooldown_until: Option<Instant>,
+    failures: u32,
+    last_error: String,
+}
+
+/// A source and how it is doing, as `hearth llm list` shows it.
+#[derive(Debug, Clone)]
+pub struct SourceStatus {
+    /// The source.
+    pub source: Source,
+    /// Chosen with `SetSource`.
+    pub current: bool,
+    /// "ok", "cooldown" or "out".
+    pub state: &'static str,
+    /// Remaining cooldown.
+    pub cooldown: Option<Duration>,
+    /// Consecutive failures.
+    pub failures: u32,
+    /// The last error, empty when none.
+    pub last_error: String,
+}
+
+/// Sources with their health.
+#[derive(Debug)]
+pub struct SourcePool {
+    sources: Vec<Source>,
+    state: Mutex<(Option<String>, Vec<Health>)>,
+}
+
+impl SourcePool {
+    /// A pool of `sources` (sorted by priority already).
+    pub fn new(sources: Vec<Source>) -> SourcePool {
+        let n = sources.len();
+        SourcePool {
+            sources,
+            state: Mutex::new((None, vec![Health::default(); n])),
+        }
+    }
+
+    /// Names of every source, in priority order.
+    pub fn names(&self) -> Vec<String> {
+        self.sources.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The source requests go to first: the chosen one, else the first by priority
+    /// that is not out. Empty when there is none.
+    pub fn current(&self) -> String {
+        self.order()
+            .first()
+            .map(|s| s.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Chooses `name` to go first (and brings it back if it was taken out). Errors
+    /// name the unknown source and the known ones.
+    pub fn set_current(&self, name: &str) -> Result<(), String> {
+        let Some(i) = self.sources.iter().position(|s| s.name == name) else {
+            return Err(format!(
+                "unknown LLM source `{name}` (known: {})",
+                self.names().join(", ")
+            ));
+        };
+        let mut state = self.state.lock().unwrap();
+        state.0 = Some(name.to_string());
+        state.1[i] = Health::default();
+        Ok(())
+    }
+
+    /// Sources in the order a request tries them (see the module docs).
+    pub fn order(&self) -> Vec<Source> {
+        let state = self.state.lock().unwrap();
+        let now = Instant::now();
+        let mut ready = Vec::new();
+        let mut cooling: Vec<(Instant, usize)> = Vec::new();
+        for (i, h) in state.1.iter().enumerate() {
+            if h.out.is_some() {
+                continue;
+            }
+            match h.cooldown_until {
+                Some(t) if t > now => cooling.push((t, i)),
+                _ => ready.push(i),
+            }
+        }
+        if let Some(cur) = &state.0 {
+            if let Some(pos) = ready.iter().position(|&i| &self.sources[i].name == cur) {
+                let i = ready.remove(pos);
+                ready.insert(0, i);
+            }
+        }
+        cooling.sort();
+        if ready.is_empty() {
+            ready.extend(cooling.first().map(|&(_, i)| i));
+        }
+        ready.into_iter().map(|i| self.sources[i].clone()).collect()
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.sources.iter().position(|s| s.name == name)
+    }
+
+    /// A request to `name` succeeded: its failures are forgotten.
+    pub fn succeeded(&self, name: &str) {
+        if let Some(i) = self.index(name) {
+            let mut state = self.state.lock().unwrap();
+            let h = &mut state.1[i];
+            h.failures = 0;
+            h.cooldown_until = None;
+        }
+    }
+
+    /// A request to `name` failed with `error`: 401/403 takes it out; anything else
+    /// starts a cooldown (`Retry-After` when the API gave one, else 5 s doubling per
+    /// consecutive failure up to 5 min). Returns the log line.
+    pub fn failed(&self, name: &str, error: &LlmError) -> String {
+        let Some(i) = self.index(name) else {
+            return String::new();
+        };
+        let mut state = self.state.lock().unwrap();
+        let h = &mut state.1[i];
+        h.last_error = error.to_string();
+        h.failures += 1;
+        match error {
+            LlmError::Status {
+                status: 401 | 403, ..
+            } => {
+                h.out = Some(error.to_string());
+                format!("LLM source {name} taken out (authentication failed): {error}")
+            }
+            _ => {
+                let cooldown = match error {
+                    LlmError::Status {
+                        retry_after_s: Some(s),
+                        ..
+                    } => Duration::from_secs(*s),
+                    _ => (COOLDOWN_INITIAL * 2u32.saturating_pow(h.failures - 1)).min(COOLDOWN_MAX),
+                };
+                h.cooldown_until = Some(Instant::now() + cooldown);
+                format!(
+                    "LLM source {name} failed ({error}); cooling down for {} s",
+                    cooldown.as_secs()
+                )
+            }
+        }
+    }
+
+    /// Every source with its health.
+    pub fn statuses(&self) -> Vec<SourceStatus> {
+        let state = self.state.lock().unwrap();
+        let now = Instant::now();
+        self.sources
+            .iter()
+            .zip(&state.1)
+            .map(|(s, h)| {
+                let cooldown = h.cooldown_until.filter(|t| *t > now).map(|t| t - now);
+                SourceStatus {
+                    source: s.clone(),
+                    current: state.0.as_deref() == Some(s.name.as_str()),
+                    state: if h.out.is_some() {
+                        "out"
+                    } else if cooldown.is_some() {
+                        "cooldown"
+                    } else {
+                        "ok"
+                    },
+                    cooldown,
+                    failures: h.failures,
+                    last_error: h.last_error.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(name: &str) -> Source {
+        Source {
+            name: name.into(),
+            base_url: "http://x".into(),
+            model: String::new(),
+            api_key: None,
+            api_key_env: None,
+            adapter: "openai".into(),
+            priority: 0,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn status(code: u16, retry: Option<u64>) -> LlmError {
+        LlmError::Status {
+            source_name: "x".into(),
+            url: "u".into(),
+            status: code,
+            message: "m".into(),
+            retry_after_s: retry,
+        }
+    }
+
+    fn names(p: &SourcePool) -> Vec<String> {
+        p.order().into_iter().map(|s| s.name).collect()
+    }
+
+    #[test]
+    fn auth_failures_take_a_source_out_and_others_cool_down() {
+        let p = SourcePool::new(vec![source("a"), source("b"), source("c")]);
+        assert_eq!(names(&p), ["a", "b", "c"]);
+        assert!(p.failed("a", &status(401, None)).contains("taken out"));
+        assert!(p
+            .failed("b", &status(500, None))
+            .contains("cooling down for 5 s"));
+        assert_eq!(names(&p), ["c"]);
+        assert!(p.failed("c", &status(429, Some(30))).contains("30 s"));
+        // Only cooling sources left: the one whose cooldown ends first.
+        assert_eq!(names(&p), ["b"]);
+        p.succeeded("b");
+        assert_eq!(names(&p), ["b"]);
+        assert!(p.failed("b", &status(503, None)).contains("5 s"));
+        assert!(p.failed("b", &status(503, None)).contains("10 s"));
+        // Choosing a source brings it back and puts it first.
+        p.set_current("a").unwrap();
+        assert_eq!(names(&p)[0], "a");
+        assert!(p.set_current("zz").unwrap_err().contains("known: a, b, c"));
+    }
+}
