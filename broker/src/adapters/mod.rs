@@ -45,6 +45,8 @@ mod types;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_anthropic;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -60,7 +62,10 @@ pub use types::{CompletionResponse, StreamChunk, TokenUsage, ToolCall, ToolCallD
 use sandbox::Vm;
 
 /// The built-in adapters: (name, source), embedded from the top-level `adapters/` folder.
-pub const BUILTINS: &[(&str, &str)] = &[("openai", include_str!("../../../adapters/openai.lua"))];
+pub const BUILTINS: &[(&str, &str)] = &[
+    ("openai", include_str!("../../../adapters/openai.lua")),
+    ("anthropic", include_str!("../../../adapters/anthropic.lua")),
+];
 
 /// Bounds for adapter scripts.
 #[derive(Debug, Clone)]
@@ -101,6 +106,7 @@ pub struct Adapter {
     version: String,
     endpoint: String,
     headers: BTreeMap<String, String>,
+    auth_header: String,
     file: String,
     memory_limit: usize,
     instruction_limit: u64,
@@ -179,6 +185,7 @@ impl Adapter {
         let name = text_field("name", true)?;
         let version = text_field("version", false)?;
         let endpoint = text_field("endpoint", false)?;
+        let auth_header = text_field("auth_header", false)?;
 
         let mut headers = BTreeMap::new();
         match table.raw_get::<LuaValue>("headers") {
@@ -232,6 +239,7 @@ impl Adapter {
             version,
             endpoint,
             headers,
+            auth_header,
             file: file.to_owned(),
             memory_limit: limits.memory,
             instruction_limit: limits.instructions,
@@ -264,6 +272,12 @@ impl Adapter {
     /// adds it from the source's key.
     pub fn headers(&self) -> &BTreeMap<String, String> {
         &self.headers
+    }
+
+    /// `adapter.auth_header`: the header that carries the source's key as is (e.g.
+    /// `x-api-key` for Anthropic), or `None` (the script sets none): `Authorization: Bearer`.
+    pub fn auth_header(&self) -> Option<&str> {
+        Some(self.auth_header.as_str()).filter(|h| !h.is_empty())
     }
 
     /// The file the script came from (`adapters/openai.lua (built-in)` or a data-dir path).
