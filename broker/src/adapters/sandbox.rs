@@ -178,6 +178,26 @@ fn install_builtins(lua: &Lua, limits: &Limits, log_name: &str) -> mlua::Result<
         })?,
     )?;
 
+    // `builtin(name)`: a fresh copy of a built-in adapter's table, so a script for an
+    // OpenAI-compatible API can start from `builtin("openai")` and change only what
+    // differs instead of copying the whole script.
+    globals.set(
+        "builtin",
+        lua.create_function(|lua, name: String| {
+            let Some((_, source)) = super::BUILTINS.iter().find(|(n, _)| *n == name) else {
+                let known: Vec<_> = super::BUILTINS.iter().map(|(n, _)| *n).collect();
+                return Err(mlua::Error::runtime(format!(
+                    "builtin: no built-in adapter `{name}` (built-in: {})",
+                    known.join(", ")
+                )));
+            };
+            lua.load(*source)
+                .set_name(format!("={name}.lua"))
+                .set_mode(mlua::ChunkMode::Text)
+                .call::<Table>(())
+        })?,
+    )?;
+
     let (timeout, max_body) = (limits.http_timeout, limits.http_max_body);
     globals.set(
         "http_get",

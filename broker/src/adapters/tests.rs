@@ -1092,3 +1092,35 @@ fn print_transform_cost() {
          transform_response {per_response:?}, transform_stream_chunk {per_chunk:?} per chunk"
     );
 }
+
+#[test]
+fn a_script_can_start_from_a_builtin_and_change_what_differs() {
+    let a = script(
+        "compat",
+        r#"
+        local adapter = builtin("openai")
+        adapter.name = "compat"
+        adapter.endpoint = "/openai/v1/chat/completions"
+        local inner = adapter.transform_request
+        adapter.transform_request = function(raw)
+          local req = json.decode(inner(raw))
+          req.temperature = 1
+          return json.encode(req)
+        end
+        return adapter
+        "#,
+    );
+    assert_eq!((a.name(), a.endpoint()), ("compat", "/openai/v1/chat/completions"));
+    let out = a
+        .transform_request(&serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .unwrap();
+    assert_eq!(out["temperature"], 1);
+    assert_eq!(out["messages"][0]["content"], "hi");
+    // The built-in's response transform came along.
+    let r = a
+        .transform_response(r#"{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}"#)
+        .unwrap();
+    assert_eq!(r.content, "ok");
+    let e = Adapter::from_source("x.lua", "return builtin('nope')", &Limits::default()).unwrap_err();
+    assert!(e.to_string().contains("no built-in adapter `nope`"), "{e}");
+}
