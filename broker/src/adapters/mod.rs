@@ -47,6 +47,8 @@ mod types;
 mod tests;
 #[cfg(test)]
 mod tests_anthropic;
+#[cfg(test)]
+mod tests_gemini;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -64,6 +66,7 @@ use sandbox::Vm;
 /// The built-in adapters: (name, source), embedded from the top-level `adapters/` folder.
 pub const BUILTINS: &[(&str, &str)] = &[
     ("openai", include_str!("../../../adapters/openai.lua")),
+    ("gemini", include_str!("../../../adapters/gemini.lua")),
     ("anthropic", include_str!("../../../adapters/anthropic.lua")),
 ];
 
@@ -105,6 +108,7 @@ pub struct Adapter {
     name: String,
     version: String,
     endpoint: String,
+    stream_endpoint: Option<String>,
     headers: BTreeMap<String, String>,
     auth_header: String,
     file: String,
@@ -185,6 +189,7 @@ impl Adapter {
         let name = text_field("name", true)?;
         let version = text_field("version", false)?;
         let endpoint = text_field("endpoint", false)?;
+        let stream_endpoint = Some(text_field("stream_endpoint", false)?).filter(|e| !e.is_empty());
         let auth_header = text_field("auth_header", false)?;
 
         let mut headers = BTreeMap::new();
@@ -238,6 +243,7 @@ impl Adapter {
             name,
             version,
             endpoint,
+            stream_endpoint,
             headers,
             auth_header,
             file: file.to_owned(),
@@ -266,6 +272,13 @@ impl Adapter {
     /// `adapter.endpoint`: the path appended to the source's `base_url`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// `adapter.stream_endpoint`: the path for a streamed request, when it differs from
+    /// [`Adapter::endpoint`] (Gemini's `:streamGenerateContent?alt=sse`); `None` when the
+    /// script sets none (stream through `endpoint`).
+    pub fn stream_endpoint(&self) -> Option<&str> {
+        self.stream_endpoint.as_deref()
     }
 
     /// `adapter.headers`: extra HTTP headers. Authentication is not among them: the caller
