@@ -48,6 +48,8 @@ mod tests;
 #[cfg(test)]
 mod tests_anthropic;
 #[cfg(test)]
+mod tests_compat;
+#[cfg(test)]
 mod tests_gemini;
 
 use std::collections::BTreeMap;
@@ -68,7 +70,22 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("openai", include_str!("../../../adapters/openai.lua")),
     ("gemini", include_str!("../../../adapters/gemini.lua")),
     ("anthropic", include_str!("../../../adapters/anthropic.lua")),
+    ("deepseek", include_str!("../../../adapters/deepseek.lua")),
+    ("mistral", include_str!("../../../adapters/mistral.lua")),
+    ("groq", include_str!("../../../adapters/groq.lua")),
+    ("github", include_str!("../../../adapters/github.lua")),
+    ("ollama", include_str!("../../../adapters/ollama.lua")),
 ];
+
+/// How a streamed answer is framed (`adapter.stream_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamFormat {
+    /// Server-sent events: `transform_stream_chunk` gets each `data:` payload.
+    #[default]
+    Sse,
+    /// Newline-delimited JSON: `transform_stream_chunk` gets each non-empty line.
+    Ndjson,
+}
 
 /// Bounds for adapter scripts.
 #[derive(Debug, Clone)]
@@ -115,6 +132,7 @@ pub struct Adapter {
     memory_limit: usize,
     instruction_limit: u64,
     streaming: bool,
+    stream_format: StreamFormat,
     loaded: Mutex<Loaded>,
 }
 
@@ -191,6 +209,15 @@ impl Adapter {
         let endpoint = text_field("endpoint", false)?;
         let stream_endpoint = Some(text_field("stream_endpoint", false)?).filter(|e| !e.is_empty());
         let auth_header = text_field("auth_header", false)?;
+        let stream_format = match text_field("stream_format", false)?.as_str() {
+            "" | "sse" => StreamFormat::Sse,
+            "ndjson" => StreamFormat::Ndjson,
+            other => {
+                return Err(load_err(format!(
+                    "adapter.stream_format: expected \"sse\" or \"ndjson\", got {other:?}"
+                )))
+            }
+        };
 
         let mut headers = BTreeMap::new();
         match table.raw_get::<LuaValue>("headers") {
@@ -250,6 +277,7 @@ impl Adapter {
             memory_limit: limits.memory,
             instruction_limit: limits.instructions,
             streaming: transform_stream_chunk.is_some(),
+            stream_format,
             loaded: Mutex::new(Loaded {
                 vm,
                 transform_request,
@@ -301,6 +329,12 @@ impl Adapter {
     /// Whether the script has `transform_stream_chunk`.
     pub fn supports_streaming(&self) -> bool {
         self.streaming
+    }
+
+    /// `adapter.stream_format`: how a streamed answer is framed — SSE (the default; each
+    /// `data:` payload goes to `transform_stream_chunk`) or NDJSON (Ollama; each line does).
+    pub fn stream_format(&self) -> StreamFormat {
+        self.stream_format
     }
 
     /// The unified CompletionRequest JSON → the body to send to the API.

@@ -1,0 +1,59 @@
+-- Groq chat completions (OpenAI-compatible): https://api.groq.com + /openai/v1/chat/completions.
+-- The broker adds `Authorization: Bearer <key>`.
+--
+-- Starts from the built-in openai adapter (`builtin("openai")`: it already reads usage
+-- under `x_groq`, `reasoning` deltas, and error frames inside a stream) and changes:
+-- * Groq answers 400 to `logprobs`, `logit_bias`, `top_logprobs` and to `name` on
+--   messages: they are dropped (logged at warn). `disable_thinking` and the messages'
+--   `reasoning_content` are dropped as openai.lua does (Groq has no thinking switch that
+--   every model takes).
+-- * A failed tool generation arrives INSIDE the stream as an `event: error` frame whose
+--   data is `{"error": {..., "code": "tool_use_failed", "failed_generation": ...}}` (also
+--   as a 400 body): the error names the message, the code AND what the model generated.
+
+local adapter = builtin("openai")
+adapter.name = "groq"
+adapter.version = "1.0.0"
+adapter.endpoint = "/openai/v1/chat/completions"
+adapter.headers = {}
+
+local openai_request = adapter.transform_request
+local openai_response = adapter.transform_response
+local openai_chunk = adapter.transform_stream_chunk
+
+local UNSUPPORTED = { "logprobs", "logit_bias", "top_logprobs" }
+
+function adapter.transform_request(raw_json)
+  local body = json.decode(openai_request(raw_json))
+  for _, k in ipairs(UNSUPPORTED) do
+    if body[k] ~= nil then
+      log("warn", "groq does not support `" .. k .. "`: dropped")
+      body[k] = nil
+    end
+  end
+  for _, msg in ipairs(type(body.messages) == "table" and body.messages or {}) do
+    msg.name = nil
+  end
+  return json.encode(body)
+end
+
+-- openai.lua's transform, its API error extended with `failed_generation`.
+local function with_failed_generation(transform)
+  return function(raw)
+    local ok, out = pcall(transform, raw)
+    if ok then
+      return out
+    end
+    local decoded, body = pcall(json.decode, raw)
+    local err = decoded and type(body) == "table" and body.error
+    if type(err) == "table" and type(err.failed_generation) == "string" and type(out) == "string" then
+      error(out .. "; failed generation: " .. err.failed_generation, 0)
+    end
+    error(out, 0)
+  end
+end
+
+adapter.transform_response = with_failed_generation(openai_response)
+adapter.transform_stream_chunk = with_failed_generation(openai_chunk)
+
+return adapter
