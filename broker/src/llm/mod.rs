@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::adapters::{
-    AdapterError, AdapterSet, CompletionResponse, StreamChunk, TokenUsage, ToolCall,
+    AdapterError, AdapterSet, CompletionResponse, StreamChunk, StreamFormat, TokenUsage, ToolCall,
 };
 pub use config::{AgentSettings, Source};
 pub use pool::{SourcePool, SourceStatus};
@@ -133,13 +133,15 @@ impl LlmClient {
             && adapter.supports_streaming();
         request["stream"] = Value::Bool(stream);
         let body = adapter.transform_request(&request).map_err(adapter_err)?;
+        // Some APIs stream from another path (Gemini's `:streamGenerateContent`).
+        let path = match stream {
+            true => adapter.stream_endpoint().unwrap_or(adapter.endpoint()),
+            false => adapter.endpoint(),
+        };
         let url = format!(
             "{}/{}",
             source.base_url.trim_end_matches('/'),
-            adapter
-                .endpoint()
-                .replace("{model}", &source.model)
-                .trim_start_matches('/')
+            path.replace("{model}", &source.model).trim_start_matches('/')
         );
         let http_err = |message: String| LlmError::Http {
             source_name: name.clone(),
@@ -151,8 +153,13 @@ impl LlmClient {
             .post(&url)
             .header("content-type", "application/json")
             .json(&body);
+        // The key goes where the API wants it: `Authorization: Bearer` unless the
+        // adapter names a header (Anthropic `x-api-key`, Gemini `x-goog-api-key`).
         if let Some(key) = source.api_key() {
-            req = req.bearer_auth(key);
+            req = match adapter.auth_header() {
+                Some(header) => req.header(header, key),
+                None => req.bearer_auth(key),
+            };
         }
         for (k, v) in adapter.headers() {
             req = req.header(k.as_str(), v.as_str());
@@ -198,33 +205,65 @@ impl LlmClient {
             return Ok(out);
         }
 
-        let mut events = resp.bytes_stream().eventsource();
         let mut acc = Assembly::default();
-        loop {
-            let next = tokio::select! {
-                n = tokio::time::timeout(source.timeout, events.next()) => n,
-                _ = cancel.cancelled() => return Err(LlmError::Cancelled),
-            };
-            let event = match next {
-                Err(_) => {
-                    return Err(http_err(format!(
-                        "no streamed data for {} s",
-                        source.timeout.as_secs()
-                    )))
-                }
-                Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(http_err(format!("stream broke: {e}"))),
-                Ok(Some(Ok(ev))) => ev,
-            };
-            let data = event.data.trim();
-            if data.is_empty() {
-                continue;
-            }
+        // One payload: an SSE `data:` field or an NDJSON line. false = end of stream.
+        let mut handle = |data: &str| -> Result<bool, LlmError> {
+            let data = data.trim();
             if data == "[DONE]" {
-                break;
+                return Ok(false);
             }
-            if let Some(chunk) = adapter.transform_stream_chunk(data).map_err(adapter_err)? {
-                acc.add(chunk, &mut on_delta);
+            if !data.is_empty() {
+                if let Some(chunk) = adapter.transform_stream_chunk(data).map_err(adapter_err)? {
+                    acc.add(chunk, &mut on_delta);
+                }
+            }
+            Ok(true)
+        };
+        let idle = |_| {
+            http_err(format!(
+                "no streamed data for {} s",
+                source.timeout.as_secs()
+            ))
+        };
+        match adapter.stream_format() {
+            StreamFormat::Sse => {
+                let mut events = resp.bytes_stream().eventsource();
+                loop {
+                    let next = tokio::select! {
+                        n = tokio::time::timeout(source.timeout, events.next()) => n.map_err(idle)?,
+                        _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+                    };
+                    match next {
+                        None => break,
+                        Some(Err(e)) => return Err(http_err(format!("stream broke: {e}"))),
+                        Some(Ok(ev)) => {
+                            if !handle(&ev.data)? {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            // Ollama: one JSON object per line; a line may span reads.
+            StreamFormat::Ndjson => {
+                let mut bytes = resp.bytes_stream();
+                let mut buf: Vec<u8> = Vec::new();
+                loop {
+                    let next = tokio::select! {
+                        n = tokio::time::timeout(source.timeout, bytes.next()) => n.map_err(idle)?,
+                        _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+                    };
+                    match next {
+                        None => break,
+                        Some(Err(e)) => return Err(http_err(format!("stream broke: {}", describe(&e)))),
+                        Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+                    }
+                    while let Some(i) = buf.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = buf.drain(..=i).collect();
+                        handle(&String::from_utf8_lossy(&line))?;
+                    }
+                }
+                handle(&String::from_utf8_lossy(&buf))?;
             }
         }
         Ok(acc.finish())
@@ -265,8 +304,19 @@ impl Assembly {
         if let Some(r) = chunk.finish_reason.filter(|r| !r.is_empty()) {
             self.finish_reason = r;
         }
+        // Field by field: some APIs send prompt tokens early and completion tokens
+        // late (Anthropic's message_start / message_delta); a zero never erases a count.
         if let Some(u) = chunk.token_usage {
-            self.usage = u;
+            for (mine, theirs) in [
+                (&mut self.usage.prompt, u.prompt),
+                (&mut self.usage.completion, u.completion),
+                (&mut self.usage.total, u.total),
+            ] {
+                if theirs > 0 {
+                    *mine = theirs;
+                }
+            }
+            self.usage.total = self.usage.total.max(self.usage.prompt + self.usage.completion);
         }
     }
 

@@ -254,7 +254,7 @@ impl TurnDeps {
                 if ctx.tool_calls.is_empty() {
                     break ctx.llm_text.clone();
                 }
-                let assistant = json!({
+                let mut assistant = json!({
                     "role": "assistant",
                     "content": ctx.llm_text,
                     "tool_calls": ctx.tool_calls.iter().map(|c| json!({
@@ -262,6 +262,10 @@ impl TurnDeps {
                         "function": {"name": c.name, "arguments": c.arguments_json},
                     })).collect::<Vec<_>>(),
                 });
+                // Reasoning models (DeepSeek thinking mode) want it back with the calls.
+                if !ctx.reasoning_content.is_empty() {
+                    assistant["reasoning_content"] = json!(ctx.reasoning_content);
+                }
                 messages.push(assistant.clone());
                 record.push(assistant);
                 let calls = ctx.tool_calls.clone();
