@@ -143,16 +143,15 @@ describe('test hooks', () => {
   before(async () => { broker = await FakeBroker.start(); });
   after(() => broker.close());
 
-  it('a static hearthAfterHello that returns nothing delays Register; held Pings are answered after it', async () => {
+  it('a static hearthAfterHello that returns nothing runs before Register; a Ping meanwhile is answered', async () => {
     const proc = broker.spawn(fixture('after-hello'));
     const s = await broker.nextSession();
     await s.nextOf('hello');
-    const t0 = Date.now();
     s.send({ ping: { nonce: 9 } });
+    assert.equal(Number((await s.nextOf('pong')).nonce), 9);
     const register = await s.nextOf('register');
     assert.equal(register.tools[0].name, 'late_echo');
-    assert.equal(Number((await s.nextOf('pong')).nonce), 9);
-    assert.ok(Date.now() - t0 >= 200, `Pong after ${Date.now() - t0} ms: not held while the hook ran`);
+    // The hook ran to its end (it writes this line just before returning).
     assert.match(await eventually(() => proc.stderr, /after-hello hook done/), /after-hello hook done/);
     s.send({ registered: { plugin: 'late', tools: ['late_echo'], protocolVersion: '1.0.0' } });
     assert.deepEqual(JSON.parse((await s.call1(1, 'late_echo', { ok: 1 })).content), { ok: 1 });
