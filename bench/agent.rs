@@ -1,0 +1,908 @@
+//! Agent benchmark: what the pipeline costs per message, and what the Lua `openai`
+//! adapter costs per request and per streamed chunk. Prints Markdown tables; see
+//! BENCHMARKS.md ("Agent: pipeline overhead and adapter cost").
+//!
+//! 1. **Pipeline overhead.** Real `hearth run` brokers (the integration-test harness) on
+//!    one scripted OpenAI-compatible server on loopback (`hearth::scripted::ScriptedLlm`,
+//!    answers at once). Client wall time of `Agent.Chat` up to the `Final` event, messages
+//!    interleaved between
+//!    - **none**: a broker with no plugins (plain messages only),
+//!    - **baseline**: a broker with one hook-less plugin `tool` (the Rust hooks example with
+//!      `HOOKS=` empty) that owns the tool `tool_ping`,
+//!    - **hooked**: the same `tool` plugin plus three plugins hooking all seven stages with
+//!      `HOOKS=trace`: `tests/plugins/hooks.py`, `tests/plugins/hooks.js` and the Rust
+//!      `sdk-rust/examples/hooks.rs`,
+//!
+//!    for a message the LLM answers with text at once (`plain`) and one whose first answer
+//!    is one call of `tool_ping`, then text (`tool`: before/after_toolcall run). hooked −
+//!    baseline (difference of medians) is the hooks' cost. Also the scripted server's own
+//!    answer time (direct HTTP requests from this process).
+//! 2. **Adapter cost.** `AdapterSet::load(..).get("openai")` called directly:
+//!    `transform_request` (20 messages, 5 tools), `transform_response` (a recorded
+//!    response with two tool calls), `transform_stream_chunk` (the recorded stream below).
+//!
+//! Run (release; the Rust hooks plugin must be built first, next to the bench's `hearth`):
+//!
+//! ```text
+//! cargo build --release -p hearth-sdk --example hooks
+//! cargo bench -p hearth --bench agent
+//! ```
+//!
+//! Knobs (environment):
+//! - `HEARTH_BENCH_MESSAGES` measured messages per broker and kind (default 500)
+//! - `HEARTH_BENCH_WARMUP` warm-up messages per broker and kind (default 50)
+//! - `HEARTH_BENCH_HISTORY` `fresh` (default: every message a new conversation, so every
+//!   message is the same size) or `keep` (one conversation per broker and kind; history
+//!   grows to the budget of 100 messages)
+//! - `HEARTH_BENCH_LLM` `nodelay` (default: the scripted server on a listener with
+//!   TCP_NODELAY) or `stock` (`ScriptedLlm` as is, Nagle on: ~40 ms stalls)
+//! - `HEARTH_BENCH_ITERS` calls per adapter function / per chunk (default 20000)
+//! - `HEARTH_BENCH_PART` `all` (default), `pipeline` or `adapter`
+#![allow(unreachable_pub, missing_docs)]
+
+#[allow(dead_code)]
+#[path = "../tests/integration/harness.rs"]
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::{python, repo, wait_gone, Broker, PluginDir};
+use hearth::adapters::{Adapter, AdapterSet};
+use hearth::scripted::{Script, ScriptedLlm};
+use hearth_proto::v1::chat_event::Event;
+use hearth_proto::v1::ChatRequest;
+use serde_json::{json, Value};
+
+/// The recorded OpenAI stream (two parallel tool calls, usage chunk), copied from
+/// `shared/wire/openai-chat-stream-parallel-toolcalls-usage.sse` (openai-python test
+/// snapshot of a gpt-4o-2024-08-06 answer); only the `data:` payloads, one per line.
+const STREAM: &str = r#"{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"role":"assistant","content":null},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_JMW1whyEaYG438VE1OIflxA2","type":"function","function":{"name":"GetWeatherArgs","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"ci"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ty\": "}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Edinb"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"urgh"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\", \"c"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ountry"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\": \""}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"GB\", "}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"units"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\": \""}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"c\"}"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_DNYTawLBoN8fj3KN6qU9N1Ou","type":"function","function":{"name":"get_stock_price","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"ti"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"cker\""}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":": \"AA"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"PL\", "}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"exch"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"ange\":"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":" \"NA"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"SDAQ\""}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"}"}}]},"logprobs":null,"finish_reason":null}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]}
+{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[],"usage":{"prompt_tokens":149,"completion_tokens":60,"total_tokens":209,"completion_tokens_details":{"reasoning_tokens":0}}}"#;
+
+/// A text delta in the shape of the chunks above (the recorded stream has none).
+const CONTENT_CHUNK: &str = r#"{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"content":" weather in"},"logprobs":null,"finish_reason":null}]}"#;
+
+/// A recorded response with two tool calls, copied from
+/// `shared/wire/openai-chat-parallel-toolcalls-response.json`.
+const RESPONSE: &str = r#"{"id": "chatcmpl-ABfvyvfNWKcl7Ohqos4UFrmMs1v4C", "object": "chat.completion", "created": 1727346166, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_fdNz3vOBKYgOIpMdWotB9MjY", "type": "function", "function": {"name": "GetWeatherArgs", "arguments": "{\"city\": \"Edinburgh\", \"country\": \"GB\", \"units\": \"c\"}"}}, {"id": "call_h1DWI1POMJLb0KwIyQHWXD4p", "type": "function", "function": {"name": "get_stock_price", "arguments": "{\"ticker\": \"AAPL\", \"exchange\": \"NASDAQ\"}"}}], "refusal": null}, "logprobs": null, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209, "completion_tokens_details": {"reasoning_tokens": 0}}, "system_fingerprint": "fp_b40fb1c6fb"}"#;
+
+fn env_num(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// Latency summary in microseconds (nearest-rank percentiles).
+#[derive(Clone, Copy)]
+struct Summary {
+    n: usize,
+    mean: f64,
+    min: f64,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn summarize(mut us: Vec<f64>) -> Summary {
+    assert!(!us.is_empty());
+    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = us.len();
+    let rank = |p: f64| us[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+    Summary {
+        n,
+        mean: us.iter().sum::<f64>() / n as f64,
+        min: us[0],
+        p50: rank(0.50),
+        p90: rank(0.90),
+        p99: rank(0.99),
+        max: us[n - 1],
+    }
+}
+
+/// utime + stime of `pid` in microseconds (from /proc/<pid>/stat, clock ticks).
+fn cpu_us(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = rest.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + rest.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ticks * 1_000_000 / hz.max(1)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|v| v.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "CPU: {model}; {cpus} CPUs available; Linux {}; loadavg at start: {}",
+        kernel.trim(),
+        loadavg()
+    )
+}
+
+// ---------------------------------------------------------------------------------
+// 1. Pipeline overhead
+// ---------------------------------------------------------------------------------
+
+/// The stage-hook test plugin in `lang` named `name` with `HOOKS=directives`.
+fn hooks(lang: &str, name: &str, directives: &str, rust_hooks: &std::path::Path) -> PluginDir {
+    let mut manifest = match lang {
+        "py" => json!({"runtime": "python", "entry": repo().join("tests/plugins/hooks.py")}),
+        "nd" => json!({"runtime": "node", "entry": repo().join("tests/plugins/hooks.js")}),
+        _ => json!({"runtime": "exec", "entry": rust_hooks}),
+    };
+    manifest["name"] = json!(name);
+    manifest["env"] = json!({"HOOKS": directives});
+    PluginDir {
+        dir: name.into(),
+        manifest,
+    }
+}
+
+/// One chat's timings (µs from sending Agent.Chat).
+struct ChatTimes {
+    /// To the Final event.
+    total: f64,
+    /// To the first TextDelta of the final answer (the last LLM round).
+    last_delta: f64,
+    /// `elapsed_us` of ToolCallFinished (before_toolcall + the call + after_toolcall).
+    tool_us: Option<f64>,
+}
+
+async fn chat(b: &mut Broker, message: &str, user: &str) -> ChatTimes {
+    let req = b.admin.with_token(ChatRequest {
+        message: message.into(),
+        user_id: user.into(),
+        channel: "bench".into(),
+        ..Default::default()
+    });
+    let started = Instant::now();
+    let mut stream = b
+        .admin
+        .agent()
+        .chat(req)
+        .await
+        .expect("Agent.Chat")
+        .into_inner();
+    let mut first_delta_after_tool = None;
+    let mut first_delta = None;
+    let mut tool_us = None;
+    let mut total = None;
+    let mut final_ev = None;
+    while let Some(ev) = stream.message().await.expect("chat stream") {
+        let at = started.elapsed().as_secs_f64() * 1e6;
+        match ev.event {
+            Some(Event::TextDelta(_)) => {
+                if tool_us.is_some() {
+                    first_delta_after_tool.get_or_insert(at);
+                } else {
+                    first_delta.get_or_insert(at);
+                }
+            }
+            Some(Event::ToolCallFinished(t)) => {
+                assert!(t.success, "{t:?}");
+                tool_us = Some(t.elapsed_us as f64);
+            }
+            Some(Event::Final(f)) => {
+                total = Some(at);
+                final_ev = Some(f);
+            }
+            _ => {}
+        }
+    }
+    let f = final_ev.expect("no Final event");
+    assert!(
+        f.error.is_empty() && f.text.starts_with("Done"),
+        "unexpected Final: {f:?}\nbroker log:\n{}",
+        b.log()
+    );
+    ChatTimes {
+        total: total.unwrap(),
+        last_delta: first_delta_after_tool.or(first_delta).unwrap_or(f64::NAN),
+        tool_us,
+    }
+}
+
+/// A broker under test and what was measured on it.
+struct Setup {
+    label: &'static str,
+    broker: Broker,
+    pids: Vec<(String, u32)>,
+    kinds: Vec<&'static str>,
+}
+
+/// One broker × message kind: the kind, the samples, CPU µs/message per process.
+type KindResult = (&'static str, Samples, Vec<(String, f64)>);
+
+#[derive(Default)]
+struct Samples {
+    total: Vec<f64>,
+    last_delta: Vec<f64>,
+    tool_us: Vec<f64>,
+}
+
+async fn start_broker(plugins: Vec<PluginDir>, url: &str) -> (Broker, Vec<(String, u32)>) {
+    let names: Vec<String> = plugins
+        .iter()
+        .map(|p| p.manifest["name"].as_str().unwrap().to_string())
+        .collect();
+    let mut b = Broker::spawn_with_files(plugins, &["--llm-url", url], &[]).await;
+    let mut pids = vec![("broker".to_string(), b.pid())];
+    for n in names {
+        let p = b.wait_ready(&n).await;
+        pids.push((n, p.pid));
+    }
+    (b, pids)
+}
+
+/// The scripted server on a loopback listener with `TCP_NODELAY` set (Linux: accepted
+/// sockets inherit it), through `hearth::scripted::serve`. `ScriptedLlm` leaves Nagle on,
+/// so its SSE events after the first wait for the client's delayed ACK (~40 ms).
+struct NodelayLlm {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodelayLlm {
+    fn start(script: Script) -> NodelayLlm {
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let one: libc::c_int = 1;
+        let rc = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "setsockopt TCP_NODELAY");
+        l.set_nonblocking(true).unwrap();
+        let url = format!("http://{}/v1", l.local_addr().unwrap());
+        let listener = tokio::net::TcpListener::from_std(l).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = hearth::scripted::serve(script, listener, async move {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        NodelayLlm {
+            url,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Times direct requests to a scripted server at `base_url` (the LLM's own time in the
+/// chats).
+async fn scripted_server_time(base_url: &str, n: usize, with_tool: bool) -> Summary {
+    let client = reqwest::Client::new();
+    let url = format!("{base_url}/chat/completions");
+    let tools: Vec<Value> = ["tool_ping", "hk_py_ping", "hk_nd_ping", "hk_rs_ping"]
+        .iter()
+        .map(|t| json!({"type": "function", "function": {"name": t, "description": "Answers pong.", "parameters": {"type": "object", "properties": {}}}}))
+        .collect();
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a helpful assistant."}),
+        json!({"role": "user", "content": if with_tool { "tool 1" } else { "plain 1" }}),
+    ];
+    if with_tool {
+        messages.push(json!({"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "tool_ping", "arguments": "{}"}}]}));
+        messages
+            .push(json!({"role": "tool", "tool_call_id": "call_1", "content": "pong from tool"}));
+    }
+    let body = json!({"model": "bench", "messages": messages, "stream": true,
+        "stream_options": {"include_usage": true}, "tools": tools, "tool_choice": "auto"});
+    let mut us = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let started = Instant::now();
+        let text = client
+            .post(&url)
+            .json(&body)
+            .send()
+            .await
+            .expect("scripted server")
+            .text()
+            .await
+            .expect("scripted server body");
+        let t = started.elapsed().as_secs_f64() * 1e6;
+        assert!(text.contains("[DONE]"), "{text}");
+        if i >= n / 10 {
+            us.push(t);
+        }
+    }
+    summarize(us)
+}
+
+async fn pipeline(messages: usize, warmup: usize, keep_history: bool, stock_llm: bool) -> bool {
+    let hearth = env!("CARGO_BIN_EXE_hearth");
+    let rust_hooks = std::path::Path::new(hearth)
+        .parent()
+        .unwrap()
+        .join("examples/hooks");
+    if !rust_hooks.exists() {
+        eprintln!(
+            "error: {} is missing; build the Rust hooks plugin with the same profile first:\n  \
+             cargo build --release -p hearth-sdk --example hooks",
+            rust_hooks.display()
+        );
+        std::process::exit(2);
+    }
+    let script = Script::from_value(json!({"steps": [
+        {"match": "plain", "content": "Done."},
+        {"match": "tool", "after_tool": false, "tool_calls": [{"name": "tool_ping", "arguments": {}}]},
+        {"match": "tool", "after_tool": true, "content": "Done: {tool_results}"}
+    ]}))
+    .unwrap();
+    let stock = ScriptedLlm::start(script.clone());
+    let nodelay = NodelayLlm::start(script);
+    let url = if stock_llm {
+        stock.base_url()
+    } else {
+        nodelay.url.clone()
+    };
+    println!("## 1. Pipeline overhead per message\n");
+    println!(
+        "Client wall time of Agent.Chat to the Final event, µs; {messages} messages per row after {warmup} warm-up, \
+         the brokers' messages interleaved; history: {}. Python {}.\n",
+        if keep_history { "kept (one conversation per row)" } else { "fresh (a new conversation per message)" },
+        python()
+    );
+    println!(
+        "LLM: {} at {url}.\n",
+        if stock_llm {
+            "`ScriptedLlm` as is (Nagle on: SSE events after the first wait for a delayed ACK)"
+        } else {
+            "`hearth::scripted::serve` on a listener with TCP_NODELAY"
+        }
+    );
+
+    let tool_plugin = || hooks("rs", "tool", "", &rust_hooks);
+    let (none, none_pids) = start_broker(vec![], &url).await;
+    let (base, base_pids) = start_broker(vec![tool_plugin()], &url).await;
+    let (hooked, hooked_pids) = start_broker(
+        vec![
+            tool_plugin(),
+            hooks("py", "hk_py", "trace", &rust_hooks),
+            hooks("nd", "hk_nd", "trace", &rust_hooks),
+            hooks("rs", "hk_rs", "trace", &rust_hooks),
+        ],
+        &url,
+    )
+    .await;
+    let mut setups = vec![
+        Setup {
+            label: "none (no plugins)",
+            broker: none,
+            pids: none_pids,
+            kinds: vec!["plain"],
+        },
+        Setup {
+            label: "baseline (hook-less tool plugin)",
+            broker: base,
+            pids: base_pids,
+            kinds: vec!["plain", "tool"],
+        },
+        Setup {
+            label: "hooked (+ py, js, rs hooks, 7 stages each)",
+            broker: hooked,
+            pids: hooked_pids,
+            kinds: vec!["plain", "tool"],
+        },
+    ];
+    let mut all_pids: Vec<u32> = setups
+        .iter()
+        .flat_map(|s| s.pids.iter().map(|(_, p)| *p))
+        .collect();
+
+    // results[setup][kind]
+    let mut results: Vec<Vec<KindResult>> = Vec::new();
+    for s in &setups {
+        results.push(
+            s.kinds
+                .iter()
+                .map(|k| (*k, Samples::default(), vec![]))
+                .collect(),
+        );
+    }
+    let load_before = loadavg();
+    let started_all = Instant::now();
+    for kind in ["plain", "tool"] {
+        let mut seq = 0usize;
+        let mut user = |i: usize, label: &str| {
+            seq += 1;
+            if keep_history {
+                format!("{label}-{kind}")
+            } else {
+                format!("{label}-{kind}-{i}-{seq}")
+            }
+        };
+        for i in 0..warmup {
+            for s in setups.iter_mut().filter(|s| s.kinds.contains(&kind)) {
+                let u = user(i, s.label.split(' ').next().unwrap());
+                chat(&mut s.broker, &format!("{kind} {i}"), &u).await;
+            }
+        }
+        let cpu_before: Vec<Vec<u64>> = setups
+            .iter()
+            .map(|s| s.pids.iter().map(|(_, p)| cpu_us(*p)).collect())
+            .collect();
+        for i in 0..messages {
+            for (si, s) in setups.iter_mut().enumerate() {
+                let Some(ki) = s.kinds.iter().position(|k| *k == kind) else {
+                    continue;
+                };
+                let u = user(warmup + i, s.label.split(' ').next().unwrap());
+                let t = chat(&mut s.broker, &format!("{kind} {i}"), &u).await;
+                let r = &mut results[si][ki].1;
+                r.total.push(t.total);
+                r.last_delta.push(t.last_delta);
+                if let Some(x) = t.tool_us {
+                    r.tool_us.push(x);
+                }
+            }
+        }
+        for (si, s) in setups.iter().enumerate() {
+            let Some(ki) = s.kinds.iter().position(|k| *k == kind) else {
+                continue;
+            };
+            results[si][ki].2 = s
+                .pids
+                .iter()
+                .zip(&cpu_before[si])
+                .map(|((n, p), b)| (n.clone(), (cpu_us(*p) - b) as f64 / messages as f64))
+                .collect();
+        }
+    }
+    let took = started_all.elapsed();
+    let load_after = loadavg();
+
+    println!("| kind | broker | messages | mean | min | p50 | p90 | p99 | max |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut medians = std::collections::BTreeMap::new();
+    for kind in ["plain", "tool"] {
+        for (si, s) in setups.iter().enumerate() {
+            let Some(ki) = s.kinds.iter().position(|k| *k == kind) else {
+                continue;
+            };
+            let t = summarize(results[si][ki].1.total.clone());
+            medians.insert((kind, si), t);
+            println!(
+                "| {kind} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                s.label, t.n, t.mean, t.min, t.p50, t.p90, t.p99, t.max
+            );
+        }
+    }
+    println!("\nHooks' cost = hooked − baseline (difference of medians; p99 difference for reference). Hook invocations per message: plain 5 stages × 3 plugins = 15, tool 8 stage runs (post_action twice, before/after_toolcall once) × 3 = 24; after_output's 3 run concurrently.\n");
+    println!("| kind | baseline p50 | hooked p50 | Δ p50 | Δ p50 per hook invocation | baseline p99 | hooked p99 | Δ p99 |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (kind, invocations) in [("plain", 15.0), ("tool", 24.0)] {
+        let b = medians[&(kind, 1)];
+        let h = medians[&(kind, 2)];
+        println!(
+            "| {kind} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            b.p50,
+            h.p50,
+            h.p50 - b.p50,
+            (h.p50 - b.p50) / invocations,
+            b.p99,
+            h.p99,
+            h.p99 - b.p99
+        );
+    }
+    let n0 = medians[&("plain", 0)];
+    let n1 = medians[&("plain", 1)];
+    println!(
+        "\nplain, none vs baseline (a registered tool that is not called): p50 {:.0} vs {:.0} µs.\n",
+        n0.p50, n1.p50
+    );
+
+    println!("Where the time goes (p50, µs): to the first text delta of the final answer (everything before the last LLM round's stream, plus that round's first chunk), Final − that delta (end of stream, before_output, after_output, history write), and the broker's `elapsed_us` of the tool call (before_toolcall + plugin call + after_toolcall).\n");
+    println!("| kind | broker | first delta of the answer | Final − first delta | tool call elapsed_us |");
+    println!("|---|---|---:|---:|---:|");
+    for kind in ["plain", "tool"] {
+        for (si, s) in setups.iter().enumerate() {
+            let Some(ki) = s.kinds.iter().position(|k| *k == kind) else {
+                continue;
+            };
+            let r = &results[si][ki].1;
+            let d = summarize(r.last_delta.clone());
+            let rest = summarize(
+                r.total
+                    .iter()
+                    .zip(&r.last_delta)
+                    .map(|(t, d)| t - d)
+                    .collect(),
+            );
+            let tool = if r.tool_us.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.0}", summarize(r.tool_us.clone()).p50)
+            };
+            println!(
+                "| {kind} | {} | {:.0} | {:.0} | {tool} |",
+                s.label, d.p50, rest.p50
+            );
+        }
+    }
+
+    println!("\nCPU per message (utime+stime from /proc over the measured messages, µs/message; 10 ms tick, so ±{:.0} µs at {messages} messages).\n", 10_000.0 / messages as f64);
+    println!("| kind | broker | process | CPU µs/message |");
+    println!("|---|---|---|---:|");
+    for kind in ["plain", "tool"] {
+        for (si, s) in setups.iter().enumerate() {
+            let Some(ki) = s.kinds.iter().position(|k| *k == kind) else {
+                continue;
+            };
+            for (name, c) in &results[si][ki].2 {
+                println!("| {kind} | {} | {name} | {c:.0} |", s.label);
+            }
+        }
+    }
+
+    println!("\nThe scripted server's own answer time: direct streamed POSTs from this process (reqwest, keep-alive), {messages} requests after {} warm-up, whole body read, µs.\n", messages / 10);
+    println!("| server | request | mean | p50 | p90 | p99 | max |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for (server, base) in [
+        ("TCP_NODELAY listener", nodelay.url.clone()),
+        ("`ScriptedLlm` as is", stock.base_url()),
+    ] {
+        for (what, with_tool) in [
+            ("plain answer (role, 1 content chunk, finish, usage)", false),
+            ("answer after a tool result (3 content chunks)", true),
+        ] {
+            let s = scripted_server_time(&base, messages, with_tool).await;
+            println!(
+                "| {server} | {what} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                s.mean, s.p50, s.p90, s.p99, s.max
+            );
+        }
+    }
+    println!(
+        "\nPipeline part: {:.1} s; loadavg before {load_before}, after {load_after}.\n",
+        took.as_secs_f64()
+    );
+
+    // Stop the brokers; every process they started must be gone.
+    let mut bpids = Vec::new();
+    for s in setups.drain(..) {
+        bpids.push(s.broker.pid());
+        drop(s.broker);
+    }
+    drop(stock);
+    nodelay.stop().await;
+    all_pids.sort_unstable();
+    all_pids.dedup();
+    let left = wait_gone(&all_pids, Duration::from_secs(10));
+    if left.is_empty() {
+        println!(
+            "cleanup: the 3 brokers and the {} plugin processes are gone.\n",
+            all_pids.len() - bpids.len()
+        );
+        true
+    } else {
+        println!("cleanup: STILL RUNNING after stop: {left:?}\n");
+        false
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// 2. Adapter cost
+// ---------------------------------------------------------------------------------
+
+/// A unified request: system prompt, 19 more messages (users, assistants with tool
+/// calls, tool results), 5 tools with schemas, streaming on.
+fn big_request() -> Value {
+    let tool = |name: &str, desc: &str, props: Value, required: Value| {
+        json!({"type": "function", "function": {"name": name, "description": desc,
+            "parameters": {"type": "object", "properties": props, "required": required}}})
+    };
+    let tools = vec![
+        tool(
+            "weather",
+            "Current weather and a 3-day forecast for a city.",
+            json!({"city": {"type": "string", "description": "City name"}, "units": {"type": "string", "enum": ["c", "f"]}}),
+            json!(["city"]),
+        ),
+        tool(
+            "calculator",
+            "Evaluates an arithmetic expression.",
+            json!({"expression": {"type": "string", "description": "e.g. (2+3)*4"}}),
+            json!(["expression"]),
+        ),
+        tool(
+            "search_notes",
+            "Full-text search in the user's notes.",
+            json!({"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}}),
+            json!(["query"]),
+        ),
+        tool(
+            "send_message",
+            "Sends a message to a contact.",
+            json!({"to": {"type": "string"}, "text": {"type": "string"}, "urgent": {"type": "boolean"}}),
+            json!(["to", "text"]),
+        ),
+        tool(
+            "calendar_add",
+            "Adds an event to the calendar.",
+            json!({"title": {"type": "string"}, "start": {"type": "string", "format": "date-time"}, "minutes": {"type": "integer"}}),
+            json!(["title", "start"]),
+        ),
+    ];
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are Hearth, a helpful assistant running on the user's machine. Answer briefly; use the tools when they help. Today is Monday."}),
+    ];
+    let mut n = 0;
+    while messages.len() < 20 {
+        n += 1;
+        messages.push(json!({"role": "user", "content": format!("Question {n}: what's the weather in Paris, and what is {n} * 17? Also check my notes about the trip.")}));
+        if messages.len() >= 20 {
+            break;
+        }
+        if n % 2 == 1 {
+            messages.push(json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": format!("call_{n}a"), "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\",\"units\":\"c\"}"}},
+                {"id": format!("call_{n}b"), "type": "function", "function": {"name": "calculator", "arguments": format!("{{\"expression\":\"{n}*17\"}}")}}
+            ]}));
+            messages.push(json!({"role": "tool", "tool_call_id": format!("call_{n}a"), "content": "Paris: 14 °C, light rain; tomorrow 16 °C, cloudy; then 18 °C, sunny."}));
+            messages.push(json!({"role": "tool", "tool_call_id": format!("call_{n}b"), "content": format!("{}", n * 17)}));
+        }
+        messages.push(json!({"role": "assistant", "content": format!("It's 14 °C with light rain in Paris, warming to 18 °C by Wednesday. {n} × 17 = {}. Your trip notes mention the train at 9:12 from Gare de Lyon.", n * 17)}));
+    }
+    messages.truncate(20);
+    json!({"model": "gpt-4o", "messages": messages, "tools": tools, "tool_choice": "auto", "stream": true})
+}
+
+fn time_calls(iters: usize, mut f: impl FnMut()) -> Summary {
+    for _ in 0..(iters / 10).max(10) {
+        f();
+    }
+    let mut us = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        f();
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    summarize(us)
+}
+
+fn adapter_part(iters: usize) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let set = AdapterSet::load(dir.path());
+    let a: std::sync::Arc<Adapter> = set.get("openai").expect("built-in openai adapter");
+    let request = big_request();
+    let request_bytes = request.to_string().len();
+    let out = a.transform_request(&request).expect("transform_request");
+    assert_eq!(out["messages"].as_array().unwrap().len(), 20);
+    assert_eq!(out["tools"].as_array().unwrap().len(), 5);
+    let resp = a.transform_response(RESPONSE).expect("transform_response");
+    assert_eq!(resp.tool_calls.len(), 2);
+    let chunks: Vec<&str> = STREAM.lines().collect();
+    assert_eq!(chunks.len(), 25);
+    for c in &chunks {
+        a.transform_stream_chunk(c).expect("transform_stream_chunk");
+    }
+    assert!(a.transform_stream_chunk(CONTENT_CHUNK).unwrap().is_some());
+
+    println!("## 2. Adapter cost (built-in `openai.lua`, called directly)\n");
+    println!(
+        "{iters} calls each after {} warm-up, one thread, µs per call. loadavg: {}.\n",
+        (iters / 10).max(10),
+        loadavg()
+    );
+    println!("| call | input | mean | min | p50 | p90 | p99 | max |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    let row = |what: &str, input: String, s: Summary| {
+        println!(
+            "| {what} | {input} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            s.mean, s.min, s.p50, s.p90, s.p99, s.max
+        );
+    };
+    let s_req = time_calls(iters, || {
+        std::hint::black_box(a.transform_request(std::hint::black_box(&request)).unwrap());
+    });
+    row(
+        "transform_request",
+        format!("20 messages, 5 tools ({request_bytes} B JSON)"),
+        s_req,
+    );
+    let s_ser = time_calls(iters, || {
+        std::hint::black_box(serde_json::to_string(std::hint::black_box(&request)).unwrap());
+    });
+    row(
+        "(for scale: serde_json::to_string of that request)",
+        format!("{request_bytes} B"),
+        s_ser,
+    );
+    let s_resp = time_calls(iters, || {
+        std::hint::black_box(
+            a.transform_response(std::hint::black_box(RESPONSE))
+                .unwrap(),
+        );
+    });
+    row(
+        "transform_response",
+        format!("2 tool calls + usage ({} B)", RESPONSE.len()),
+        s_resp,
+    );
+    println!(
+        "| transform_request + transform_response | per non-streamed request | {:.1} | – | {:.1} | – | – | – |",
+        s_req.mean + s_resp.mean,
+        s_req.p50 + s_resp.p50
+    );
+    // Breakdown of transform_request: the same input through scripts doing less.
+    for (what, body) in [
+        ("host only: script returns its input string", "return s"),
+        (
+            "json.decode only (returns \"{}\")",
+            "json.decode(s) return \"{}\"",
+        ),
+        (
+            "json.encode(json.decode(s))",
+            "return json.encode(json.decode(s))",
+        ),
+    ] {
+        let src = format!(
+            "return {{ name = \"probe\", version = \"0\", endpoint = \"/x\", headers = {{}},\n\
+             transform_request = function(s) {body} end,\n\
+             transform_response = function(s) return s end }}"
+        );
+        let probe = Adapter::from_source("probe.lua", &src, &hearth::adapters::Limits::default())
+            .expect("probe adapter");
+        let s = time_calls(iters, || {
+            std::hint::black_box(
+                probe
+                    .transform_request(std::hint::black_box(&request))
+                    .unwrap(),
+            );
+        });
+        row(
+            "(breakdown) transform_request of a probe script",
+            format!("{what}; same request"),
+            s,
+        );
+    }
+    // Every chunk of the recorded stream, round robin.
+    let mut i = 0usize;
+    let s_all = time_calls(iters, || {
+        let c = chunks[i % chunks.len()];
+        i += 1;
+        std::hint::black_box(a.transform_stream_chunk(std::hint::black_box(c)).unwrap());
+    });
+    row(
+        "transform_stream_chunk",
+        format!(
+            "all 25 chunks of the recorded stream, round robin ({}–{} B)",
+            chunks.iter().map(|c| c.len()).min().unwrap(),
+            chunks.iter().map(|c| c.len()).max().unwrap()
+        ),
+        s_all,
+    );
+    for (what, c) in [
+        ("tool-call arguments fragment", chunks[2]),
+        ("tool-call start (id, name)", chunks[1]),
+        ("content delta (same shape, synthesized)", CONTENT_CHUNK),
+        ("finish_reason", chunks[23]),
+        ("usage (choices: [])", chunks[24]),
+    ] {
+        let s = time_calls(iters, || {
+            std::hint::black_box(a.transform_stream_chunk(std::hint::black_box(c)).unwrap());
+        });
+        row(
+            "transform_stream_chunk",
+            format!("{what} ({} B)", c.len()),
+            s,
+        );
+    }
+    println!();
+}
+
+fn main() {
+    let messages = env_num("HEARTH_BENCH_MESSAGES", 500) as usize;
+    let warmup = env_num("HEARTH_BENCH_WARMUP", 50) as usize;
+    let iters = env_num("HEARTH_BENCH_ITERS", 20_000) as usize;
+    let keep_history = match std::env::var("HEARTH_BENCH_HISTORY").as_deref() {
+        Ok("keep") => true,
+        Ok("fresh") | Err(_) => false,
+        Ok(other) => panic!("HEARTH_BENCH_HISTORY={other:?}: use fresh or keep"),
+    };
+    let stock_llm = match std::env::var("HEARTH_BENCH_LLM").as_deref() {
+        Ok("stock") => true,
+        Ok("nodelay") | Err(_) => false,
+        Ok(other) => panic!("HEARTH_BENCH_LLM={other:?}: use nodelay or stock"),
+    };
+    let part = std::env::var("HEARTH_BENCH_PART").unwrap_or_else(|_| "all".into());
+    assert!(
+        ["all", "pipeline", "adapter"].contains(&part.as_str()),
+        "HEARTH_BENCH_PART={part:?}: use all, pipeline or adapter"
+    );
+    assert!(messages > 0, "HEARTH_BENCH_MESSAGES must be > 0");
+
+    println!("# Hearth agent benchmark\n");
+    println!("{}", machine());
+    println!("broker: {}", env!("CARGO_BIN_EXE_hearth"));
+    println!(
+        "messages={messages} warmup={warmup} iters={iters} history={} llm={} part={part}\n",
+        if keep_history { "keep" } else { "fresh" },
+        if stock_llm { "stock" } else { "nodelay" },
+    );
+
+    if part != "pipeline" {
+        adapter_part(iters);
+    }
+    if part != "adapter" {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let clean = rt.block_on(pipeline(messages, warmup, keep_history, stock_llm));
+        drop(rt);
+        if !clean {
+            std::process::exit(1);
+        }
+    }
+}
