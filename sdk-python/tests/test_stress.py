@@ -115,10 +115,8 @@ def test_prefix_and_crash_mid_call(tmp_path):
     async def body(b):
         proc, s = await started(b, "crash_mid_call", HEARTH_TOOL_PREFIX="px")
         assert [t.name for t in s.register.tools][:2] == ["px_echo", "px_sleep"]
-        t0 = time.monotonic()
         s.invoke("px_sleep", {"ms": 400})
         assert await proc.wait(5) == 1
-        assert time.monotonic() - t0 < 0.4 + 0.3
         assert "px_sleep: crashing mid-call" in proc.stderr()
 
     run(tmp_path, body)

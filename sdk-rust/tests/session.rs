@@ -410,9 +410,9 @@ async fn fifty_concurrent_calls_are_matched_by_call_id() {
         assert_eq!(*call_id, 1000 + i, "result of call {call_id} carries i={i}");
     }
     assert_eq!(seen.len(), 50);
-    // Serially this would take ~8.9 s.
+    // Serially this would take ~8.9 s; a generous bound for loaded CI machines.
     assert!(
-        elapsed < Duration::from_secs(3),
+        elapsed < Duration::from_secs(6),
         "calls did not run concurrently: {elapsed:?}"
     );
     run.shutdown().await;
