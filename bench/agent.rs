@@ -43,6 +43,10 @@
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
+#[path = "common.rs"]
+mod common;
+
+use common::{env_num, loadavg, machine};
 
 use std::time::{Duration, Instant};
 
@@ -89,15 +93,6 @@ const CONTENT_CHUNK: &str = r#"{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","o
 /// `shared/wire/openai-chat-parallel-toolcalls-response.json`.
 const RESPONSE: &str = r#"{"id": "chatcmpl-ABfvyvfNWKcl7Ohqos4UFrmMs1v4C", "object": "chat.completion", "created": 1727346166, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_fdNz3vOBKYgOIpMdWotB9MjY", "type": "function", "function": {"name": "GetWeatherArgs", "arguments": "{\"city\": \"Edinburgh\", \"country\": \"GB\", \"units\": \"c\"}"}}, {"id": "call_h1DWI1POMJLb0KwIyQHWXD4p", "type": "function", "function": {"name": "get_stock_price", "arguments": "{\"ticker\": \"AAPL\", \"exchange\": \"NASDAQ\"}"}}], "refusal": null}, "logprobs": null, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209, "completion_tokens_details": {"reasoning_tokens": 0}}, "system_fingerprint": "fp_b40fb1c6fb"}"#;
 
-fn env_num(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-        Err(_) => default,
-    }
-}
 
 /// Latency summary in microseconds (nearest-rank percentiles).
 #[derive(Clone, Copy)]
@@ -142,35 +137,7 @@ fn cpu_us(pid: u32) -> u64 {
     ticks * 1_000_000 / hz.max(1)
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|v| v.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!(
-        "CPU: {model}; {cpus} CPUs available; Linux {}; loadavg at start: {}",
-        kernel.trim(),
-        loadavg()
-    )
-}
 
 // ---------------------------------------------------------------------------------
 // 1. Pipeline overhead

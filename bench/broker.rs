@@ -21,6 +21,10 @@
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
+#[path = "common.rs"]
+mod common;
+
+use common::{env_num, machine};
 
 use std::time::{Duration, Instant};
 
@@ -57,15 +61,6 @@ const TARGETS: [Target; 3] = [
     },
 ];
 
-fn env_num(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-        Err(_) => default,
-    }
-}
 
 /// Arguments the broker itself rejects (not an object): the call is answered by the
 /// broker without reaching the plugin, which isolates the Admin path.
@@ -199,30 +194,6 @@ async fn throughput(
     (all.len(), started.elapsed(), all)
 }
 
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|v| v.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    format!(
-        "CPU: {model}; {cpus} CPUs available; Linux {}; loadavg at start: {}",
-        kernel.trim(),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    )
-}
 
 fn main() {
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.

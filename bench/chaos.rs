@@ -34,6 +34,10 @@
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
+#[path = "common.rs"]
+mod common;
+
+use common::{env_num, loadavg, machine};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -46,15 +50,6 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-fn env_num(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-        Err(_) => default,
-    }
-}
 
 fn lang_label(lang: &str) -> &'static str {
     match lang {
@@ -577,35 +572,7 @@ fn threads(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|v| v.split_once(':'))
-                .map(|(_, m)| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!(
-        "CPU: {model}; {cpus} CPUs available; Linux {}; loadavg at start: {}",
-        kernel.trim(),
-        loadavg()
-    )
-}
 
 fn main() {
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.
