@@ -238,8 +238,9 @@ async fn one_call(mut admin: AdminConn, target: Target, seq: u64, cfg: Arc<Cfg>)
             (class, format!("{:?}: {msg}", status.code()))
         }
     };
-    let unclear = !matches!(class, Class::Ok | Class::Hung)
-        && !(message.contains(&format!("plugin {}", target.name)) && message.contains(&tool));
+    // A failure's message must name the plugin and the tool.
+    let names_both = message.contains(&format!("plugin {}", target.name)) && message.contains(&tool);
+    let unclear = !(matches!(class, Class::Ok | Class::Hung) || names_both);
     Outcome {
         lang: target.lang,
         plugin: target.name,
