@@ -232,4 +232,14 @@ function adapter.transform_stream_chunk(raw_line)
   return json.encode(out)
 end
 
+-- Sample payloads for `hearth adapters check openai` (shapes of the real API).
+adapter.samples = {
+  response = [[{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"calculator","arguments":"{\"expression\":\"(2+3)*4\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}]],
+  stream = {
+    [[{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}]],
+    [[{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"calculator","arguments":"{\"expr"}}]},"finish_reason":null}]}]],
+    [[{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}]],
+  },
+}
+
 return adapter

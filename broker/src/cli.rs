@@ -72,6 +72,12 @@ pub enum Command {
         #[arg(long, env = "HEARTH_LLM_ADAPTER", value_name = "NAME")]
         llm_adapter: Option<String>,
     },
+    /// LLM adapters (built-in and `<data_dir>/adapters/*.lua`), read locally: no broker needed.
+    Adapters {
+        /// Adapter operation.
+        #[command(subcommand)]
+        command: AdaptersCommand,
+    },
     /// LLM sources: list them with their health, or choose the one to use first.
     Llm {
         /// Source operation.
@@ -147,6 +153,18 @@ pub enum PluginsCommand {
     },
 }
 
+/// `hearth adapters …`
+#[derive(Debug, Subcommand)]
+pub enum AdaptersCommand {
+    /// Every adapter the broker would load, and scripts that fail to load (with the line).
+    List,
+    /// Load NAME and run its transforms on sample data, reporting each step.
+    Check {
+        /// Adapter name.
+        name: String,
+    },
+}
+
 /// `hearth llm …`
 #[derive(Debug, Subcommand)]
 pub enum LlmCommand {
@@ -201,6 +219,20 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Dev { command } => crate::scripted::dev_command(command),
+        Command::Adapters { command } => {
+            let (report, ok) = match command {
+                AdaptersCommand::List => (crate::adapters::check::list(&cli.data_dir).0, true),
+                AdaptersCommand::Check { name } => {
+                    crate::adapters::check::check(&cli.data_dir, &name)
+                }
+            };
+            print!("{report}");
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
         Command::Run {
             plugins,
             listen,
@@ -389,7 +421,7 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
 async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<ExitCode> {
     let mut conn = AdminConn::connect(data_dir).await?;
     match command {
-        Command::Run { .. } | Command::Reaper | Command::Dev { .. } => {
+        Command::Run { .. } | Command::Reaper | Command::Dev { .. } | Command::Adapters { .. } => {
             unreachable!("handled in main")
         }
         Command::Chat(args) => return crate::chat::chat(&mut conn, data_dir, args).await,

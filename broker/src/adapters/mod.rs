@@ -60,6 +60,7 @@ use std::time::Duration;
 use mlua::{ChunkMode, Function, Value as LuaValue};
 use serde_json::Value;
 
+pub mod check;
 pub use error::AdapterError;
 pub use types::{CompletionResponse, StreamChunk, TokenUsage, ToolCall, ToolCallDelta};
 
@@ -133,7 +134,18 @@ pub struct Adapter {
     instruction_limit: u64,
     streaming: bool,
     stream_format: StreamFormat,
+    samples: Samples,
     loaded: Mutex<Loaded>,
+}
+
+/// Sample API payloads a script may carry for `hearth adapters check`
+/// (`adapter.samples = {response = "<API JSON>", stream = {"<data payload>", …}}`).
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    /// A response body of the API.
+    pub response: Option<String>,
+    /// Streamed payloads (SSE `data:` fields or NDJSON lines).
+    pub stream: Vec<String>,
 }
 
 impl std::fmt::Debug for Adapter {
@@ -265,6 +277,25 @@ impl Adapter {
         let transform_request = function(TRANSFORM_REQUEST, true)?.expect("required");
         let transform_response = function(TRANSFORM_RESPONSE, true)?.expect("required");
         let transform_stream_chunk = function(TRANSFORM_STREAM_CHUNK, false)?;
+        let samples = match table.raw_get::<LuaValue>("samples") {
+            Ok(LuaValue::Table(t)) => Samples {
+                response: t
+                    .raw_get::<Option<String>>("response")
+                    .map_err(|e| load_err(format!("adapter.samples.response: {e}")))?,
+                stream: t
+                    .raw_get::<Option<Vec<String>>>("stream")
+                    .map_err(|e| load_err(format!("adapter.samples.stream: {e}")))?
+                    .unwrap_or_default(),
+            },
+            Ok(LuaValue::Nil) => Samples::default(),
+            Ok(other) => {
+                return Err(load_err(format!(
+                    "adapter.samples: expected table, got {}",
+                    other.type_name()
+                )))
+            }
+            Err(e) => return Err(load_err(format!("adapter.samples: {e}"))),
+        };
 
         Ok(Adapter {
             name,
@@ -278,6 +309,7 @@ impl Adapter {
             instruction_limit: limits.instructions,
             streaming: transform_stream_chunk.is_some(),
             stream_format,
+            samples,
             loaded: Mutex::new(Loaded {
                 vm,
                 transform_request,
@@ -324,6 +356,11 @@ impl Adapter {
     /// The file the script came from (`adapters/openai.lua (built-in)` or a data-dir path).
     pub fn file(&self) -> &str {
         &self.file
+    }
+
+    /// The sample payloads the script carries (`adapter.samples`), for checks.
+    pub fn samples(&self) -> &Samples {
+        &self.samples
     }
 
     /// Whether the script has `transform_stream_chunk`.

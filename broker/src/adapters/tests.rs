@@ -850,7 +850,11 @@ fn data_dir_overrides_and_isolates_broken_scripts() {
 
     let set = AdapterSet::load(dir.path());
     let builtins: Vec<String> = BUILTINS.iter().map(|(n, _)| n.to_string()).collect();
-    let mut expected: Vec<String> = builtins.iter().cloned().chain(["echo".to_string()]).collect();
+    let mut expected: Vec<String> = builtins
+        .iter()
+        .cloned()
+        .chain(["echo".to_string()])
+        .collect();
     expected.sort();
     assert_eq!(set.names(), expected);
     assert_eq!(
@@ -891,7 +895,10 @@ fn data_dir_overrides_and_isolates_broken_scripts() {
     let e = set.get("nope").unwrap_err();
     assert_eq!(
         e.to_string(),
-        format!("adapter nope: not found (available: {})", expected.join(", "))
+        format!(
+            "adapter nope: not found (available: {})",
+            expected.join(", ")
+        )
     );
 }
 
@@ -1109,9 +1116,14 @@ fn a_script_can_start_from_a_builtin_and_change_what_differs() {
         return adapter
         "#,
     );
-    assert_eq!((a.name(), a.endpoint()), ("compat", "/openai/v1/chat/completions"));
+    assert_eq!(
+        (a.name(), a.endpoint()),
+        ("compat", "/openai/v1/chat/completions")
+    );
     let out = a
-        .transform_request(&serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .transform_request(
+            &serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        )
         .unwrap();
     assert_eq!(out["temperature"], 1);
     assert_eq!(out["messages"][0]["content"], "hi");
@@ -1120,6 +1132,7 @@ fn a_script_can_start_from_a_builtin_and_change_what_differs() {
         .transform_response(r#"{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}"#)
         .unwrap();
     assert_eq!(r.content, "ok");
-    let e = Adapter::from_source("x.lua", "return builtin('nope')", &Limits::default()).unwrap_err();
+    let e =
+        Adapter::from_source("x.lua", "return builtin('nope')", &Limits::default()).unwrap_err();
     assert!(e.to_string().contains("no built-in adapter `nope`"), "{e}");
 }

@@ -141,7 +141,8 @@ impl LlmClient {
         let url = format!(
             "{}/{}",
             source.base_url.trim_end_matches('/'),
-            path.replace("{model}", &source.model).trim_start_matches('/')
+            path.replace("{model}", &source.model)
+                .trim_start_matches('/')
         );
         let http_err = |message: String| LlmError::Http {
             source_name: name.clone(),
@@ -255,7 +256,9 @@ impl LlmClient {
                     };
                     match next {
                         None => break,
-                        Some(Err(e)) => return Err(http_err(format!("stream broke: {}", describe(&e)))),
+                        Some(Err(e)) => {
+                            return Err(http_err(format!("stream broke: {}", describe(&e))))
+                        }
                         Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
                     }
                     while let Some(i) = buf.iter().position(|&b| b == b'\n') {
@@ -316,7 +319,10 @@ impl Assembly {
                     *mine = theirs;
                 }
             }
-            self.usage.total = self.usage.total.max(self.usage.prompt + self.usage.completion);
+            self.usage.total = self
+                .usage
+                .total
+                .max(self.usage.prompt + self.usage.completion);
         }
     }
 

@@ -1,0 +1,179 @@
+//! `hearth adapters list` and `hearth adapters check NAME`: what the broker would load
+//! from the built-ins and `<data_dir>/adapters/`, and a dry run of one adapter's
+//! transforms on sample data, each failure with its script line.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::{AdapterError, AdapterSet};
+
+/// One line per adapter: name, version, endpoint, streaming, file; then the scripts
+/// that failed to load with their error.
+pub fn list(data_dir: &Path) -> (String, bool) {
+    let set = AdapterSet::load(data_dir);
+    let mut out = format!(
+        "{:<12} {:<8} {:<9} {:<40} FILE\n",
+        "NAME", "VERSION", "STREAMING", "ENDPOINT"
+    );
+    for name in set.names() {
+        let a = set.get(&name).expect("listed adapters load");
+        out.push_str(&format!(
+            "{:<12} {:<8} {:<9} {:<40} {}\n",
+            a.name(),
+            a.version(),
+            if a.supports_streaming() { "yes" } else { "no" },
+            a.endpoint(),
+            a.file()
+        ));
+    }
+    for (name, e) in set.errors() {
+        out.push_str(&format!("{name:<12} FAILED   {e}\n"));
+    }
+    (out, set.errors().is_empty())
+}
+
+/// A unified CompletionRequest exercising history, tool calls and results, tools.
+fn sample_request() -> Value {
+    json!({
+        "model": "sample-model",
+        "messages": [
+            {"role": "system", "content": "You are a test."},
+            {"role": "user", "content": "What is (2+3)*4?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "calculator", "arguments": "{\"expression\":\"(2+3)*4\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "(2+3)*4 = 20"},
+            {"role": "user", "content": "Thanks!"}
+        ],
+        "tools": [{"type": "function", "function": {"name": "calculator", "description": "Evaluates arithmetic.",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}],
+        "tool_choice": "auto",
+        "temperature": 0.7,
+        "max_tokens": 256,
+        "stream": false
+    })
+}
+
+/// Checks adapter `name`: it loads, `transform_request` turns the sample request
+/// into JSON, and the script's own `samples` (optional: `adapter.samples = {response =
+/// "<API JSON>", stream = {"<data payload>", …}}`) go through `transform_response` and
+/// `transform_stream_chunk`. Returns the report and whether everything passed.
+pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
+    let set = AdapterSet::load(data_dir);
+    let adapter = match set.get(name) {
+        Ok(a) => a,
+        Err(e) => return (format!("✗ load: {e}\n"), false),
+    };
+    let mut out = format!(
+        "✓ load: {} {} ({})\n",
+        adapter.name(),
+        adapter.version(),
+        adapter.file()
+    );
+    let mut ok = true;
+    let mut step = |out: &mut String, what: &str, r: Result<String, AdapterError>| match r {
+        Ok(detail) => out.push_str(&format!("✓ {what}: {detail}\n")),
+        Err(e) => {
+            ok = false;
+            out.push_str(&format!("✗ {what}: {e}\n"));
+        }
+    };
+    let mut request = sample_request();
+    step(
+        &mut out,
+        "transform_request",
+        adapter
+            .transform_request(&request)
+            .map(|v| format!("{} bytes of JSON", v.to_string().len())),
+    );
+    request["stream"] = json!(true);
+    if adapter.supports_streaming() {
+        step(
+            &mut out,
+            "transform_request (stream)",
+            adapter.transform_request(&request).map(|_| "ok".into()),
+        );
+    }
+    let samples = adapter.samples();
+    match &samples.response {
+        Some(body) => step(
+            &mut out,
+            "transform_response (sample)",
+            adapter.transform_response(body).map(|r| {
+                format!(
+                    "content {:?}, {} tool call(s), finish {:?}",
+                    r.content,
+                    r.tool_calls.len(),
+                    r.finish_reason
+                )
+            }),
+        ),
+        None => out.push_str("- transform_response: no `samples.response` in the script\n"),
+    }
+    if samples.stream.is_empty() && adapter.supports_streaming() {
+        out.push_str("- transform_stream_chunk: no `samples.stream` in the script\n");
+    }
+    for (i, data) in samples.stream.iter().enumerate() {
+        step(
+            &mut out,
+            &format!("transform_stream_chunk (sample {i})"),
+            adapter.transform_stream_chunk(data).map(|c| match c {
+                Some(c) => format!(
+                    "{} chars, {} tool-call fragment(s){}",
+                    c.content.len(),
+                    c.tool_calls.len(),
+                    if c.done { ", done" } else { "" }
+                ),
+                None => "skipped".into(),
+            }),
+        );
+    }
+    drop(step);
+    (out, ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_openai_passes_and_a_broken_script_is_named_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let (report, ok) = check(dir.path(), "openai");
+        assert!(ok, "{report}");
+        assert!(
+            report.contains("✓ transform_response (sample): content \"\", 1 tool call(s)"),
+            "{report}"
+        );
+        assert!(
+            report.contains("✓ transform_stream_chunk (sample 2)"),
+            "{report}"
+        );
+        std::fs::create_dir(dir.path().join("adapters")).unwrap();
+        std::fs::write(
+            dir.path().join("adapters/mine.lua"),
+            "local adapter = {name = 'mine', endpoint = '/x'}\n\
+             function adapter.transform_request(raw)\n  error('cannot map this request')\nend\n\
+             function adapter.transform_response(raw) return raw end\nreturn adapter\n",
+        )
+        .unwrap();
+        let (report, ok) = check(dir.path(), "mine");
+        assert!(!ok);
+        assert!(
+            report.contains("✗ transform_request") && report.contains("mine.lua:3:"),
+            "{report}"
+        );
+        std::fs::write(
+            dir.path().join("adapters/bad.lua"),
+            "local adapter = {\nreturn adapter\n",
+        )
+        .unwrap();
+        let (report, ok) = check(dir.path(), "bad");
+        assert!(
+            !ok && report.contains("✗ load") && report.contains("bad.lua:2:"),
+            "{report}"
+        );
+        let (listing, _) = list(dir.path());
+        assert!(listing.contains("bad          FAILED"), "{listing}");
+    }
+}
