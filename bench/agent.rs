@@ -40,11 +40,11 @@
 //! - `HEARTH_BENCH_PART` `all` (default), `pipeline` or `adapter`
 #![allow(unreachable_pub, missing_docs)]
 
+#[path = "common.rs"]
+mod common;
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
-#[path = "common.rs"]
-mod common;
 
 use common::{env_num, loadavg, machine};
 
@@ -93,7 +93,6 @@ const CONTENT_CHUNK: &str = r#"{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","o
 /// `shared/wire/openai-chat-parallel-toolcalls-response.json`.
 const RESPONSE: &str = r#"{"id": "chatcmpl-ABfvyvfNWKcl7Ohqos4UFrmMs1v4C", "object": "chat.completion", "created": 1727346166, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_fdNz3vOBKYgOIpMdWotB9MjY", "type": "function", "function": {"name": "GetWeatherArgs", "arguments": "{\"city\": \"Edinburgh\", \"country\": \"GB\", \"units\": \"c\"}"}}, {"id": "call_h1DWI1POMJLb0KwIyQHWXD4p", "type": "function", "function": {"name": "get_stock_price", "arguments": "{\"ticker\": \"AAPL\", \"exchange\": \"NASDAQ\"}"}}], "refusal": null}, "logprobs": null, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209, "completion_tokens_details": {"reasoning_tokens": 0}}, "system_fingerprint": "fp_b40fb1c6fb"}"#;
 
-
 /// Latency summary in microseconds (nearest-rank percentiles).
 #[derive(Clone, Copy)]
 struct Summary {
@@ -136,8 +135,6 @@ fn cpu_us(pid: u32) -> u64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     ticks * 1_000_000 / hz.max(1)
 }
-
-
 
 // ---------------------------------------------------------------------------------
 // 1. Pipeline overhead

@@ -18,11 +18,11 @@
 //! - `HEARTH_BENCH_ONLY` comma-separated subset of `rs,py,nd` (default all)
 #![allow(unreachable_pub, missing_docs)]
 
+#[path = "common.rs"]
+mod common;
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
-#[path = "common.rs"]
-mod common;
 
 use common::{env_num, machine};
 
@@ -60,7 +60,6 @@ const TARGETS: [Target; 3] = [
         tool: "nd_echo",
     },
 ];
-
 
 /// Arguments the broker itself rejects (not an object): the call is answered by the
 /// broker without reaching the plugin, which isolates the Admin path.
@@ -193,7 +192,6 @@ async fn throughput(
     }
     (all.len(), started.elapsed(), all)
 }
-
 
 fn main() {
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.

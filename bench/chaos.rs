@@ -31,11 +31,11 @@
 //! - `HEARTH_CHAOS_SEED` seed of the killer's choices (default: from the clock)
 #![allow(unreachable_pub, missing_docs)]
 
+#[path = "common.rs"]
+mod common;
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
-#[path = "common.rs"]
-mod common;
 
 use common::{env_num, loadavg, machine};
 
@@ -49,7 +49,6 @@ use hearth_proto::v1::{CallToolRequest, ListPluginsRequest, PluginState, PluginS
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-
 
 fn lang_label(lang: &str) -> &'static str {
     match lang {
@@ -239,7 +238,8 @@ async fn one_call(mut admin: AdminConn, target: Target, seq: u64, cfg: Arc<Cfg>)
         }
     };
     // A failure's message must name the plugin and the tool.
-    let names_both = message.contains(&format!("plugin {}", target.name)) && message.contains(&tool);
+    let names_both =
+        message.contains(&format!("plugin {}", target.name)) && message.contains(&tool);
     let unclear = !(matches!(class, Class::Ok | Class::Hung) || names_both);
     Outcome {
         lang: target.lang,
@@ -572,8 +572,6 @@ fn threads(pid: u32) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
-
-
 
 fn main() {
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.
