@@ -128,7 +128,6 @@ pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
             }),
         );
     }
-    drop(step);
     (out, ok)
 }
 

@@ -10,21 +10,21 @@ use serde_json::{json, Value};
 
 use super::*;
 
-fn testdata() -> PathBuf {
+pub(super) fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/testdata")
 }
 
-fn read(rel: &str) -> String {
+pub(super) fn read(rel: &str) -> String {
     let path = testdata().join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn read_json(rel: &str) -> Value {
+pub(super) fn read_json(rel: &str) -> Value {
     serde_json::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
 /// Compares `actual` with the golden file (as JSON values: `[]` ≠ `{}`, `1` ≠ `1.0`).
-fn golden(rel: &str, actual: &Value) {
+pub(super) fn golden(rel: &str, actual: &Value) {
     let path = testdata().join(rel);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();

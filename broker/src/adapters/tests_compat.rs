@@ -4,45 +4,14 @@
 //! `adapters/testdata/<adapter>/golden/` (refresh with `UPDATE_GOLDEN=1`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::*;
 
-fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/testdata")
-}
-
-fn read(rel: &str) -> String {
-    let path = testdata().join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// Compares `actual` with the golden file (as JSON values).
-fn golden(rel: &str, actual: &Value) {
-    let path = testdata().join(rel);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, serde_json::to_string_pretty(actual).unwrap() + "\n").unwrap();
-        return;
-    }
-    let expected: Value = match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text).unwrap(),
-        Err(e) => panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        ),
-    };
-    assert_eq!(
-        actual,
-        &expected,
-        "{} differs:\n{}",
-        path.display(),
-        serde_json::to_string_pretty(actual).unwrap()
-    );
-}
+use super::tests::{golden, read};
 
 fn builtin(name: &str) -> Arc<Adapter> {
     AdapterSet::load(Path::new("/nonexistent-hearth-data-dir"))

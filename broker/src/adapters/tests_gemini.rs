@@ -4,48 +4,24 @@
 //! `adapters/testdata/gemini/golden/`; refresh with `UPDATE_GOLDEN=1`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::*;
 
-fn testdata() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/testdata/gemini")
-}
-
 fn read(rel: &str) -> String {
-    let path = testdata().join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    super::tests::read(&format!("gemini/{rel}"))
 }
 
 fn read_json(rel: &str) -> Value {
-    serde_json::from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    super::tests::read_json(&format!("gemini/{rel}"))
 }
 
-/// Compares `actual` with the golden file `golden/<name>` (as JSON values).
+/// Compares `actual` with `adapters/testdata/gemini/golden/<name>` (UPDATE_GOLDEN=1 refreshes).
 fn golden(name: &str, actual: &Value) {
-    let path = testdata().join("golden").join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, serde_json::to_string_pretty(actual).unwrap() + "\n").unwrap();
-        return;
-    }
-    let expected: Value = match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text).unwrap(),
-        Err(e) => panic!(
-            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
-            path.display()
-        ),
-    };
-    assert_eq!(
-        actual,
-        &expected,
-        "{} differs:\n{}",
-        path.display(),
-        serde_json::to_string_pretty(actual).unwrap()
-    );
+    super::tests::golden(&format!("gemini/golden/{name}"), actual)
 }
 
 /// A fresh built-in gemini adapter (its own VM, so no stream state from other tests).
