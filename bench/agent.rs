@@ -46,7 +46,7 @@ mod common;
 #[path = "../tests/integration/harness.rs"]
 mod harness;
 
-use common::{env_num, loadavg, machine};
+use common::{cpu_us, env_num, loadavg, machine, summarize, Summary};
 
 use std::time::{Duration, Instant};
 
@@ -92,49 +92,6 @@ const CONTENT_CHUNK: &str = r#"{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","o
 /// A recorded response with two tool calls, copied from
 /// `shared/wire/openai-chat-parallel-toolcalls-response.json`.
 const RESPONSE: &str = r#"{"id": "chatcmpl-ABfvyvfNWKcl7Ohqos4UFrmMs1v4C", "object": "chat.completion", "created": 1727346166, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_fdNz3vOBKYgOIpMdWotB9MjY", "type": "function", "function": {"name": "GetWeatherArgs", "arguments": "{\"city\": \"Edinburgh\", \"country\": \"GB\", \"units\": \"c\"}"}}, {"id": "call_h1DWI1POMJLb0KwIyQHWXD4p", "type": "function", "function": {"name": "get_stock_price", "arguments": "{\"ticker\": \"AAPL\", \"exchange\": \"NASDAQ\"}"}}], "refusal": null}, "logprobs": null, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209, "completion_tokens_details": {"reasoning_tokens": 0}}, "system_fingerprint": "fp_b40fb1c6fb"}"#;
-
-/// Latency summary in microseconds (nearest-rank percentiles).
-#[derive(Clone, Copy)]
-struct Summary {
-    n: usize,
-    mean: f64,
-    min: f64,
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    max: f64,
-}
-
-fn summarize(mut us: Vec<f64>) -> Summary {
-    assert!(!us.is_empty());
-    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = us.len();
-    let rank = |p: f64| us[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
-    Summary {
-        n,
-        mean: us.iter().sum::<f64>() / n as f64,
-        min: us[0],
-        p50: rank(0.50),
-        p90: rank(0.90),
-        p99: rank(0.99),
-        max: us[n - 1],
-    }
-}
-
-/// utime + stime of `pid` in microseconds (from /proc/<pid>/stat, clock ticks).
-fn cpu_us(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = rest.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + rest.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    ticks * 1_000_000 / hz.max(1)
-}
 
 // ---------------------------------------------------------------------------------
 // 1. Pipeline overhead

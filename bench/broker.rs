@@ -24,7 +24,7 @@ mod common;
 #[path = "../tests/integration/harness.rs"]
 mod harness;
 
-use common::{env_num, machine};
+use common::{cpu_us, env_num, machine, summarize};
 
 use std::time::{Duration, Instant};
 
@@ -87,51 +87,6 @@ async fn call_with(admin: &mut AdminConn, tool: &str, args: &str, ok: bool) -> (
     let wall = started.elapsed();
     assert_eq!(r.success, ok, "{tool}: {r:?}");
     (wall, r.elapsed_us)
-}
-
-/// Latency summary in microseconds (nearest-rank percentiles).
-struct Summary {
-    n: usize,
-    mean: f64,
-    min: f64,
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    p999: f64,
-    max: f64,
-}
-
-fn summarize(mut us: Vec<f64>) -> Summary {
-    assert!(!us.is_empty());
-    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = us.len();
-    let rank = |p: f64| us[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
-    Summary {
-        n,
-        mean: us.iter().sum::<f64>() / n as f64,
-        min: us[0],
-        p50: rank(0.50),
-        p90: rank(0.90),
-        p99: rank(0.99),
-        p999: rank(0.999),
-        max: us[n - 1],
-    }
-}
-
-/// utime + stime of `pid` in microseconds (from /proc/<pid>/stat, clock ticks).
-fn cpu_us(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
-    let rest: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = rest.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + rest.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    ticks * 1_000_000 / hz.max(1)
 }
 
 /// Own CPU time (utime + stime) of this bench process, in microseconds.

@@ -1,4 +1,6 @@
 //! Helpers shared by the benchmark harnesses (`broker`, `chaos`, `agent`).
+// Each harness compiles this file on its own and uses only part of it.
+#![allow(dead_code)]
 
 /// `name` from the environment as a number, else `default`; a value that is not a
 /// number stops the bench, naming the variable.
@@ -42,4 +44,59 @@ pub fn machine() -> String {
         kernel.trim(),
         loadavg()
     )
+}
+
+/// Latency summary in microseconds (nearest-rank percentiles).
+#[derive(Clone, Copy)]
+pub struct Summary {
+    /// Samples.
+    pub n: usize,
+    /// Mean.
+    pub mean: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Mean, min, max and nearest-rank percentiles of `us`.
+pub fn summarize(mut us: Vec<f64>) -> Summary {
+    assert!(!us.is_empty());
+    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = us.len();
+    let rank = |p: f64| us[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+    Summary {
+        n,
+        mean: us.iter().sum::<f64>() / n as f64,
+        min: us[0],
+        p50: rank(0.50),
+        p90: rank(0.90),
+        p99: rank(0.99),
+        p999: rank(0.999),
+        max: us[n - 1],
+    }
+}
+
+/// utime + stime of `pid` in microseconds (from /proc/<pid>/stat, clock ticks).
+pub fn cpu_us(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+    let rest: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = rest.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + rest.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    ticks * 1_000_000 / hz.max(1)
 }
