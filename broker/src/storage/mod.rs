@@ -6,6 +6,9 @@
 //!   [`HistoryBudget`] without splitting a tool exchange.
 //! - [`TextMemory`]: the raw chronological log, [`TextEvent`]s as JSONL under
 //!   `<data_dir>/memory/text/`, each append fsynced before it is acknowledged.
+//! - [`Settings`]: core keys in `config`, each plugin's keys in its own
+//!   `config_<name>` table, [`ConfigDef`]s, a [`Settings::dump`] with secrets masked;
+//!   [`PluginSettings`] is one plugin's view, one method per `hearth.v1.Settings` rpc.
 //!
 //! Every handle here is cheap to clone and usable from async code: the blocking I/O
 //! happens on the thread that owns the connection or the file, never on a runtime
@@ -14,12 +17,14 @@
 mod conversations;
 mod db;
 pub mod migrations;
+mod settings;
 mod text_memory;
 
 use std::path::PathBuf;
 
 pub use conversations::{ConversationKey, Conversations, HistoryBudget};
 pub use db::Db;
+pub use settings::{ConfigDef, PluginSettings, Scope, Settings, MAX_NAME_CHARS, SECRET_MASK};
 pub use text_memory::{TextEvent, TextMemory};
 
 /// Why a storage operation failed. Each variant names the file, operation or message
@@ -71,6 +76,25 @@ pub enum StorageError {
         /// Position of the message in the appended slice.
         index: usize,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// No such key or entity: `key` is not in `table` (a settings table such as
+    /// `config` or `config_qq`, or `entities`). A gRPC handler maps it to NOT_FOUND.
+    #[error("no `{key}` in {table}")]
+    NotFound {
+        /// The table looked in.
+        table: String,
+        /// The setting key or entity name looked for.
+        key: String,
+    },
+    /// The request itself is wrong (an empty key, plugin or entity name, a purge
+    /// without criteria or with an unknown mode …); nothing was written. A gRPC
+    /// handler maps it to INVALID_ARGUMENT.
+    #[error("{what}: {reason}")]
+    Invalid {
+        /// The operation or item, e.g. "purge", "commit: triple 2".
+        what: String,
+        /// What is wrong, e.g. "empty `subject`".
         reason: String,
     },
     /// The thread that owns the database or the log file is gone (it panicked during
