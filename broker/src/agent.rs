@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use hearth_proto::v1::ChatEvent;
 use tokio::sync::{mpsc, Notify};
 
+use crate::pipeline::policy::Policies;
 use crate::pipeline::turn::{Interrupts, TurnDeps, TurnInput};
 
 struct Job {
@@ -25,6 +26,7 @@ pub struct Agent {
     queue: Arc<Mutex<VecDeque<Job>>>,
     wake: Arc<Notify>,
     interrupts: Arc<Interrupts>,
+    policies: Arc<Policies>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -41,6 +43,7 @@ impl Agent {
             queue: Arc::new(Mutex::new(VecDeque::new())),
             wake: Arc::new(Notify::new()),
             interrupts: deps.interrupts.clone(),
+            policies: deps.policies.clone(),
         };
         let worker = agent.clone();
         tokio::spawn(async move {
@@ -69,6 +72,13 @@ impl Agent {
         };
         self.wake.notify_one();
         (ahead, rx)
+    }
+
+    /// Answers the `ConfirmRequest` `confirm_id` of a running turn (`ai.tool`
+    /// `confirm`). False when no confirmation of that id is waiting (already
+    /// answered, timed out, or unknown).
+    pub fn confirm(&self, confirm_id: &str, approved: bool) -> bool {
+        self.policies.answer(confirm_id, approved)
     }
 
     /// Queues input whose reply nobody waits for (injected by a plugin or the CLI);

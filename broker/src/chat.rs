@@ -2,7 +2,10 @@
 //!
 //! `hearth chat MESSAGE` prints one exchange as it streams: tool calls as they start
 //! and finish (`⚙ tool {args}` / `  ↳ result`), the reply's text deltas as they
-//! arrive, and the final text again if hooks rewrote it. Without MESSAGE it is a REPL
+//! arrive, plugins' replies (`[plugin] text`, LinkZone `sender.reply`), and the final
+//! text again if hooks rewrote it. A tool whose `ai.tool` policy is `confirm` is
+//! asked about on the terminal (`Run tool … ? [y/N]`; `--yes` approves without
+//! asking; no terminal, or no answer in time, is a no). Without MESSAGE it is a REPL
 //! with line editing and history (`<data_dir>/chat_history`); when stdin is not a
 //! terminal it reads one message per line. `--json` prints every event as one JSON
 //! object per line. A turn that failed exits with status 1 and the error on stderr.
@@ -12,7 +15,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::anyhow;
-use hearth_proto::v1::{chat_event::Event, AgentInjectRequest, ChatRequest};
+use hearth_proto::v1::{
+    chat_event::Event, AgentInjectRequest, ChatRequest, ConfirmRequest, ConfirmResponse,
+};
 use serde_json::json;
 
 use crate::cli::AdminConn;
@@ -37,6 +42,10 @@ pub struct ChatArgs {
     /// Print every event as a JSON line.
     #[arg(long)]
     pub json: bool,
+    /// Approve every tool call that asks for confirmation (`ai.tool` `confirm`)
+    /// without asking.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// Arguments of `hearth inject`.
@@ -73,8 +82,9 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
         .await
         .map_err(|s| anyhow!("{}", s.message()))?
         .into_inner();
-    let mut out = std::io::stdout().lock();
     let mut streamed = String::new();
+    // Everything shown so far (deltas and plugin replies), to not print it twice.
+    let mut shown = String::new();
     let mut ok = true;
     while let Some(ev) = events
         .message()
@@ -82,6 +92,21 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
         .map_err(|s| anyhow!("{}", s.message()))?
     {
         let Some(e) = ev.event else { continue };
+        if let Event::ConfirmRequest(c) = &e {
+            if args.json {
+                println!("{}", event_json(&e));
+            }
+            let approved = ask_confirm(c, args.yes).await;
+            let answer = conn.with_token(ConfirmResponse {
+                confirm_id: c.confirm_id.clone(),
+                approved,
+            });
+            if let Err(s) = conn.agent().confirm(answer).await {
+                eprintln!("confirm: {}", s.message());
+            }
+            continue;
+        }
+        let mut out = std::io::stdout().lock();
         if args.json {
             writeln!(out, "{}", event_json(&e))?;
             if let Event::Final(f) = &e {
@@ -92,6 +117,7 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
         match e {
             Event::TextDelta(d) if !d.reasoning => {
                 streamed.push_str(&d.text);
+                shown.push_str(&d.text);
                 write!(out, "{}", d.text)?;
                 out.flush()?;
             }
@@ -116,14 +142,27 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                 writeln!(out, "\n[interrupted by {}: {}]", i.source, i.text)?;
                 streamed.clear();
             }
+            Event::PluginReply(r) => {
+                if !streamed.is_empty() && !streamed.ends_with('\n') {
+                    writeln!(out)?;
+                }
+                streamed.clear();
+                writeln!(out, "[{}] {}", r.plugin, r.text)?;
+                shown.push('\n');
+                shown.push_str(&r.text);
+            }
             Event::Final(f) => {
+                let new_text = f
+                    .text
+                    .lines()
+                    .any(|l| !l.trim().is_empty() && !shown.contains(l.trim()));
                 if !f.error.is_empty() {
                     if !streamed.is_empty() {
                         writeln!(out)?;
                     }
                     eprintln!("error: {}", f.error);
                     ok = false;
-                } else if f.text.trim() != streamed.trim() {
+                } else if new_text {
                     if !streamed.is_empty() {
                         writeln!(out)?;
                     }
@@ -132,7 +171,7 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                     writeln!(out)?;
                 }
             }
-            Event::ConfirmRequest(_) | Event::PluginReply(_) => {}
+            Event::ConfirmRequest(_) => {}
         }
     }
     Ok(ok)
@@ -155,10 +194,48 @@ fn event_json(e: &Event) -> serde_json::Value {
         Event::Final(f) => json!({"type": "final", "text": f.text, "token_usage": f.token_usage,
             "iterations": f.iterations, "error": f.error}),
         Event::ConfirmRequest(c) => {
-            json!({"type": "confirm_request", "confirm_id": c.confirm_id, "tool": c.tool})
+            json!({"type": "confirm_request", "confirm_id": c.confirm_id, "tool": c.tool,
+                "args": serde_json::from_str::<serde_json::Value>(&c.args_json).unwrap_or_default(),
+                "timeout_ms": c.timeout_ms})
         }
         Event::PluginReply(r) => {
             json!({"type": "plugin_reply", "plugin": r.plugin, "text": r.text})
+        }
+    }
+}
+
+/// The user's answer to `c`: yes with `--yes`; else asked on the terminal
+/// (`/dev/tty`, so it works in the REPL and with piped stdin) within the request's
+/// timeout. No terminal, no answer in time, or anything but y/yes is a no.
+async fn ask_confirm(c: &ConfirmRequest, yes: bool) -> bool {
+    if yes {
+        eprintln!("✔ running {} (--yes)", c.tool);
+        return true;
+    }
+    let question = format!("Run tool {} {}? [y/N] ", c.tool, c.args_json);
+    let ask = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        use std::io::BufRead;
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")?;
+        let mut w = tty.try_clone()?;
+        w.write_all(question.as_bytes())?;
+        w.flush()?;
+        let mut line = String::new();
+        std::io::BufReader::new(tty).read_line(&mut line)?;
+        Ok(line)
+    });
+    let wait = std::time::Duration::from_millis(u64::from(c.timeout_ms.max(1)));
+    match tokio::time::timeout(wait, ask).await {
+        Ok(Ok(Ok(line))) => matches!(line.trim().to_lowercase().as_str(), "y" | "yes"),
+        Ok(Ok(Err(e))) => {
+            eprintln!("✗ {} needs confirmation and there is no terminal to ask ({e}); declined (--yes approves)", c.tool);
+            false
+        }
+        _ => {
+            eprintln!("\n✗ no answer within {} s; {} not run", wait.as_secs(), c.tool);
+            false
         }
     }
 }

@@ -12,6 +12,8 @@
 //! - [`schema`]: JSON Schema checks of tool parameters and call arguments; LinkZone
 //!   `ai.tool` parameter lists → JSON Schema.
 //! - [`registry`]: which plugin owns which tool, and every plugin's stage hooks.
+//! - [`triggers`]: LinkZone triggers (types 0–4) and `ai.inject` specs: matching
+//!   messages and LLM-written commands, parameters, the system-prompt section.
 //! - [`pipeline`]: stages in order, the permission matrix, one turn of the agent
 //!   (stage hooks around the LLM tool-calling loop).
 //! - [`agent`]: the input queue (chat, injected input, interrupts), one turn at a time.
@@ -49,4 +51,5 @@ pub mod scripted;
 pub mod server;
 pub mod storage;
 pub mod supervisor;
+pub mod triggers;
 pub mod watch;

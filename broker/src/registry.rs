@@ -1,5 +1,6 @@
-//! The registry: which plugin owns which tool (with its compiled schema) and which
-//! stage hooks each plugin registered.
+//! The registry: which plugin owns which tool (with its compiled schema), which
+//! stage hooks each plugin registered, and each plugin's LinkZone triggers and
+//! `ai.inject` spec.
 //!
 //! One lock owns each map. A plugin's registration replaces all of its previous
 //! tools (and hooks) in one step, so callers never see a half-registered plugin.
@@ -7,9 +8,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use hearth_proto::v1::{AiTool, RejectedItem, Stage, StageHook, ToolSpec};
+use hearth_proto::v1::{AiTool, InjectSpec, RejectedItem, Stage, StageHook, ToolSpec, Trigger};
 
 use crate::schema::{linkzone_description, linkzone_schema, ArgsSchema};
+use crate::triggers::TriggerSet;
 
 /// A registered tool.
 #[derive(Debug)]
@@ -100,6 +102,8 @@ pub struct Registry {
     tools: RwLock<HashMap<String, Arc<Tool>>>,
     /// Hooks by plugin, in registration order.
     hooks: RwLock<HashMap<String, Vec<Hook>>>,
+    /// Triggers and inject spec by plugin.
+    triggers: RwLock<HashMap<String, Arc<TriggerSet>>>,
 }
 
 /// Outcome of [`Registry::replace_plugin_tools`].
@@ -223,6 +227,30 @@ impl Registry {
             .unwrap()
             .retain(|_, t| t.plugin != plugin);
         self.hooks.write().unwrap().remove(plugin);
+        self.triggers.write().unwrap().remove(plugin);
+    }
+
+    /// Replaces `plugin`'s triggers and inject spec; bad items are left out and
+    /// returned, named (see [`TriggerSet::compile`]).
+    pub fn replace_plugin_triggers(
+        &self,
+        plugin: &str,
+        triggers: &[Trigger],
+        inject: Option<InjectSpec>,
+    ) -> Vec<RejectedItem> {
+        let (set, rejected) = TriggerSet::compile(triggers, inject);
+        let mut map = self.triggers.write().unwrap();
+        if set.is_empty() {
+            map.remove(plugin);
+        } else {
+            map.insert(plugin.into(), Arc::new(set));
+        }
+        rejected
+    }
+
+    /// `plugin`'s triggers and inject spec, if it registered any.
+    pub fn triggers(&self, plugin: &str) -> Option<Arc<TriggerSet>> {
+        self.triggers.read().unwrap().get(plugin).cloned()
     }
 
     /// Replaces `plugin`'s stage hooks with `hooks` (registration order kept). A hook

@@ -20,6 +20,7 @@ use crate::grpc::{AdminService, AgentService, InputService, LlmService, PluginHo
 use crate::llm::config::{Config, QuickSource};
 use crate::llm::{LlmClient, SourcePool};
 use crate::manifest::discover;
+use crate::pipeline::policy::Policies;
 use crate::pipeline::turn::{Interrupts, TurnDeps};
 use crate::pipeline::Hooks;
 use crate::registry::Registry;
@@ -89,6 +90,7 @@ async fn start_agent(
         conversations: Some(Conversations::new(db, budget)),
         text_memory: Some(TextMemory::open(data_dir).context("opening TextMemory")?),
         interrupts: Arc::new(Interrupts::default()),
+        policies: Arc::new(Policies::default()),
     };
     Ok((Agent::start(deps), sources))
 }

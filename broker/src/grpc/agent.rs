@@ -59,6 +59,7 @@ impl AgentRpc for AgentService {
             group_id: req.group_id,
             channel: or_default(req.channel, "cli"),
             no_memory: req.no_memory,
+            can_confirm: true,
         });
         Ok(Response::new(Box::pin(
             UnboundedReceiverStream::new(events).map(Ok),
@@ -70,10 +71,15 @@ impl AgentRpc for AgentService {
         request: Request<ConfirmResponse>,
     ) -> Result<Response<ConfirmAck>, Status> {
         super::authorize_admin(&request, &self.token)?;
-        Err(Status::failed_precondition(format!(
-            "no confirmation `{}` is pending (ai.tool confirm policies are not enabled in this broker yet)",
-            request.get_ref().confirm_id
-        )))
+        let answer = request.into_inner();
+        if self.agent.confirm(&answer.confirm_id, answer.approved) {
+            Ok(Response::new(ConfirmAck {}))
+        } else {
+            Err(Status::failed_precondition(format!(
+                "no confirmation `{}` is pending (answered already, timed out, or unknown)",
+                answer.confirm_id
+            )))
+        }
     }
 
     async fn inject(
@@ -92,6 +98,7 @@ impl AgentRpc for AgentService {
             group_id: String::new(),
             channel: or_default(req.channel, "cli"),
             no_memory: req.no_memory,
+            can_confirm: false,
         };
         let ahead = self.agent.inject(&source, input, req.interrupt);
         Ok(Response::new(InjectAck {
@@ -136,6 +143,7 @@ impl InputService {
             group_id: String::new(),
             channel: or_default(req.channel, &plugin),
             no_memory,
+            can_confirm: false,
         };
         self.agent.inject(&source, input, interrupt);
         Ok(Response::new(Empty {}))

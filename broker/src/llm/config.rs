@@ -17,6 +17,7 @@
 //! history_messages = 40
 //! stream = true
 //! hook_timeout_ms = 5000
+//! confirm_timeout_s = 60             # ai.tool `confirm`: how long the user has to answer
 //! ```
 
 use std::path::Path;
@@ -77,6 +78,9 @@ pub struct AgentSettings {
     pub stream: bool,
     /// Time one stage hook may take.
     pub hook_timeout: Duration,
+    /// How long an `ai.tool` `confirm` question waits for the user's answer; no
+    /// answer = the call is not run.
+    pub confirm_timeout: Duration,
 }
 
 impl Default for AgentSettings {
@@ -89,6 +93,7 @@ impl Default for AgentSettings {
             history_messages: 40,
             stream: true,
             hook_timeout: Duration::from_millis(crate::pipeline::DEFAULT_HOOK_TIMEOUT_MS),
+            confirm_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -130,6 +135,7 @@ struct RawAgent {
     history_messages: Option<usize>,
     stream: Option<bool>,
     hook_timeout_ms: Option<u64>,
+    confirm_timeout_s: Option<f64>,
 }
 
 /// Quick-start overrides from flags or environment: one source that goes first.
@@ -219,6 +225,16 @@ impl Config {
                     .hook_timeout_ms
                     .map(Duration::from_millis)
                     .unwrap_or(d.hook_timeout),
+                confirm_timeout: match a.confirm_timeout_s {
+                    Some(t) if !(t.is_finite() && t > 0.0) => {
+                        return Err(format!(
+                            "{}: [agent] confirm_timeout_s must be > 0",
+                            path.display()
+                        ))
+                    }
+                    Some(t) => Duration::from_secs_f64(t),
+                    None => d.confirm_timeout,
+                },
             },
         })
     }

@@ -3,6 +3,7 @@
 //! `after_output` (DESIGN.md "Pipeline"; seed `homeagent-plugin-sdk-api.md`).
 //!
 //! - [`permissions`]: the permission matrix, enforced after every hook.
+//! - [`policy`]: LinkZone `ai.tool` call policies (max_calls, cooldown, confirm).
 //! - [`turn`]: one turn of the agent (stages, the LLM tool-calling loop, history).
 //! - this module: running the hooks of one stage.
 //!
@@ -13,6 +14,7 @@
 //! `after_toolcall` only for their own plugin's tools.
 
 pub mod permissions;
+pub mod policy;
 pub mod turn;
 
 use std::sync::Arc;

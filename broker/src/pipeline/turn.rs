@@ -5,25 +5,38 @@
 //! `post_action` → tool calls concurrently, each `before_toolcall` → execute →
 //! `after_toolcall`]* → `before_output` → `after_output`. A `response` set by a hook
 //! jumps to `after_output`; a deny affects only its call and the LLM is told who
-//! denied it. The loop ends on a reply without tool calls or after `max_iterations`.
+//! denied it. The loop ends on a reply without tool calls, after a tool with
+//! `chainable: false`, or after `max_iterations`. `ai.tool` policies (max_calls,
+//! cooldown, confirm) are applied per call ([`super::policy`]).
+//!
+//! LinkZone triggers ([`crate::triggers`]): after `on_input`, a message that matches a
+//! plugin's trigger (types 0–3) is delivered to it as `HandleEvent` and answered by its
+//! `sender.reply` texts (`PluginReply` events) instead of the LLM. Inject specs are
+//! described in the system prompt; a line of the LLM's final reply written in an
+//! inject format is delivered the same way, and the replies are added to the reply.
+//! Event triggers (type 4) get every `message` (alongside the turn) and every `reply`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use std::collections::HashMap;
+
 use hearth_proto::v1::{
-    chat_event::Event, ChatEvent, Final, Interrupted, Sender, ShortCircuit as ShortCircuitEvent,
-    Stage, StageContext, TextDelta, ToolCallFinished, ToolCallInfo, ToolCallStarted,
-    ToolResultInfo,
+    chat_event::Event, ChatEvent, ConfirmRequest, Final, HandleEvent, Interrupted, PluginReply,
+    Sender, ShortCircuit as ShortCircuitEvent, Stage, StageContext, TextDelta, ToolCallFinished,
+    ToolCallInfo, ToolCallStarted, ToolResultInfo,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::policy::{Admission, Policies};
 use super::{Hooks, ShortCircuit};
 use crate::adapters::TokenUsage;
 use crate::llm::{AgentSettings, Delta, LlmClient, LlmError, SourcePool};
 use crate::storage::{ConversationKey, Conversations, TextEvent, TextMemory};
 use crate::supervisor::Supervisor;
+use crate::triggers::{inject_prompt, Match};
 
 /// One input to the agent.
 #[derive(Debug, Clone, Default)]
@@ -38,6 +51,9 @@ pub struct TurnInput {
     pub channel: String,
     /// Skip TextMemory for this turn.
     pub no_memory: bool,
+    /// A client reads the turn's events and can answer `ConfirmRequest`s
+    /// (`Agent.Chat`); injected input has none, so `confirm` tools are not run.
+    pub can_confirm: bool,
 }
 
 /// Interrupts waiting to cut into the running turn.
@@ -114,6 +130,8 @@ pub struct TurnDeps {
     pub text_memory: Option<TextMemory>,
     /// Interrupt channel of the agent.
     pub interrupts: Arc<Interrupts>,
+    /// `ai.tool` cooldowns and pending confirmations.
+    pub policies: Arc<Policies>,
 }
 
 /// How the part of a turn before `before_output` ended.
@@ -124,6 +142,16 @@ enum Ending {
     Short(ShortCircuit),
     /// The LLM could not be asked (message names source and cause).
     Failed(String),
+}
+
+/// What one tool call gave the loop.
+struct CallOutcome {
+    /// The text the LLM gets.
+    text: String,
+    /// An `after_toolcall` hook set `response`.
+    short: Option<(ShortCircuit, String)>,
+    /// The plugin was called (not refused by a policy, a hook or the user).
+    ran: bool,
 }
 
 fn event(e: Event) -> ChatEvent {
@@ -186,12 +214,29 @@ impl TurnDeps {
             group_id: Some(input.group_id.clone()).filter(|g| !g.is_empty()),
             channel: input.channel.clone(),
         };
+        let sender = Sender {
+            user_id: input.user_id.clone(),
+            group_id: input.group_id.clone(),
+            channel: input.channel.clone(),
+            session_id: key.to_string(),
+        };
         let mut record: Vec<Value> = Vec::new();
         let mut iterations = 0u32;
+        // Event triggers see every message while the turn goes on.
+        let message_events = self.deliver_events("message", &input.text, &sender, &emit);
 
-        let outcome: Ending = async {
+        let turn = async {
             if let Some(sc) = self.hooks.run(Stage::OnInput, &mut ctx, None).await {
                 return Ending::Short(sc);
+            }
+            // A message a plugin's trigger matches is answered by that plugin.
+            let matched = self.match_message(&ctx.raw_message);
+            if !matched.is_empty() {
+                record.push(json!({"role": "user", "content": ctx.raw_message}));
+                let replies = self
+                    .deliver_all(matched, &ctx.raw_message, &sender, &emit)
+                    .await;
+                return Ending::Reply(replies.join("\n"));
             }
             let history = match &self.conversations {
                 Some(c) => c.history(&key).await.unwrap_or_else(|e| {
@@ -202,7 +247,7 @@ impl TurnDeps {
             };
             let user_msg = json!({"role": "user", "content": ctx.raw_message});
             record.push(user_msg.clone());
-            let mut msgs = vec![json!({"role": "system", "content": self.settings.system_prompt})];
+            let mut msgs = vec![json!({"role": "system", "content": self.system_prompt()})];
             msgs.extend(history);
             msgs.push(user_msg);
             ctx.context_msgs_json = Value::Array(msgs.clone()).to_string();
@@ -213,6 +258,8 @@ impl TurnDeps {
                 .ok()
                 .and_then(|v| v.as_array().cloned())
                 .unwrap_or(msgs);
+            // `max_calls` counts per conversation (this exchange).
+            let mut counts: HashMap<String, u32> = HashMap::new();
 
             let final_text = loop {
                 if iterations == self.settings.max_iterations {
@@ -222,7 +269,7 @@ impl TurnDeps {
                     );
                 }
                 iterations += 1;
-                let resp = match self.complete(&mut messages, &emit).await {
+                let resp = match self.complete(&mut messages, "auto", &emit).await {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::error!("turn of {key}: {e}");
@@ -252,7 +299,8 @@ impl TurnDeps {
                     return Ending::Short(sc);
                 }
                 if ctx.tool_calls.is_empty() {
-                    break ctx.llm_text.clone();
+                    let text = ctx.llm_text.clone();
+                    break self.run_llm_commands(&text, &sender, &emit).await;
                 }
                 let mut assistant = json!({
                     "role": "assistant",
@@ -269,25 +317,61 @@ impl TurnDeps {
                 messages.push(assistant.clone());
                 record.push(assistant);
                 let calls = ctx.tool_calls.clone();
+                // Policies are checked in call order, before any call of the batch runs.
+                let admissions: Vec<_> = calls
+                    .iter()
+                    .map(|c| self.admit(c, &input, &mut counts))
+                    .collect();
                 let base = ctx.clone();
-                let runs = calls.iter().map(|c| self.run_call(c, &base, &input, &key, &emit));
+                let runs = calls
+                    .iter()
+                    .zip(admissions)
+                    .map(|(c, a)| self.run_call(c, a, &base, &input, &sender, &emit));
                 let results = futures_util::future::join_all(runs).await;
                 let mut short = None;
-                for (call, (text, sc)) in calls.iter().zip(results) {
-                    let msg = json!({"role": "tool", "tool_call_id": call.id, "content": text});
+                // Results of calls to `chainable: false` tools that ran, and whether
+                // any of those tools asks to `continue`.
+                let mut unchained: Vec<String> = Vec::new();
+                let mut carry_on = false;
+                for (call, outcome) in calls.iter().zip(results) {
+                    let msg = json!({"role": "tool", "tool_call_id": call.id, "content": outcome.text});
                     messages.push(msg.clone());
                     record.push(msg);
-                    short = short.or(sc);
+                    short = short.or(outcome.short);
+                    if let Some(ai) = outcome.ran.then(|| registry.get(&call.name)).flatten().and_then(|t| t.ai_tool.clone()) {
+                        if ai.chainable == Some(false) {
+                            unchained.push(outcome.text.clone());
+                            carry_on |= ai.continue_conversation;
+                        }
+                    }
                 }
                 // A `response` set in after_toolcall ends the turn with it.
                 if let Some((sc, response)) = short {
                     ctx.response = Some(response);
                     return Ending::Short(sc);
                 }
+                if !unchained.is_empty() {
+                    if !carry_on {
+                        break unchained.join("\n");
+                    }
+                    // `continue`: the LLM answers from the results; tools stay declared
+                    // (APIs want them next to tool messages) but may not be called.
+                    iterations += 1;
+                    let resp = match self.complete(&mut messages, "none", &emit).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            tracing::error!("turn of {key}: {e}");
+                            return Ending::Failed(e.to_string());
+                        }
+                    };
+                    add_usage(&mut ctx, &resp.token_usage);
+                    ctx.llm_text = resp.content.clone();
+                    break self.run_llm_commands(&resp.content, &sender, &emit).await;
+                }
             };
             Ending::Reply(final_text)
-        }
-        .await;
+        };
+        let (outcome, mut side_replies) = tokio::join!(turn, message_events);
 
         let mut error = String::new();
         let final_text = match outcome {
@@ -313,7 +397,15 @@ impl TurnDeps {
         ctx.response = None;
         self.hooks.run(Stage::AfterOutput, &mut ctx, None).await;
         if error.is_empty() {
-            record.push(json!({"role": "assistant", "content": final_text}));
+            side_replies.extend(
+                self.deliver_events("reply", &final_text, &sender, &emit)
+                    .await,
+            );
+            let mut remembered = final_text.clone();
+            for r in &side_replies {
+                remembered = format!("{remembered}\n{r}").trim().to_string();
+            }
+            record.push(json!({"role": "assistant", "content": remembered}));
             self.remember(&key, &input, &record).await;
         }
         let done = Final {
@@ -324,6 +416,205 @@ impl TurnDeps {
         };
         emit(Event::Final(done.clone()));
         done
+    }
+
+    /// The configured system prompt plus the inject specs of every plugin.
+    fn system_prompt(&self) -> String {
+        let registry = self.supervisor.registry();
+        let specs: Vec<_> = self
+            .supervisor
+            .plugins()
+            .iter()
+            .filter_map(|p| {
+                let set = registry.triggers(p.name())?;
+                Some((p.name().to_string(), set.inject.clone()?))
+            })
+            .collect();
+        let section = inject_prompt(&specs);
+        if section.is_empty() {
+            self.settings.system_prompt.clone()
+        } else {
+            format!("{}\n\n{section}", self.settings.system_prompt)
+        }
+    }
+
+    /// Every plugin (in load order) whose message trigger (types 0–3) `text` matches.
+    fn match_message(&self, text: &str) -> Vec<(String, Match)> {
+        let registry = self.supervisor.registry();
+        self.supervisor
+            .plugins()
+            .iter()
+            .filter_map(|p| {
+                let m = registry.triggers(p.name())?.match_message(text)?;
+                Some((p.name().to_string(), m))
+            })
+            .collect()
+    }
+
+    /// Delivers broker event `name` (`message`, `reply`) with `text` to every plugin
+    /// with a matching event trigger; returns their replies.
+    async fn deliver_events(
+        &self,
+        name: &str,
+        text: &str,
+        sender: &Sender,
+        emit: &impl Fn(Event),
+    ) -> Vec<String> {
+        let registry = self.supervisor.registry();
+        let matched: Vec<_> = self
+            .supervisor
+            .plugins()
+            .iter()
+            .filter_map(|p| {
+                let m = registry.triggers(p.name())?.match_event(name, text)?;
+                Some((p.name().to_string(), m))
+            })
+            .collect();
+        if matched.is_empty() {
+            return Vec::new();
+        }
+        self.deliver_all(matched, text, sender, emit).await
+    }
+
+    /// Lines of the LLM's reply written in a plugin's inject format are delivered to
+    /// that plugin; returns the reply without them, followed by the plugins' replies.
+    async fn run_llm_commands(&self, text: &str, sender: &Sender, emit: &impl Fn(Event)) -> String {
+        let registry = self.supervisor.registry();
+        let sets: Vec<_> = self
+            .supervisor
+            .plugins()
+            .iter()
+            .filter_map(|p| Some((p.name().to_string(), registry.triggers(p.name())?)))
+            .filter(|(_, set)| set.inject.is_some())
+            .collect();
+        if sets.is_empty() {
+            return text.to_string();
+        }
+        let mut kept = Vec::new();
+        let mut commands = Vec::new();
+        for line in text.lines() {
+            match sets.iter().find_map(|(p, set)| Some((p.clone(), set.match_llm_line(line)?))) {
+                Some((plugin, m)) => commands.push((plugin, m, line.trim().trim_matches('`').trim().to_string())),
+                None => kept.push(line),
+            }
+        }
+        if commands.is_empty() {
+            return text.to_string();
+        }
+        let mut out: Vec<String> = vec![kept.join("\n").trim().to_string()];
+        for (plugin, m, line) in commands {
+            tracing::info!(plugin = %plugin, command = %line, "LLM wrote an inject command");
+            out.extend(self.deliver_all(vec![(plugin, m)], &line, sender, emit).await);
+        }
+        out.retain(|s| !s.is_empty());
+        out.join("\n")
+    }
+
+    /// Delivers `message` to each matched plugin concurrently as `HandleEvent`,
+    /// streaming every `sender.reply` as a `PluginReply` event. Returns the replies,
+    /// by plugin in the given order; a failed handler adds a line naming the plugin.
+    async fn deliver_all(
+        &self,
+        matched: Vec<(String, Match)>,
+        message: &str,
+        sender: &Sender,
+        emit: &impl Fn(Event),
+    ) -> Vec<String> {
+        let runs = matched.into_iter().map(|(plugin, m)| async move {
+            let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+            let ev = HandleEvent {
+                call_id: 0,
+                message: message.to_string(),
+                params: m.params,
+                sender: Some(sender.clone()),
+                trigger: Some(m.trigger),
+                timeout_ms: 0,
+            };
+            let call = self.supervisor.handle_event(&plugin, ev, tx);
+            let mut texts = Vec::new();
+            let forward = async {
+                while let Some(text) = rx.recv().await {
+                    emit(Event::PluginReply(PluginReply {
+                        plugin: plugin.clone(),
+                        text: text.clone(),
+                    }));
+                    texts.push(text);
+                }
+            };
+            let (done, ()) = tokio::join!(call, forward);
+            let failure = match done {
+                Ok(d) if d.error.is_empty() => None,
+                Ok(d) => Some(d.error),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(e) = failure {
+                tracing::warn!(plugin = %plugin, "event handler failed: {e}");
+                texts.push(format!("[{plugin}] error: {e}"));
+            }
+            texts
+        });
+        futures_util::future::join_all(runs)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Applies `call`'s `ai.tool` policies (max_calls, cooldown); Err is the text the
+    /// LLM gets instead of a result.
+    fn admit(
+        &self,
+        call: &ToolCallInfo,
+        input: &TurnInput,
+        counts: &mut HashMap<String, u32>,
+    ) -> Result<Option<Admission>, String> {
+        let Some(ai) = self
+            .supervisor
+            .registry()
+            .get(&call.name)
+            .and_then(|t| t.ai_tool.clone())
+        else {
+            return Ok(None);
+        };
+        self.policies
+            .admit(&call.name, &ai, &input.user_id, counts)
+            .map(Some)
+    }
+
+    /// Asks the client to confirm `call` (policy `confirm`); Err says why it is not
+    /// run: declined, no answer in time, or no client to ask.
+    async fn confirm(
+        &self,
+        call: &ToolCallInfo,
+        args_json: &str,
+        input: &TurnInput,
+        emit: &impl Fn(Event),
+    ) -> Result<(), String> {
+        if !input.can_confirm {
+            return Err(format!(
+                "tool {} was not run: it needs the user's confirmation and this input (channel {}) has no client to ask",
+                call.name, input.channel
+            ));
+        }
+        let wait = self.settings.confirm_timeout;
+        let (id, answer) = self.policies.ask();
+        emit(Event::ConfirmRequest(ConfirmRequest {
+            confirm_id: id.clone(),
+            tool: call.name.clone(),
+            args_json: args_json.to_string(),
+            timeout_ms: wait.as_millis().min(u32::MAX as u128) as u32,
+        }));
+        let outcome = tokio::time::timeout(wait, answer).await;
+        self.policies.forget(&id);
+        match outcome {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(format!("tool {} was not run: the user declined it", call.name)),
+            Ok(Err(_)) | Err(_) => Err(format!(
+                "tool {} was not run: the user did not confirm it within {} s",
+                call.name,
+                wait.as_secs_f64()
+            )),
+        }
     }
 
     fn short_circuit(
@@ -344,10 +635,12 @@ impl TurnDeps {
     /// One LLM completion over `messages`, trying the sources in the pool's order: a
     /// source that fails before any output is marked (taken out on 401/403, else
     /// cooled down) and the next is tried. An interrupt cancels the request in
-    /// flight, adds its text as a system message and asks again.
+    /// flight, adds its text as a system message and asks again. `tool_choice` is
+    /// `auto`, or `none` when the LLM must answer without calling tools.
     async fn complete(
         &self,
         messages: &mut Vec<Value>,
+        tool_choice: &str,
         emit: &impl Fn(Event),
     ) -> Result<crate::adapters::CompletionResponse, LlmError> {
         let tools: Vec<Value> = self
@@ -375,7 +668,7 @@ impl TurnDeps {
             });
             if !tools.is_empty() {
                 request["tools"] = Value::Array(tools.clone());
-                request["tool_choice"] = json!("auto");
+                request["tool_choice"] = json!(tool_choice);
             }
             let order = self.sources.order();
             let mut last = LlmError::NoSource;
@@ -418,23 +711,23 @@ impl TurnDeps {
         }
     }
 
-    /// Runs one tool call through `before_toolcall`, the plugin and
-    /// `after_toolcall`; returns the text the LLM gets, and the short-circuit (with
-    /// its response) when an `after_toolcall` hook set `response`.
+    /// Runs one tool call: a policy refusal (`admission`) is its result; otherwise
+    /// `before_toolcall`, the `confirm` question when the tool has one, the plugin,
+    /// and `after_toolcall`. Returns the text the LLM gets, the short-circuit (with
+    /// its response) when an `after_toolcall` hook set `response`, and whether the
+    /// plugin was called.
     async fn run_call(
         &self,
         call: &ToolCallInfo,
+        admission: Result<Option<Admission>, String>,
         base: &StageContext,
         input: &TurnInput,
-        key: &ConversationKey,
+        sender: &Sender,
         emit: &impl Fn(Event),
-    ) -> (String, Option<(ShortCircuit, String)>) {
+    ) -> CallOutcome {
         let started = Instant::now();
-        let owner = self
-            .supervisor
-            .registry()
-            .get(&call.name)
-            .map(|t| t.plugin.clone());
+        let tool = self.supervisor.registry().get(&call.name);
+        let owner = tool.as_ref().map(|t| t.plugin.clone());
         emit(Event::ToolCallStarted(ToolCallStarted {
             call_id: call.id.clone(),
             tool: call.name.clone(),
@@ -445,48 +738,76 @@ impl TurnDeps {
         cctx.tool_calls = vec![call.clone()];
         cctx.tool_results.clear();
         let mut denied_by = String::new();
-        let result: Value = match self
-            .hooks
-            .run(Stage::BeforeToolcall, &mut cctx, owner.as_deref())
-            .await
-        {
-            Some(sc) => {
-                let reason = cctx
-                    .response
-                    .clone()
-                    .or_else(|| cctx.tool_calls.first().map(|c| c.deny_reason.clone()))
-                    .filter(|r| !r.is_empty())
-                    .unwrap_or_else(|| "no reason given".into());
-                denied_by = sc.plugin.clone();
-                json!({"success": false, "error": format!("denied by {}: {reason}", sc.plugin)})
-            }
-            None => {
-                let args = cctx
-                    .tool_calls
-                    .iter()
-                    .find(|c| c.id == call.id)
-                    .map(|c| c.arguments_json.clone())
-                    .unwrap_or_else(|| call.arguments_json.clone());
-                let sender = Sender {
-                    user_id: input.user_id.clone(),
-                    group_id: input.group_id.clone(),
-                    channel: input.channel.clone(),
-                    session_id: key.to_string(),
-                };
-                match serde_json::from_str::<Value>(&args) {
-                    Ok(Value::Object(_)) => match self
-                        .supervisor
-                        .call_tool(&call.name, &args, None, Some(sender))
-                        .await
-                    {
-                        Ok((_, r)) => {
-                            let data = serde_json::from_str::<Value>(&r.data_json).ok();
-                            json!({"success": r.success, "content": r.content, "data": data, "error": r.error})
+        let mut ran = false;
+        let result: Value = match admission {
+            Err(refusal) => json!({"success": false, "error": refusal}),
+            Ok(admission) => {
+                let outcome = match self
+                    .hooks
+                    .run(Stage::BeforeToolcall, &mut cctx, owner.as_deref())
+                    .await
+                {
+                    Some(sc) => {
+                        let reason = cctx
+                            .response
+                            .clone()
+                            .or_else(|| cctx.tool_calls.first().map(|c| c.deny_reason.clone()))
+                            .filter(|r| !r.is_empty())
+                            .unwrap_or_else(|| "no reason given".into());
+                        denied_by = sc.plugin.clone();
+                        Err(format!("denied by {}: {reason}", sc.plugin))
+                    }
+                    None => {
+                        let args = cctx
+                            .tool_calls
+                            .iter()
+                            .find(|c| c.id == call.id)
+                            .map(|c| c.arguments_json.clone())
+                            .unwrap_or_else(|| call.arguments_json.clone());
+                        let needs_confirm = tool
+                            .as_ref()
+                            .and_then(|t| t.ai_tool.as_ref())
+                            .is_some_and(|a| a.confirm);
+                        match serde_json::from_str::<Value>(&args) {
+                            Ok(Value::Object(_)) => {
+                                let confirmed = if needs_confirm {
+                                    self.confirm(call, &args, input, emit).await
+                                } else {
+                                    Ok(())
+                                };
+                                match confirmed {
+                                    Ok(()) => Ok(args),
+                                    Err(e) => Err(e),
+                                }
+                            }
+                            _ => Err(format!(
+                                "tool {}: arguments are not a JSON object: {args}",
+                                call.name
+                            )),
                         }
-                        Err(e) => json!({"success": false, "error": e.to_string()}),
-                    },
-                    _ => json!({"success": false, "error": format!(
-                        "tool {}: arguments are not a JSON object: {args}", call.name)}),
+                    }
+                };
+                match outcome {
+                    Ok(args) => {
+                        ran = true;
+                        match self
+                            .supervisor
+                            .call_tool(&call.name, &args, None, Some(sender.clone()))
+                            .await
+                        {
+                            Ok((_, r)) => {
+                                let data = serde_json::from_str::<Value>(&r.data_json).ok();
+                                json!({"success": r.success, "content": r.content, "data": data, "error": r.error})
+                            }
+                            Err(e) => json!({"success": false, "error": e.to_string()}),
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(a) = admission {
+                            self.policies.release(a);
+                        }
+                        json!({"success": false, "error": e})
+                    }
                 }
             }
         };
@@ -528,7 +849,7 @@ impl TurnDeps {
             plugin: owner.unwrap_or_default(),
             denied_by,
         }));
-        (text, short)
+        CallOutcome { text, short, ran }
     }
 
     /// Appends the turn to the conversation's history and (unless `no_memory`) to

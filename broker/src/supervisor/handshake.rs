@@ -148,6 +148,11 @@ impl Supervisor {
                 .replace_plugin_tools(&name, &register.tools, register.all_or_nothing);
         reg.rejected
             .extend(self.registry.replace_plugin_hooks(&name, &register.stages));
+        reg.rejected.extend(self.registry.replace_plugin_triggers(
+            &name,
+            &register.triggers,
+            register.inject.clone(),
+        ));
         for item in &reg.rejected {
             tracing::error!(plugin = %name, item = %item.name, "{} rejected: {}", item.kind, item.reason);
         }
@@ -243,6 +248,8 @@ impl Supervisor {
         match msg {
             PluginMsg::ToolResult(r) => session.complete(Reply::Tool(r)),
             PluginMsg::StageResult(r) => session.complete(Reply::Stage(Box::new(r))),
+            PluginMsg::Reply(r) => session.event_text(r.call_id, r.text),
+            PluginMsg::EventDone(r) => session.complete(Reply::Event(r)),
             PluginMsg::Pong(_) => session.pong(),
             PluginMsg::Progress(p) => session.progress(p.call_id),
             PluginMsg::RegisterTool(r) => {

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use hearth_proto::v1::{PluginState, Sender, ToolResult};
+use hearth_proto::v1::{EventDone, HandleEvent, PluginState, Sender, ToolResult};
 
 use crate::error::{CallError, PluginError};
 use crate::manifest::PluginSpec;
@@ -276,6 +276,44 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Delivers a matched trigger to `plugin` as `HandleEvent` (LinkZone
+    /// `handleEvent`): waits up to `restart_wait` for a restarting plugin, forwards
+    /// each `sender.reply` text to `texts` as it arrives, and returns the plugin's
+    /// `EventDone` (whose `error` is the handler's failure, if any). The timeout is the
+    /// plugin's `call_timeout_s`, extended by each reply or `Progress` up to
+    /// `max_total_s`. Errors: unknown plugin, not ready, timeout, plugin gone.
+    pub async fn handle_event(
+        &self,
+        plugin: &str,
+        event: HandleEvent,
+        texts: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Result<EventDone, CallError> {
+        let what = "event";
+        let p = self.plugin(plugin).ok_or_else(|| CallError::NotReady {
+            plugin: plugin.into(),
+            tool: what.into(),
+            reason: "it is not loaded".into(),
+        })?;
+        let spec = p.spec();
+        let session = p.ready_session(what, self.config.restart_wait).await?;
+        session
+            .handle_event(
+                event,
+                texts,
+                Duration::from_secs_f64(spec.call_timeout_s),
+                Duration::from_secs_f64(spec.max_total_s),
+            )
+            .await
+            .map_err(|e| match e {
+                InvokeError::Failed(e) => e,
+                InvokeError::NotSent(reason) => CallError::NotReady {
+                    plugin: plugin.into(),
+                    tool: what.into(),
+                    reason,
+                },
+            })
     }
 
     /// Waits until `plugin` has a session newer than `generation`, or `wait` passes.

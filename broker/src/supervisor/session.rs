@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hearth_proto::v1::{
-    host_message::Msg, Cancel, HostMessage, InvokeTool, RunStage, Sender, Stage, StageContext,
-    StageResult, ToolResult,
+    host_message::Msg, Cancel, EventDone, HandleEvent, HostMessage, InvokeTool, RunStage, Sender,
+    Stage, StageContext, StageResult, ToolResult,
 };
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
@@ -18,13 +18,16 @@ use crate::error::CallError;
 /// Outbound messages to the plugin (the server side of the response stream).
 pub type Outbound = mpsc::Sender<Result<HostMessage, Status>>;
 
-/// A plugin's answer to a request: a tool's result or a stage hook's result.
+/// A plugin's answer to a request: a tool's result, a stage hook's result or the end
+/// of an event handler.
 #[derive(Debug)]
 pub enum Reply {
     /// Answer to `InvokeTool`.
     Tool(ToolResult),
     /// Answer to `RunStage` (boxed: a whole StageContext).
     Stage(Box<StageResult>),
+    /// End of a `HandleEvent` (its `Reply` texts came before).
+    Event(EventDone),
 }
 
 impl Reply {
@@ -32,6 +35,15 @@ impl Reply {
         match self {
             Reply::Tool(r) => r.call_id,
             Reply::Stage(r) => r.call_id,
+            Reply::Event(r) => r.call_id,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Reply::Tool(_) => "a ToolResult",
+            Reply::Stage(_) => "a StageResult",
+            Reply::Event(_) => "an EventDone",
         }
     }
 }
@@ -40,6 +52,8 @@ struct Pending {
     /// What the call is, for errors: a tool name or `stage <name> hook <id>`.
     what: String,
     reply: oneshot::Sender<Result<Reply, String>>,
+    /// Where `sender.reply` texts of an event go.
+    texts: Option<mpsc::UnboundedSender<String>>,
     /// When the plugin last sent `Progress` for this call.
     progress_at: Option<Instant>,
 }
@@ -207,11 +221,12 @@ impl Session {
                 timeout_ms,
             })
         };
-        match self.request(tool, build, timeout, max_total).await? {
+        match self.request(tool, build, None, timeout, max_total).await? {
             Reply::Tool(r) => Ok(r),
-            Reply::Stage(_) => Err(InvokeError::Failed(
-                self.gone(tool, "answered a tool call with a StageResult".into()),
-            )),
+            other => Err(InvokeError::Failed(self.gone(
+                tool,
+                format!("answered a tool call with {}", other.kind()),
+            ))),
         }
     }
 
@@ -235,11 +250,59 @@ impl Session {
                 timeout_ms,
             })
         };
-        match self.request(&what, build, timeout, timeout).await? {
+        match self.request(&what, build, None, timeout, timeout).await? {
             Reply::Stage(r) => Ok(*r),
-            Reply::Tool(_) => Err(InvokeError::Failed(
-                self.gone(&what, "answered a stage hook with a ToolResult".into()),
-            )),
+            other => Err(InvokeError::Failed(self.gone(
+                &what,
+                format!("answered a stage hook with {}", other.kind()),
+            ))),
+        }
+    }
+
+    /// Delivers `event` (its `call_id` is set here) and waits for the plugin's
+    /// `EventDone`; each `Reply` text goes to `texts` as it arrives and, like
+    /// `Progress`, restarts the timeout (up to `max_total`). Errors as
+    /// [`Session::invoke`], naming the trigger.
+    pub async fn handle_event(
+        &self,
+        mut event: HandleEvent,
+        texts: mpsc::UnboundedSender<String>,
+        timeout: Duration,
+        max_total: Duration,
+    ) -> Result<EventDone, InvokeError> {
+        let what = format!(
+            "event (trigger `{}`)",
+            event.trigger.as_ref().map(|t| t.pattern.as_str()).unwrap_or("")
+        );
+        event.timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let build = |call_id| {
+            event.call_id = call_id;
+            Msg::HandleEvent(event)
+        };
+        match self.request(&what, build, Some(texts), timeout, max_total).await? {
+            Reply::Event(r) => Ok(r),
+            other => Err(InvokeError::Failed(self.gone(
+                &what,
+                format!("answered an event with {}", other.kind()),
+            ))),
+        }
+    }
+
+    /// Forwards a `Reply` text of event `call_id` to its caller (and counts as
+    /// progress). One for an unknown call is dropped.
+    pub fn event_text(&self, call_id: u64, text: String) {
+        let mut calls = self.calls.lock().unwrap();
+        match calls.map.get_mut(&call_id) {
+            Some(p) => {
+                p.progress_at = Some(Instant::now());
+                match &p.texts {
+                    Some(tx) => {
+                        let _ = tx.send(text);
+                    }
+                    None => tracing::warn!(plugin = %self.plugin, call = %p.what, "Reply to a call that is not an event; dropped"),
+                }
+            }
+            None => tracing::debug!(plugin = %self.plugin, call_id, "Reply to an event nobody waits for; dropped"),
         }
     }
 
@@ -248,6 +311,7 @@ impl Session {
         &self,
         what: &str,
         build: impl FnOnce(u64) -> Msg,
+        texts: Option<mpsc::UnboundedSender<String>>,
         timeout: Duration,
         max_total: Duration,
     ) -> Result<Reply, InvokeError> {
@@ -263,6 +327,7 @@ impl Session {
                 Pending {
                     what: what.into(),
                     reply: tx,
+                    texts,
                     progress_at: None,
                 },
             );
