@@ -234,7 +234,11 @@ async fn ask_confirm(c: &ConfirmRequest, yes: bool) -> bool {
             false
         }
         _ => {
-            eprintln!("\n✗ no answer within {} s; {} not run", wait.as_secs(), c.tool);
+            eprintln!(
+                "\n✗ no answer within {} s; {} not run",
+                wait.as_secs(),
+                c.tool
+            );
             false
         }
     }

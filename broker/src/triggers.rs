@@ -92,7 +92,10 @@ impl TriggerSet {
         for t in triggers {
             let pattern = t.pattern.trim();
             if pattern.is_empty() {
-                rejected.push(reject(&t.pattern, format!("type {} trigger with an empty pattern", t.r#type)));
+                rejected.push(reject(
+                    &t.pattern,
+                    format!("type {} trigger with an empty pattern", t.r#type),
+                ));
                 continue;
             }
             let kind = match TriggerType::try_from(t.r#type) {
@@ -110,7 +113,10 @@ impl TriggerSet {
                     if pattern != "*" && !EVENTS.contains(&pattern) {
                         rejected.push(reject(
                             pattern,
-                            format!("unknown event `{pattern}`; events are {} or `*`", EVENTS.join(", ")),
+                            format!(
+                                "unknown event `{pattern}`; events are {} or `*`",
+                                EVENTS.join(", ")
+                            ),
                         ));
                         continue;
                     }
@@ -269,10 +275,12 @@ pub fn words(text: &str) -> Vec<String> {
 
 /// Splits at whitespace and punctuation (ASCII and CJK), dropping empty pieces.
 fn segments(text: &str) -> Vec<String> {
-    text.split(|c: char| c.is_whitespace() || (c.is_ascii_punctuation() && c != '\'' && c != '-') || is_cjk_punct(c))
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
+    text.split(|c: char| {
+        c.is_whitespace() || (c.is_ascii_punctuation() && c != '\'' && c != '-') || is_cjk_punct(c)
+    })
+    .filter(|s| !s.is_empty())
+    .map(str::to_string)
+    .collect()
 }
 
 fn is_cjk_punct(c: char) -> bool {
@@ -291,10 +299,22 @@ pub fn inject_prompt(specs: &[(String, InjectSpec)]) -> String {
          its output is sent to the user. Put an argument that contains spaces in double quotes.\n",
     );
     for (plugin, spec) in specs {
-        out.push_str(&format!("- `{}` — {} (plugin {plugin})\n", spec.format.trim(), spec.usage.trim()));
-        let mut args: BTreeMap<&str, &str> =
-            spec.args.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        for name in spec.format.split('{').skip(1).filter_map(|s| s.split('}').next()) {
+        out.push_str(&format!(
+            "- `{}` — {} (plugin {plugin})\n",
+            spec.format.trim(),
+            spec.usage.trim()
+        ));
+        let mut args: BTreeMap<&str, &str> = spec
+            .args
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        for name in spec
+            .format
+            .split('{')
+            .skip(1)
+            .filter_map(|s| s.split('}').next())
+        {
             if let Some(desc) = args.remove(name) {
                 out.push_str(&format!("  - {name}: {desc}\n"));
             }
@@ -343,10 +363,16 @@ mod tests {
     #[test]
     fn keyword_anywhere_case_insensitive() {
         let s = set(&[(1, "Weather")]);
-        assert_eq!(params(&s, "the WEATHER in Paris"), Some(vec!["the".into(), "in".into(), "Paris".into()]));
+        assert_eq!(
+            params(&s, "the WEATHER in Paris"),
+            Some(vec!["the".into(), "in".into(), "Paris".into()])
+        );
         assert_eq!(params(&s, "北京weather"), Some(vec!["北京".into()]));
         let zh = set(&[(1, "天气")]);
-        assert_eq!(params(&zh, "北京天气怎么样"), Some(vec!["北京".into(), "怎么样".into()]));
+        assert_eq!(
+            params(&zh, "北京天气怎么样"),
+            Some(vec!["北京".into(), "怎么样".into()])
+        );
         assert_eq!(params(&zh, "hello"), None);
     }
 
@@ -356,13 +382,19 @@ mod tests {
         assert_eq!(params(&s, "roll 2d6"), Some(vec!["2".into(), "6".into()]));
         assert_eq!(params(&s, "roll two dice"), None);
         let whole = set(&[(2, r"\d{3}-\d{4}")]);
-        assert_eq!(params(&whole, "call 555-1234 now"), Some(vec!["555-1234".into()]));
+        assert_eq!(
+            params(&whole, "call 555-1234 now"),
+            Some(vec!["555-1234".into()])
+        );
     }
 
     #[test]
     fn segment_is_a_whole_segment() {
         let s = set(&[(3, "weather")]);
-        assert_eq!(params(&s, "what's the weather, Paris?"), Some(vec!["what's".into(), "the".into(), "Paris".into()]));
+        assert_eq!(
+            params(&s, "what's the weather, Paris?"),
+            Some(vec!["what's".into(), "the".into(), "Paris".into()])
+        );
         assert_eq!(params(&s, "Weather?"), Some(vec![]));
         assert_eq!(params(&s, "weathering heights"), None);
         let zh = set(&[(3, "天气")]);
@@ -386,7 +418,13 @@ mod tests {
             pattern: p.into(),
         };
         let (s, rejected) = TriggerSet::compile(
-            &[t(0, "/ok"), t(2, "(unclosed"), t(0, " "), t(9, "x"), t(4, "sunrise")],
+            &[
+                t(0, "/ok"),
+                t(2, "(unclosed"),
+                t(0, " "),
+                t(9, "x"),
+                t(4, "sunrise"),
+            ],
             Some(InjectSpec::default()),
         );
         assert_eq!(s.triggers.len(), 1);
@@ -394,7 +432,10 @@ mod tests {
         assert_eq!(rejected.len(), 5, "{reasons:?}");
         assert!(reasons[0].contains("invalid regex"), "{reasons:?}");
         assert!(reasons[2].contains("unknown trigger type 9"), "{reasons:?}");
-        assert!(reasons[3].contains("unknown event `sunrise`"), "{reasons:?}");
+        assert!(
+            reasons[3].contains("unknown event `sunrise`"),
+            "{reasons:?}"
+        );
         assert!(reasons[4].contains("no format"), "{reasons:?}");
         assert!(s.inject.is_none());
     }
@@ -414,7 +455,9 @@ mod tests {
         );
         assert_eq!(s.inject_command(), Some("/translate"));
         assert_eq!(
-            s.match_llm_line("`/translate \"good morning\" ja`").unwrap().params,
+            s.match_llm_line("`/translate \"good morning\" ja`")
+                .unwrap()
+                .params,
             vec!["good morning", "ja"]
         );
         assert!(s.match_llm_line("Sure, I can translate that.").is_none());
@@ -426,17 +469,24 @@ mod tests {
         let spec = InjectSpec {
             usage: "翻译文本到指定语言".into(),
             format: "/translate {text} {lang}".into(),
-            args: [("lang", "目标语言"), ("text", "要翻译的文本"), ("extra", "x")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            args: [
+                ("lang", "目标语言"),
+                ("text", "要翻译的文本"),
+                ("extra", "x"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         };
         let p = inject_prompt(&[("translate".into(), spec)]);
         let text = p.find("text: 要翻译").unwrap();
         let lang = p.find("lang: 目标").unwrap();
         let extra = p.find("extra: x").unwrap();
         assert!(text < lang && lang < extra, "{p}");
-        assert!(p.contains("`/translate {text} {lang}` — 翻译文本到指定语言 (plugin translate)"), "{p}");
+        assert!(
+            p.contains("`/translate {text} {lang}` — 翻译文本到指定语言 (plugin translate)"),
+            "{p}"
+        );
         assert_eq!(inject_prompt(&[]), "");
     }
 }

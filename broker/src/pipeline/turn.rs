@@ -286,7 +286,10 @@ impl TurnDeps {
                     .map(|c| ToolCallInfo {
                         id: c.id.clone(),
                         name: c.name.clone(),
-                        plugin: registry.get(&c.name).map(|t| t.plugin.clone()).unwrap_or_default(),
+                        plugin: registry
+                            .get(&c.name)
+                            .map(|t| t.plugin.clone())
+                            .unwrap_or_default(),
                         arguments_json: match &c.arguments {
                             Value::String(raw) => raw.clone(),
                             v => v.to_string(),
@@ -334,11 +337,17 @@ impl TurnDeps {
                 let mut unchained: Vec<String> = Vec::new();
                 let mut carry_on = false;
                 for (call, outcome) in calls.iter().zip(results) {
-                    let msg = json!({"role": "tool", "tool_call_id": call.id, "content": outcome.text});
+                    let msg =
+                        json!({"role": "tool", "tool_call_id": call.id, "content": outcome.text});
                     messages.push(msg.clone());
                     record.push(msg);
                     short = short.or(outcome.short);
-                    if let Some(ai) = outcome.ran.then(|| registry.get(&call.name)).flatten().and_then(|t| t.ai_tool.clone()) {
+                    if let Some(ai) = outcome
+                        .ran
+                        .then(|| registry.get(&call.name))
+                        .flatten()
+                        .and_then(|t| t.ai_tool.clone())
+                    {
                         if ai.chainable == Some(false) {
                             unchained.push(outcome.text.clone());
                             carry_on |= ai.continue_conversation;
@@ -493,8 +502,13 @@ impl TurnDeps {
         let mut kept = Vec::new();
         let mut commands = Vec::new();
         for line in text.lines() {
-            match sets.iter().find_map(|(p, set)| Some((p.clone(), set.match_llm_line(line)?))) {
-                Some((plugin, m)) => commands.push((plugin, m, line.trim().trim_matches('`').trim().to_string())),
+            match sets
+                .iter()
+                .find_map(|(p, set)| Some((p.clone(), set.match_llm_line(line)?)))
+            {
+                Some((plugin, m)) => {
+                    commands.push((plugin, m, line.trim().trim_matches('`').trim().to_string()))
+                }
                 None => kept.push(line),
             }
         }
@@ -504,7 +518,10 @@ impl TurnDeps {
         let mut out: Vec<String> = vec![kept.join("\n").trim().to_string()];
         for (plugin, m, line) in commands {
             tracing::info!(plugin = %plugin, command = %line, "LLM wrote an inject command");
-            out.extend(self.deliver_all(vec![(plugin, m)], &line, sender, emit).await);
+            out.extend(
+                self.deliver_all(vec![(plugin, m)], &line, sender, emit)
+                    .await,
+            );
         }
         out.retain(|s| !s.is_empty());
         out.join("\n")
@@ -608,7 +625,10 @@ impl TurnDeps {
         self.policies.forget(&id);
         match outcome {
             Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => Err(format!("tool {} was not run: the user declined it", call.name)),
+            Ok(Ok(false)) => Err(format!(
+                "tool {} was not run: the user declined it",
+                call.name
+            )),
             Ok(Err(_)) | Err(_) => Err(format!(
                 "tool {} was not run: the user did not confirm it within {} s",
                 call.name,

@@ -223,10 +223,9 @@ impl Session {
         };
         match self.request(tool, build, None, timeout, max_total).await? {
             Reply::Tool(r) => Ok(r),
-            other => Err(InvokeError::Failed(self.gone(
-                tool,
-                format!("answered a tool call with {}", other.kind()),
-            ))),
+            other => Err(InvokeError::Failed(
+                self.gone(tool, format!("answered a tool call with {}", other.kind())),
+            )),
         }
     }
 
@@ -272,19 +271,25 @@ impl Session {
     ) -> Result<EventDone, InvokeError> {
         let what = format!(
             "event (trigger `{}`)",
-            event.trigger.as_ref().map(|t| t.pattern.as_str()).unwrap_or("")
+            event
+                .trigger
+                .as_ref()
+                .map(|t| t.pattern.as_str())
+                .unwrap_or("")
         );
         event.timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
         let build = |call_id| {
             event.call_id = call_id;
             Msg::HandleEvent(event)
         };
-        match self.request(&what, build, Some(texts), timeout, max_total).await? {
+        match self
+            .request(&what, build, Some(texts), timeout, max_total)
+            .await?
+        {
             Reply::Event(r) => Ok(r),
-            other => Err(InvokeError::Failed(self.gone(
-                &what,
-                format!("answered an event with {}", other.kind()),
-            ))),
+            other => Err(InvokeError::Failed(
+                self.gone(&what, format!("answered an event with {}", other.kind())),
+            )),
         }
     }
 
@@ -299,10 +304,14 @@ impl Session {
                     Some(tx) => {
                         let _ = tx.send(text);
                     }
-                    None => tracing::warn!(plugin = %self.plugin, call = %p.what, "Reply to a call that is not an event; dropped"),
+                    None => {
+                        tracing::warn!(plugin = %self.plugin, call = %p.what, "Reply to a call that is not an event; dropped")
+                    }
                 }
             }
-            None => tracing::debug!(plugin = %self.plugin, call_id, "Reply to an event nobody waits for; dropped"),
+            None => {
+                tracing::debug!(plugin = %self.plugin, call_id, "Reply to an event nobody waits for; dropped")
+            }
         }
     }
 
