@@ -1,4 +1,4 @@
-//! Helpers shared by the benchmark harnesses (`broker`, `chaos`, `agent`).
+//! Helpers shared by the benchmark harnesses (`broker`, `chaos`, `agent`, `adapters`).
 // Each harness compiles this file on its own and uses only part of it.
 #![allow(dead_code)]
 
@@ -99,4 +99,17 @@ pub fn cpu_us(pid: u32) -> u64 {
         + rest.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
     ticks * 1_000_000 / hz.max(1)
+}
+
+/// CPU time of the calling thread in microseconds (`CLOCK_THREAD_CPUTIME_ID`, ns
+/// resolution): the difference over a batch of calls is the CPU they used, without the
+/// time the thread spent preempted on a loaded machine.
+pub fn thread_cpu_us() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
 }
