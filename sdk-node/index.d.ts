@@ -19,8 +19,8 @@ export interface EventSender extends Sender {
   params: string[];
   /** Aborted when the broker cancels the event. */
   signal: AbortSignal;
-  /** `params[i]`, or `undefined` when absent. */
-  param(i: number): string | undefined;
+  /** `params[i]`, or `null` when absent (out of range). */
+  param(i: number): string | null;
   /** Sends text to the user; may be called several times. Non-strings are sent as JSON. */
   reply(text: unknown): Promise<void>;
 }
@@ -321,7 +321,10 @@ export interface ServeOptions {
   env?: Record<string, string | undefined>;
   /** Exit the process when the session ends (default true). */
   exit?: boolean;
-  /** Entry file name used in error messages. */
+  /**
+   * The plugin's main file: named in error messages, and its `@ai-trigger-*` header
+   * comments declare `ai.inject` when metadata has none (`serve(P, {file: __filename})`).
+   */
   file?: string;
 }
 

@@ -3,12 +3,14 @@
 /**
  * Finding the plugin a file exports: a LinkZone class (static metadata), a HomeAgent
  * class or object (`name()`, `start(sdk)`, `stop()`), an instance of either, a
- * `default` export of any of these, or a HomeAgent-style factory `NewPlugin(name, config)`.
+ * `default` export of any of these, or a HomeAgent-style factory `NewPlugin(name, config)`;
+ * and the inject spec of the file's `@ai-trigger-*` header comments (lib/header.js).
  */
 
 const path = require('node:path');
 const { pathToFileURL } = require('node:url');
 const { Plugin } = require('./plugin');
+const header = require('./header');
 
 /** The entry file exports nothing usable, or failed to load. */
 class LoadError extends Error {
@@ -61,13 +63,33 @@ function describe(v) {
 }
 
 /**
- * Turns a module's exports into a plugin instance.
+ * Turns a module's exports into a plugin instance, and reads the header comments of
+ * `file` (a malformed header is a LoadError naming the file and line).
  * @param {any} exported module.exports or an ES module namespace
- * @param {string} file the entry path, for errors
+ * @param {string} file the entry path (its header comments are read when it exists)
  * @param {{pluginName?: string}} [opts]
  * @returns {Promise<any>}
  */
 async function pluginFromExports(exported, file, opts = {}) {
+  const instance = await findPlugin(exported, file, opts);
+  // The `@ai-trigger-*` header comments of the main file (lib/header.js): remembered for
+  // the session, which registers them when metadata has no explicit ai.inject.
+  try {
+    header.remember(instance, header.readHeader(file));
+  } catch (e) {
+    throw new LoadError(/** @type {Error} */ (e).message);
+  }
+  return instance;
+}
+
+/**
+ * The plugin instance a module's exports define (see pluginFromExports).
+ * @param {any} exported
+ * @param {string} file
+ * @param {{pluginName?: string}} opts
+ * @returns {Promise<any>}
+ */
+async function findPlugin(exported, file, opts) {
   const candidates = [];
   if (exported && (typeof exported === 'object' || typeof exported === 'function') && exported.default !== undefined) candidates.push(exported.default);
   candidates.push(exported);

@@ -248,6 +248,10 @@ class Session {
       if (ai.inject) reg.inject = spec.injectSpec(ai.inject, this.name);
       reg.triggers = spec.triggerSpecs(md.triggers, this.name);
     }
+    // The main file's `@ai-trigger-*` header comments (read by lib/load.js), unless
+    // metadata has ai.inject.
+    const headerInject = require('./header').injectOf(inst);
+    if (!reg.inject && headerInject) reg.inject = spec.injectSpec(headerInject, this.name);
     if (typeof inst.start === 'function' && inst.start !== Plugin.prototype.start) {
       await inst.start(this.sdk());
     }
@@ -531,8 +535,8 @@ class Session {
       message: ev.message,
       params,
       signal: ac.signal,
-      /** @param {number} i */
-      param: (i) => params[i],
+      /** @param {number} i @returns {string | null} params[i], null when absent (Python None) */
+      param: (i) => (Number.isInteger(i) && i >= 0 && i < params.length ? params[i] : null),
       /** @param {unknown} text */
       reply: async (text) => {
         if (!ac.signal.aborted) this.send({ reply: { callId: ev.callId, text: typeof text === 'string' ? text : results.jsonText(text) } });

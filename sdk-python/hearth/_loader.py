@@ -2,7 +2,8 @@
 
 `load_file` imports the file as a module (its directory first on sys.path); `discover`
 finds the plugin in it; `assemble` (async: `start()` may be a coroutine) collects the
-tools of every style into a `Assembled` the runtime turns into a `Register` message.
+tools of every style, and the inject spec of metadata or of the file's `@ai-trigger-*`
+header comments (`_header`), into an `Assembled` the runtime turns into a `Register`.
 """
 
 from __future__ import annotations
@@ -198,6 +199,16 @@ async def assemble(plugin: Plugin, module: Optional[ModuleType], path: str) -> A
         if inject is not None and not isinstance(inject, dict):
             raise PluginLoadError(f"{where}: metadata.ai.inject must be a dict")
         triggers = list(metadata.get("triggers") or [])
+    # LinkZone header comments (@ai-triggerable …) of the plugin file: an inject spec
+    # when metadata has no explicit ai.inject (metadata wins). Parsed even then, so a
+    # malformed header is always an error naming its line.
+    from ._header import HeaderError, read_header
+    try:
+        header_inject = read_header(path)
+    except HeaderError as e:
+        raise PluginLoadError(str(e)) from None
+    if inject is None:
+        inject = header_inject
 
     seen = set()
     for attr in dir(type(plugin)):

@@ -104,18 +104,40 @@ class Sender:
             return self.params[index]
         return None
 
-    def reply(self, text: str) -> None:
-        """Send `text` to the user (inject mode; may be called several times).
+    def reply(self, text: Any) -> "_Sent":
+        """Send `text` to the user (inject mode; may be called several times, in order).
 
-        Callable from both async handlers and plain handlers running in a thread.
+        Callable from both async handlers and plain handlers running in a thread. The
+        message is queued at once; the return value may be awaited (`await
+        sender.reply(...)`, as LinkZone's Node plugins write it) or ignored. Values that
+        are not strings are sent as JSON text.
         """
         if self._reply is None:
             raise RuntimeError("sender.reply() is only available in handle_event")
-        self._reply(str(text))
+        if not isinstance(text, str):
+            from ._result import to_json
+            text = to_json(text)
+        self._reply(text)
+        return _SENT
 
     def __repr__(self) -> str:
         return (f"Sender(user_id={self.user_id!r}, group_id={self.group_id!r}, "
                 f"channel={self.channel!r}, session_id={self.session_id!r})")
+
+
+class _Sent:
+    """What `Sender.reply` returns: awaitable (a no-op) so `await sender.reply(...)` works."""
+
+    __slots__ = ()
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        return iter(())
+
+    def __repr__(self) -> str:
+        return "<reply sent>"
+
+
+_SENT = _Sent()
 
 
 class _CallContext:

@@ -28,6 +28,7 @@ from hearth.v1 import plugin_pb2_grpc as pb_grpc
 SDK_DIR = Path(__file__).resolve().parents[1]
 REPO = SDK_DIR.parent
 EXAMPLES = REPO / "examples" / "plugins"
+TEST_PLUGINS = REPO / "tests" / "plugins"
 MAX = 64 * 1024 * 1024
 
 
@@ -109,6 +110,38 @@ class BrokerSession:
 
     async def call(self, tool: str, args: Any, timeout: float = 10.0, **kw) -> pb.ToolResult:
         return await self.result(self.invoke(tool, args, **kw), timeout)
+
+    def handle_event(self, message: str, params: List[str], *, call_id: Optional[int] = None,
+                     sender: Optional[dict] = None, trigger: Optional[tuple] = None) -> int:
+        """Send HandleEvent (as the broker does when a trigger matched); returns its call_id."""
+        cid = call_id if call_id is not None else next(self._ids)
+        ttype, pattern = trigger or (0, message.split(" ", 1)[0])
+        self.send(pb.HostMessage(handle_event=pb.HandleEvent(
+            call_id=cid, message=message, params=params, sender=pb.Sender(**(sender or {})),
+            trigger=pb.Trigger(type=ttype, pattern=pattern), timeout_ms=10000)))
+        return cid
+
+    async def events(self, call_ids: List[int], timeout: float = 10.0) -> Dict[int, tuple]:
+        """Read until every call in `call_ids` sent EventDone: {call_id: ([reply texts in
+        order], EventDone.error)}. Any other message fails the test."""
+        got: Dict[int, list] = {cid: [] for cid in call_ids}
+        done: Dict[int, tuple] = {}
+        while len(done) < len(call_ids):
+            msg = await self.next(timeout=timeout)
+            kind = msg.WhichOneof("msg")
+            if kind == "reply" and msg.reply.call_id in got and msg.reply.call_id not in done:
+                got[msg.reply.call_id].append(msg.reply.text)
+            elif kind == "event_done" and msg.event_done.call_id in got:
+                done[msg.event_done.call_id] = (got[msg.event_done.call_id], msg.event_done.error)
+            else:
+                raise AssertionError(f"unexpected message while waiting for events {call_ids}: {msg}")
+        return done
+
+    async def event(self, message: str, params: List[str], timeout: float = 10.0,
+                    **kw: Any) -> tuple:
+        """One HandleEvent round trip: ([reply texts in order], EventDone.error)."""
+        cid = self.handle_event(message, params, **kw)
+        return (await self.events([cid], timeout))[cid]
 
     async def ping(self, nonce: int, timeout: float = 5.0) -> float:
         """Send Ping and return the seconds until its Pong."""
