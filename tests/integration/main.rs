@@ -4,6 +4,7 @@
 
 mod agent;
 mod harness;
+mod inject;
 mod supervision;
 
 use std::collections::HashSet;
