@@ -73,6 +73,58 @@ pub const MIGRATIONS: &[Migration] = &[
             ) STRICT, WITHOUT ROWID;
         ",
     },
+    Migration {
+        name: "graph memory",
+        // Entities are identified by their name folded to lower case (`folded`, Unicode
+        // lowercase of the trimmed name, computed by `storage::memory`); `name` keeps
+        // the first spelling seen. `entities_fts` is a trigram index over `folded`, kept
+        // in step by triggers: keyword recall of 3+ characters is an index lookup, not
+        // a scan. Relations point at entity ids; `active = 0` marks a soft purge
+        // (`purged_at` set), and at most one active row exists per (source, target,
+        // type). The (source_id, active) and (target_id, active) indexes serve recall's
+        // breadth-first levels in both directions, merge, purge and the foreign-key
+        // checks when an entity is deleted. Times are Unix seconds.
+        sql: "
+            CREATE TABLE entities (
+                id            INTEGER PRIMARY KEY,
+                name          TEXT NOT NULL,
+                folded        TEXT NOT NULL UNIQUE,
+                type          TEXT NOT NULL DEFAULT '',
+                mention_count INTEGER NOT NULL DEFAULT 0,
+                created_at    INTEGER NOT NULL,
+                updated_at    INTEGER NOT NULL
+            ) STRICT;
+            CREATE VIRTUAL TABLE entities_fts USING fts5 (
+                folded, content = 'entities', content_rowid = 'id', tokenize = 'trigram'
+            );
+            CREATE TRIGGER entities_fts_insert AFTER INSERT ON entities BEGIN
+                INSERT INTO entities_fts (rowid, folded) VALUES (new.id, new.folded);
+            END;
+            CREATE TRIGGER entities_fts_delete AFTER DELETE ON entities BEGIN
+                INSERT INTO entities_fts (entities_fts, rowid, folded)
+                    VALUES ('delete', old.id, old.folded);
+            END;
+            CREATE TRIGGER entities_fts_update AFTER UPDATE OF folded ON entities BEGIN
+                INSERT INTO entities_fts (entities_fts, rowid, folded)
+                    VALUES ('delete', old.id, old.folded);
+                INSERT INTO entities_fts (rowid, folded) VALUES (new.id, new.folded);
+            END;
+            CREATE TABLE relations (
+                id            INTEGER PRIMARY KEY,
+                source_id     INTEGER NOT NULL REFERENCES entities (id),
+                target_id     INTEGER NOT NULL REFERENCES entities (id),
+                relation_type TEXT NOT NULL,
+                session_id    TEXT NOT NULL DEFAULT '',
+                active        INTEGER NOT NULL DEFAULT 1 CHECK (active IN (0, 1)),
+                created_at    INTEGER NOT NULL,
+                purged_at     INTEGER
+            ) STRICT;
+            CREATE UNIQUE INDEX relations_active_triple
+                ON relations (source_id, target_id, relation_type) WHERE active = 1;
+            CREATE INDEX relations_by_source ON relations (source_id, active);
+            CREATE INDEX relations_by_target ON relations (target_id, active);
+        ",
+    },
 ];
 
 /// The schema version this build creates: the number of [`MIGRATIONS`].

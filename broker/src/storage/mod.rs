@@ -9,6 +9,8 @@
 //! - [`Settings`]: core keys in `config`, each plugin's keys in its own
 //!   `config_<name>` table, [`ConfigDef`]s, a [`Settings::dump`] with secrets masked;
 //!   [`PluginSettings`] is one plugin's view, one method per `hearth.v1.Settings` rpc.
+//! - [`GraphMemory`]: entities and relations in `hearth.db`, committed as [`Triple`]s,
+//!   recalled by keyword and breadth-first walk, merged and purged.
 //!
 //! Every handle here is cheap to clone and usable from async code: the blocking I/O
 //! happens on the thread that owns the connection or the file, never on a runtime
@@ -16,6 +18,7 @@
 
 mod conversations;
 mod db;
+mod memory;
 pub mod migrations;
 mod settings;
 mod text_memory;
@@ -24,6 +27,9 @@ use std::path::PathBuf;
 
 pub use conversations::{ConversationKey, Conversations, HistoryBudget};
 pub use db::Db;
+pub use memory::{
+    Entity, GraphMemory, MemoryStats, PurgeCriteria, PurgeMode, Relation, Subgraph, Triple,
+};
 pub use settings::{ConfigDef, PluginSettings, Scope, Settings, MAX_NAME_CHARS, SECRET_MASK};
 pub use text_memory::{TextEvent, TextMemory};
 
