@@ -1,18 +1,35 @@
-//! A scripted LLM server: a real HTTP server on loopback that speaks the OpenAI
-//! chat-completions wire format (plain JSON and SSE streaming) and answers from a
+//! A scripted LLM server: a real HTTP server on loopback that speaks the wire formats of
+//! the LLM API families the built-in adapters talk to — OpenAI chat completions (with
+//! DeepSeek's `reasoning_content`), Anthropic Messages, Gemini `generateContent` and
+//! Ollama's `/api/chat`, each plain and streamed — and answers from one family-neutral
 //! script, so tests and the README demo run offline through the real HTTP client,
 //! adapter and tool-loop path.
 //!
 //! - CLI: `hearth dev llm-server --script FILE [--listen 127.0.0.1:0]` prints
 //!   `listening on http://127.0.0.1:PORT/v1` once bound and serves until SIGINT/SIGTERM.
 //! - Tests: [`ScriptedLlm::start`] binds `127.0.0.1:0` in a task and stops on drop;
-//!   [`ScriptedLlm::requests`] returns every request body received. [`serve`] runs
-//!   the server on a listener of your own until a shutdown future completes.
+//!   [`ScriptedLlm::requests`] returns every request body received,
+//!   [`ScriptedLlm::exchanges`] each with its family, path, headers and the tool calls
+//!   answered. [`serve`] runs the server on a listener of your own until a shutdown
+//!   future completes.
 //!
 //! # Routes
-//! - `POST /v1/chat/completions` and `POST /chat/completions`: answer from the script.
+//! The request path chooses the family (whatever comes before it: a source's base URL
+//! may or may not end in `/v1`):
+//!
+//! | family | route | streamed when | source `base_url` |
+//! | --- | --- | --- | --- |
+//! | OpenAI, DeepSeek | `POST …/chat/completions` | `"stream": true` | `http://ADDR/v1` or `http://ADDR` |
+//! | Anthropic | `POST …/v1/messages` | `"stream": true` | `http://ADDR` |
+//! | Gemini | `POST …/models/{model}:generateContent` and `…:streamGenerateContent` | on the second (`?alt=sse`: SSE, else one JSON array) | `http://ADDR` |
+//! | Ollama | `POST …/api/chat` | unless `"stream": false` | `http://ADDR` |
+//!
 //! - `GET /requests`: every request body received so far, as a JSON array (bodies
 //!   that are not JSON are recorded as JSON strings).
+//! - `GET /exchanges`: the same requests as `{"family", "path", "headers", "body",
+//!   "tool_calls": [{"id", "name"}]}` (path with query; header names lower-case;
+//!   `tool_calls`: the calls the server answered with, `id` null where the family's wire
+//!   has none).
 //!
 //! # Script format
 //! A JSON object (`"_comment"` keys are allowed and ignored; other unknown keys are
@@ -32,37 +49,74 @@
 //!
 //! For each request the server picks the first step whose `match` (if set) is a
 //! substring of the last user message and whose `after_tool` (if set) agrees with
-//! whether the last message has role `tool`; else `default`; else it answers 400 with
-//! an OpenAI error body (`code: "no_step_matched"`). Steps are not consumed: the same
-//! conversation state always gets the same answer. Fields of a step:
+//! whether the last message is a tool result; else `default`; else it answers 400 with
+//! the family's error body (OpenAI: `code: "no_step_matched"`). Steps are not consumed:
+//! the same conversation state always gets the same answer. The selectors read each
+//! family's request shape:
+//!
+//! | | OpenAI, DeepSeek, Ollama | Anthropic | Gemini |
+//! | --- | --- | --- | --- |
+//! | user message | role `user` | role `user` with text (not only `tool_result` blocks) | role `user` content with text (not only `functionResponse` parts) |
+//! | tool result | role `tool` | a `tool_result` block | a `functionResponse` part (its `response`: `result` when that is all it holds, else the JSON) |
+//! | system message | role `system` | top-level `system` | `systemInstruction` |
+//!
+//! Fields of a step:
 //!
 //! | field | meaning |
 //! | --- | --- |
 //! | `match` | substring of the last user message (optional) |
 //! | `after_tool` | only when the last message is (`true`) / is not (`false`) a tool result |
 //! | `match_system` | only when some system message contains this text (an interrupt, a hook's note) |
-//! | `content` | answer text; `{tool_results}` = contents of the tool messages since the last assistant message joined with `\n`, `{user}` = the last user message |
-//! | `reasoning_content` | reasoning text (DeepSeek style `reasoning_content`), same placeholders |
-//! | `tool_calls` | `[{"name": …, "arguments": {…}}]`; ids are `call_<n>`, unique per server; `arguments` is serialized to a JSON string, or sent verbatim when it is a string (for malformed-arguments tests) |
-//! | `finish_reason` | overrides `"tool_calls"` (when there are tool calls) / `"stop"` |
-//! | `chunk_chars` | characters per streamed content chunk (default 8; 0 = one chunk) |
-//! | `chunk_delay_ms` | pause between streamed content / reasoning chunks |
+//! | `content` | answer text; `{tool_results}` = the tool results since the last assistant message joined with `\n`, `{user}` = the last user message |
+//! | `reasoning_content` | reasoning text, same placeholders (OpenAI: DeepSeek's `reasoning_content`; Anthropic: a `thinking` block; Gemini: `thought: true` parts; Ollama: `thinking`) |
+//! | `tool_calls` | `[{"name": …, "arguments": {…}}]`; OpenAI ids are `call_<n>`, Anthropic ids `toolu_scripted_<n>`, unique per server (Gemini and Ollama calls carry no id); `arguments` is serialized to JSON text, or sent verbatim when it is a string (for malformed-arguments tests; where the wire wants an object, a string that is not JSON goes as a JSON string) |
+//! | `finish_reason` | overrides `"tool_calls"` (when there are tool calls) / `"stop"`; `length` and `content_filter` are translated too (Anthropic `max_tokens` / `refusal`, Gemini `MAX_TOKENS` / `SAFETY`), other values are sent as they are (Gemini: upper-cased) |
+//! | `chunk_chars` | characters per streamed text chunk (default 8; 0 = one chunk) |
+//! | `chunk_delay_ms` | pause between streamed text / reasoning chunks and before each streamed tool call |
 //! | `delay_ms` | pause before answering at all (for timeout tests) |
 //! | `status` | answer with this HTTP status instead of a completion (default 500 when only `error_body` is set) |
-//! | `error_body` | the body of that answer: JSON, or a string sent verbatim (default: an OpenAI error object) |
-//! | `usage` | `{"prompt_tokens": n, "completion_tokens": n}`; missing numbers are estimated (bytes / 4) |
+//! | `error_body` | the body of that answer: JSON, or a string sent verbatim (default: the family's error object) |
+//! | `usage` | `{"prompt_tokens": n, "completion_tokens": n}`; missing numbers are estimated (bytes / 4); reasoning is part of the completion tokens |
 //!
-//! Non-streamed answers are `chat.completion` objects; with `"stream": true` the answer
-//! is `text/event-stream` with `data: {chat.completion.chunk}` events: a role delta,
-//! reasoning and content chunks, each tool call as deltas by index (the first with id,
-//! name and empty arguments, then the arguments text in up to three fragments), a
-//! final chunk with `finish_reason`, a usage-only chunk (`"choices": []`) when
-//! `stream_options.include_usage` is true, then `data: [DONE]` — the shapes of the
-//! real API (see `shared/wire/openai-chat-stream-parallel-toolcalls-usage.sse`).
+//! # Answers
+//! Each family's answer has the shapes of the real API (`shared/wire/` holds recorded
+//! examples):
+//!
+//! - OpenAI: a `chat.completion` object; streamed, `text/event-stream` with `data:
+//!   {chat.completion.chunk}` events: a role delta, reasoning and content chunks, each
+//!   tool call as deltas by index (the first with id, name and empty arguments, then the
+//!   arguments text in up to three fragments), a final chunk with `finish_reason`, a
+//!   usage-only chunk (`"choices": []`) when `stream_options.include_usage` is true, then
+//!   `data: [DONE]`.
+//! - Anthropic: a `message` with `thinking`, `text` and `tool_use` content blocks,
+//!   `stop_reason` and `usage`; streamed, named SSE events `message_start`, per block
+//!   `content_block_start` / `content_block_delta` (`thinking_delta` and
+//!   `signature_delta`, `text_delta`, `input_json_delta`: an empty one, then the input
+//!   JSON in up to three fragments) / `content_block_stop`, a `ping` after the first
+//!   block opens, `message_delta` (stop reason, usage), `message_stop`.
+//! - Gemini: a GenerateContentResponse (`candidates[0].content.parts` with `text`,
+//!   `thought` text and `functionCall {name, args}`, `finishReason`, `usageMetadata`,
+//!   `modelVersion`, `responseId`); streamed, one such response per reasoning / text
+//!   chunk, the function calls together in one, `finishReason` on the last, as SSE
+//!   `data:` events separated by CRLF pairs (`?alt=sse`) or as one JSON array.
+//! - Ollama: `{model, created_at, message {role, content, thinking, tool_calls
+//!   [{function {name, arguments}}]}, done_reason, done: true, …_duration,
+//!   prompt_eval_count, eval_count}`; streamed, `application/x-ndjson` lines with `done:
+//!   false` (text and reasoning chunks, then the tool calls in one line), then the `done:
+//!   true` line with the counts.
+//!
 //! A client that disconnects mid-stream just ends that stream.
 //!
 //! `examples/llm-script.json` is the script of the README demo.
 
+mod anthropic;
+mod gemini;
+mod ollama;
+mod openai;
+#[cfg(test)]
+mod tests_families;
+
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -74,11 +128,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -282,6 +336,137 @@ impl Script {
     }
 }
 
+/// The LLM API family of a request, chosen by its path (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[non_exhaustive]
+pub enum Family {
+    /// `POST …/chat/completions`: OpenAI chat completions (DeepSeek and the other
+    /// OpenAI-compatible APIs).
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// `POST …/v1/messages`: Anthropic Messages.
+    #[serde(rename = "anthropic")]
+    Anthropic,
+    /// `POST …/models/{model}:generateContent` / `:streamGenerateContent`: Gemini.
+    #[serde(rename = "gemini")]
+    Gemini,
+    /// `POST …/api/chat`: Ollama's native chat API.
+    #[serde(rename = "ollama")]
+    Ollama,
+}
+
+/// Where a request went: its family and what the path says beyond that.
+#[derive(Debug, Clone, PartialEq)]
+struct Route {
+    family: Family,
+    /// The model named in the path (Gemini).
+    model: Option<String>,
+    /// Streamed because of the path (Gemini's `:streamGenerateContent`).
+    path_streams: bool,
+    /// `alt=sse` in the query (Gemini streams: SSE rather than a JSON array).
+    sse: bool,
+}
+
+impl Route {
+    fn of(uri: &Uri) -> Option<Route> {
+        let path = uri.path();
+        let plain = |family| Route {
+            family,
+            model: None,
+            path_streams: false,
+            sse: false,
+        };
+        if path.ends_with("/chat/completions") {
+            return Some(plain(Family::OpenAi));
+        }
+        if path.ends_with("/v1/messages") {
+            return Some(plain(Family::Anthropic));
+        }
+        if path.ends_with("/api/chat") {
+            return Some(plain(Family::Ollama));
+        }
+        let (dir, last) = path.rsplit_once('/')?;
+        let (model, method) = last.split_once(':')?;
+        if !dir.ends_with("/models") || model.is_empty() {
+            return None;
+        }
+        let path_streams = match method {
+            "generateContent" => false,
+            "streamGenerateContent" => true,
+            _ => return None,
+        };
+        let sse = uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+        Some(Route {
+            family: Family::Gemini,
+            model: Some(model.to_owned()),
+            path_streams,
+            sse,
+        })
+    }
+
+    /// Whether `request` asks for a streamed answer.
+    fn streams(&self, request: &Value) -> bool {
+        match self.family {
+            Family::OpenAi | Family::Anthropic => request["stream"].as_bool() == Some(true),
+            Family::Gemini => self.path_streams,
+            // Ollama streams unless told not to.
+            Family::Ollama => request["stream"].as_bool() != Some(false),
+        }
+    }
+}
+
+/// One request the server received, as [`ScriptedLlm::exchanges`] and `GET /exchanges`
+/// list it.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Exchange {
+    /// The family its path chose.
+    pub family: Family,
+    /// Path and query, e.g. `/v1beta/models/m:streamGenerateContent?alt=sse`.
+    pub path: String,
+    /// Request headers, names lower-case (repeated ones joined with `, `).
+    pub headers: BTreeMap<String, String>,
+    /// The body: JSON, or a JSON string when it was not JSON.
+    pub body: Value,
+    /// The tool calls the server answered with (none for an error answer).
+    pub tool_calls: Vec<SentToolCall>,
+}
+
+/// A tool call the server sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SentToolCall {
+    /// Its id on the wire (`None` where the family has no call ids: Gemini, Ollama).
+    pub id: Option<String>,
+    /// Tool name.
+    pub name: String,
+}
+
+/// A message of a request, whatever the family's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+    Other,
+}
+
+/// A message of a request in the family-neutral shape the script looks at.
+#[derive(Debug)]
+struct Turn {
+    role: Role,
+    text: String,
+}
+
+impl Turn {
+    fn new(role: Role, text: String) -> Turn {
+        Turn { role, text }
+    }
+}
+
 /// What the script looks at in a request.
 #[derive(Debug, Default)]
 struct Conversation {
@@ -293,35 +478,37 @@ struct Conversation {
 }
 
 impl Conversation {
-    fn of(request: &Value) -> Conversation {
-        let empty = Vec::new();
-        let messages = request["messages"].as_array().unwrap_or(&empty);
-        let role = |m: &Value| m["role"].as_str().unwrap_or_default().to_owned();
-        let last_user = messages
-            .iter()
-            .rev()
-            .find(|m| role(m) == "user")
-            .map(|m| text_of(&m["content"]))
-            .unwrap_or_default();
-        let since_assistant = messages
-            .iter()
-            .rposition(|m| role(m) == "assistant")
-            .map_or(0, |i| i + 1);
-        let tool_results = messages[since_assistant..]
-            .iter()
-            .filter(|m| role(m) == "tool")
-            .map(|m| text_of(&m["content"]))
-            .collect::<Vec<_>>()
-            .join("\n");
-        Conversation {
-            last_user,
-            last_is_tool: messages.last().is_some_and(|m| role(m) == "tool"),
-            tool_results,
-            system: messages
+    fn of(family: Family, request: &Value) -> Conversation {
+        let turns = match family {
+            Family::OpenAi | Family::Ollama => openai::turns(request),
+            Family::Anthropic => anthropic::turns(request),
+            Family::Gemini => gemini::turns(request),
+        };
+        Conversation::from_turns(&turns)
+    }
+
+    fn from_turns(turns: &[Turn]) -> Conversation {
+        let texts = |role: Role, turns: &[Turn]| -> Vec<String> {
+            turns
                 .iter()
-                .filter(|m| role(m) == "system")
-                .map(|m| text_of(&m["content"]))
-                .collect(),
+                .filter(|t| t.role == role)
+                .map(|t| t.text.clone())
+                .collect()
+        };
+        let since_assistant = turns
+            .iter()
+            .rposition(|t| t.role == Role::Assistant)
+            .map_or(0, |i| i + 1);
+        Conversation {
+            last_user: turns
+                .iter()
+                .rev()
+                .find(|t| t.role == Role::User)
+                .map(|t| t.text.clone())
+                .unwrap_or_default(),
+            last_is_tool: turns.last().is_some_and(|t| t.role == Role::Tool),
+            tool_results: texts(Role::Tool, &turns[since_assistant..]).join("\n"),
+            system: texts(Role::System, turns),
         }
     }
 
@@ -367,7 +554,7 @@ fn text_of(content: &Value) -> String {
 #[derive(Debug)]
 struct Shared {
     script: Script,
-    requests: Mutex<Vec<Value>>,
+    exchanges: Mutex<Vec<Exchange>>,
     next_call: AtomicU64,
     next_completion: AtomicU64,
 }
@@ -376,17 +563,25 @@ impl Shared {
     fn new(script: Script) -> Shared {
         Shared {
             script,
-            requests: Mutex::new(Vec::new()),
+            exchanges: Mutex::new(Vec::new()),
             next_call: AtomicU64::new(1),
             next_completion: AtomicU64::new(1),
         }
     }
 
+    fn exchanges(&self) -> std::sync::MutexGuard<'_, Vec<Exchange>> {
+        self.exchanges.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn requests(&self) -> Vec<Value> {
-        self.requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.exchanges().iter().map(|e| e.body.clone()).collect()
+    }
+
+    /// Records an exchange; returns its position.
+    fn record(&self, exchange: Exchange) -> usize {
+        let mut all = self.exchanges();
+        all.push(exchange);
+        all.len() - 1
     }
 }
 
@@ -416,11 +611,12 @@ async fn serve_shared(
 }
 
 fn router(shared: Arc<Shared>) -> Router {
+    // The families' routes have free prefixes and Gemini's `{model}:method` segment:
+    // the fallback dispatches them by path.
     Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/chat/completions", post(chat_completions))
         .route("/requests", get(list_requests))
-        .fallback(not_found)
+        .route("/exchanges", get(list_exchanges))
+        .fallback(answer)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(shared)
 }
@@ -473,9 +669,21 @@ impl ScriptedLlm {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The server's root, `http://127.0.0.1:PORT`: the base URL of Anthropic, Gemini,
+    /// Ollama and DeepSeek sources (their adapters' endpoints carry the version).
+    pub fn root_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// Every request body received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.shared.requests()
+    }
+
+    /// Every request received so far with its family, path, headers and the tool calls
+    /// answered, in order.
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        self.shared.exchanges().clone()
     }
 }
 
@@ -491,34 +699,67 @@ async fn list_requests(State(shared): State<Arc<Shared>>) -> Response {
     json_response(StatusCode::OK, &Value::Array(shared.requests()))
 }
 
-async fn not_found() -> Response {
-    openai_error(
+async fn list_exchanges(State(shared): State<Arc<Shared>>) -> Response {
+    let all = serde_json::to_value(&*shared.exchanges()).unwrap_or_default();
+    json_response(StatusCode::OK, &all)
+}
+
+fn not_found() -> Response {
+    openai::error(
         StatusCode::NOT_FOUND,
-        "hearth scripted LLM: unknown route (POST /v1/chat/completions, GET /requests)",
+        "hearth scripted LLM: unknown route (POST …/chat/completions, …/v1/messages, \
+         …/models/{model}:generateContent, …/models/{model}:streamGenerateContent, \
+         …/api/chat; GET /requests, /exchanges)",
         "invalid_request_error",
         "not_found",
     )
 }
 
-async fn chat_completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+/// Answers a request to any path: the family's route, or 404.
+async fn answer(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(route) = Route::of(&uri) else {
+        return not_found();
+    };
+    let family = route.family;
+    if method != Method::POST {
+        return error_response(
+            family,
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("hearth scripted LLM: {method} {}: use POST", uri.path()),
+            "invalid_request_error",
+            "method_not_allowed",
+        );
+    }
     let request = serde_json::from_slice::<Value>(&body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    shared
-        .requests
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(request.clone());
+    let at = shared.record(Exchange {
+        family,
+        path: uri
+            .path_and_query()
+            .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned()),
+        headers: header_map(&headers),
+        body: request.clone(),
+        tool_calls: Vec::new(),
+    });
     if !request.is_object() {
-        return openai_error(
+        return error_response(
+            family,
             StatusCode::BAD_REQUEST,
             "hearth scripted LLM: the request body is not a JSON object",
             "invalid_request_error",
             "invalid_json",
         );
     }
-    let conv = Conversation::of(&request);
+    let conv = Conversation::of(family, &request);
     let Some(step) = shared.script.pick(&conv) else {
-        return openai_error(
+        return error_response(
+            family,
             StatusCode::BAD_REQUEST,
             &format!(
                 "hearth scripted LLM: no step matched (last user message {:?}, last message {}a tool result)",
@@ -529,38 +770,101 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Res
             "no_step_matched",
         );
     };
-    tracing::debug!(last_user = %conv.last_user, "scripted LLM request");
+    tracing::debug!(?family, last_user = %conv.last_user, "scripted LLM request");
     if step.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(step.delay_ms)).await;
     }
     if step.status.is_some() || step.error_body.is_some() {
-        return scripted_error(step);
+        return scripted_error(family, step);
     }
-    let reply = Reply::new(&shared, step, &conv, &request);
-    if request["stream"].as_bool() == Some(true) {
-        let include_usage = request["stream_options"]["include_usage"].as_bool() == Some(true);
-        stream_response(reply.events(step, include_usage))
+    let reply = Reply::new(&shared, &route, step, &conv, &request);
+    shared.exchanges()[at].tool_calls = reply
+        .tool_calls
+        .iter()
+        .map(|c| SentToolCall {
+            id: c.id.clone(),
+            name: c.name.clone(),
+        })
+        .collect();
+    if route.streams(&request) {
+        stream_response(reply.stream(&route, &request))
     } else {
-        json_response(StatusCode::OK, &reply.completion())
+        json_response(StatusCode::OK, &reply.body())
     }
 }
 
-/// One answer, ready to be sent as a completion or as chunks.
+fn header_map(headers: &HeaderMap) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        out.entry(name.as_str().to_owned())
+            .and_modify(|v| {
+                v.push_str(", ");
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    out
+}
+
+/// A tool call of an answer.
+#[derive(Debug)]
+struct Call {
+    /// Its id on the wire (none for Gemini and Ollama).
+    id: Option<String>,
+    name: String,
+    /// The arguments as JSON text (or the scripted string, verbatim).
+    arguments: String,
+}
+
+impl Call {
+    /// The arguments where the wire wants a JSON value (Anthropic `input`, Gemini
+    /// `args`, Ollama `arguments`): parsed, or the text as a JSON string.
+    fn arguments_value(&self) -> Value {
+        serde_json::from_str(&self.arguments)
+            .unwrap_or_else(|_| Value::String(self.arguments.clone()))
+    }
+}
+
+/// Token counts of an answer.
+#[derive(Debug, Clone, Copy)]
+struct Usage {
+    prompt: u64,
+    /// Reasoning included.
+    completion: u64,
+    /// The reasoning's share of `completion`.
+    reasoning: u64,
+}
+
+/// One answer in family-neutral form, rendered by the family's module.
 #[derive(Debug)]
 struct Reply {
-    id: String,
+    family: Family,
+    /// Number of this answer on the server (response ids).
+    n: u64,
     created: u64,
     model: String,
     content: Option<String>,
     reasoning: Option<String>,
-    /// (id, name, arguments text)
-    tool_calls: Vec<(String, String, String)>,
+    tool_calls: Vec<Call>,
+    /// `stop`, `tool_calls` or the scripted value, translated by each family.
     finish_reason: String,
-    usage: Value,
+    usage: Usage,
+    /// Characters per streamed text chunk (0: one chunk).
+    chunk_chars: usize,
+    /// Pause between streamed chunks.
+    pause: Duration,
 }
 
 impl Reply {
-    fn new(shared: &Shared, step: &Step, conv: &Conversation, request: &Value) -> Reply {
+    fn new(
+        shared: &Shared,
+        route: &Route,
+        step: &Step,
+        conv: &Conversation,
+        request: &Value,
+    ) -> Reply {
+        let family = route.family;
         let content = step.content.as_deref().map(|t| conv.fill(t));
         let reasoning = step.reasoning_content.as_deref().map(|t| conv.fill(t));
         let tool_calls: Vec<_> = step
@@ -572,7 +876,16 @@ impl Reply {
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                (format!("call_{n}"), c.name.clone(), arguments)
+                let id = match family {
+                    Family::OpenAi => Some(format!("call_{n}")),
+                    Family::Anthropic => Some(format!("toolu_scripted_{n}")),
+                    Family::Gemini | Family::Ollama => None,
+                };
+                Call {
+                    id,
+                    name: c.name.clone(),
+                    arguments,
+                }
             })
             .collect();
         let natural = if tool_calls.is_empty() {
@@ -582,163 +895,81 @@ impl Reply {
         };
         let finish_reason = step.finish_reason.as_deref().unwrap_or(natural).to_owned();
         let estimate = |bytes: usize| (bytes as u64 / 4).max(1);
+        let reasoning_bytes = reasoning.as_deref().map_or(0, str::len);
         let generated = content.as_deref().map_or(0, str::len)
-            + reasoning.as_deref().map_or(0, str::len)
+            + reasoning_bytes
             + tool_calls
                 .iter()
-                .map(|(_, n, a)| n.len() + a.len())
+                .map(|c| c.name.len() + c.arguments.len())
                 .sum::<usize>();
-        let usage = step.usage.unwrap_or_default();
-        let prompt = usage
+        let conversation = match family {
+            Family::Gemini => &request["contents"],
+            _ => &request["messages"],
+        };
+        let scripted = step.usage.unwrap_or_default();
+        let prompt = scripted
             .prompt_tokens
-            .unwrap_or_else(|| estimate(request["messages"].to_string().len()));
-        let completion = usage
+            .unwrap_or_else(|| estimate(conversation.to_string().len()));
+        let completion = scripted
             .completion_tokens
             .unwrap_or_else(|| estimate(generated));
-        let n = shared.next_completion.fetch_add(1, Ordering::Relaxed);
+        let reasoning_tokens = match reasoning_bytes {
+            0 => 0,
+            bytes => estimate(bytes).min(completion),
+        };
+        let model = route
+            .model
+            .clone()
+            .or_else(|| request["model"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| "scripted".to_owned());
         Reply {
-            id: format!("chatcmpl-scripted-{n}"),
+            family,
+            n: shared.next_completion.fetch_add(1, Ordering::Relaxed),
             created: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            model: request["model"].as_str().unwrap_or("scripted").to_owned(),
+            model,
             content,
             reasoning,
             tool_calls,
             finish_reason,
-            usage: json!({
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }),
+            usage: Usage {
+                prompt,
+                completion,
+                reasoning: reasoning_tokens,
+            },
+            chunk_chars: step.chunk_chars.unwrap_or(DEFAULT_CHUNK_CHARS),
+            pause: Duration::from_millis(step.chunk_delay_ms),
         }
     }
 
-    /// The non-streamed `chat.completion` object.
-    fn completion(&self) -> Value {
-        let mut message = json!({
-            "role": "assistant",
-            "content": self.content,
-            "refusal": null,
-        });
-        if let Some(r) = &self.reasoning {
-            message["reasoning_content"] = json!(r);
+    /// The non-streamed answer.
+    fn body(&self) -> Value {
+        match self.family {
+            Family::OpenAi => openai::completion(self),
+            Family::Anthropic => anthropic::message(self),
+            Family::Gemini => gemini::response(self),
+            Family::Ollama => ollama::response(self),
         }
-        if !self.tool_calls.is_empty() {
-            message["tool_calls"] = self
-                .tool_calls
-                .iter()
-                .map(|(id, name, arguments)| {
-                    json!({
-                        "id": id,
-                        "type": "function",
-                        "function": { "name": name, "arguments": arguments },
-                    })
-                })
-                .collect();
-        }
-        json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "logprobs": null,
-                "finish_reason": self.finish_reason,
-            }],
-            "usage": self.usage,
-        })
     }
 
-    /// A `chat.completion.chunk` with one choice.
-    fn chunk(&self, delta: Value, finish_reason: Option<&str>, include_usage: bool) -> Value {
-        let mut chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{
-                "index": 0,
-                "delta": delta,
-                "logprobs": null,
-                "finish_reason": finish_reason,
-            }],
-        });
-        if include_usage {
-            chunk["usage"] = Value::Null;
-        }
-        chunk
-    }
-
-    /// The SSE `data:` payloads of the streamed answer, each with the pause before it.
-    fn events(&self, step: &Step, include_usage: bool) -> Vec<(Duration, String)> {
-        let pause = Duration::from_millis(step.chunk_delay_ms);
-        let size = step.chunk_chars.unwrap_or(DEFAULT_CHUNK_CHARS);
-        let mut events = Vec::new();
-        let mut push = |pause: Duration, v: Value| events.push((pause, v.to_string()));
-
-        let mut first = json!({
-            "role": "assistant",
-            "content": if self.content.is_some() { json!("") } else { Value::Null },
-        });
-        if self.reasoning.is_some() {
-            first["reasoning_content"] = json!("");
-        }
-        push(Duration::ZERO, self.chunk(first, None, include_usage));
-        let mut next_pause = Duration::ZERO;
-        for piece in split_chars(self.reasoning.as_deref().unwrap_or_default(), size) {
-            let delta = json!({ "content": null, "reasoning_content": piece });
-            push(next_pause, self.chunk(delta, None, include_usage));
-            next_pause = pause;
-        }
-        for piece in split_chars(self.content.as_deref().unwrap_or_default(), size) {
-            let delta = json!({ "content": piece });
-            push(next_pause, self.chunk(delta, None, include_usage));
-            next_pause = pause;
-        }
-        for (index, (id, name, arguments)) in self.tool_calls.iter().enumerate() {
-            let open = json!({ "tool_calls": [{
-                "index": index,
-                "id": id,
-                "type": "function",
-                "function": { "name": name, "arguments": "" },
-            }]});
-            push(next_pause, self.chunk(open, None, include_usage));
-            let per = arguments
-                .chars()
-                .count()
-                .div_ceil(ARGUMENT_FRAGMENTS)
-                .max(1);
-            for fragment in split_chars(arguments, per) {
-                let delta = json!({ "tool_calls": [{
-                    "index": index,
-                    "function": { "arguments": fragment },
-                }]});
-                push(Duration::ZERO, self.chunk(delta, None, include_usage));
+    /// The streamed answer.
+    fn stream(&self, route: &Route, request: &Value) -> Frames {
+        match self.family {
+            Family::OpenAi => {
+                let include_usage =
+                    request["stream_options"]["include_usage"].as_bool() == Some(true);
+                openai::stream(self, include_usage)
             }
-            next_pause = pause;
+            Family::Anthropic => anthropic::stream(self),
+            Family::Gemini => gemini::stream(self, route.sse),
+            Family::Ollama => ollama::stream(self),
         }
-        push(
-            Duration::ZERO,
-            self.chunk(json!({}), Some(&self.finish_reason), include_usage),
-        );
-        if include_usage {
-            push(
-                Duration::ZERO,
-                json!({
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.model,
-                    "choices": [],
-                    "usage": self.usage,
-                }),
-            );
-        }
-        events.push((Duration::ZERO, "[DONE]".to_string()));
-        events
+    }
+
+    /// The text in streamed pieces.
+    fn text_pieces(&self, text: Option<&str>) -> Vec<String> {
+        split_chars(text.unwrap_or_default(), self.chunk_chars)
     }
 }
 
@@ -754,20 +985,55 @@ fn split_chars(text: &str, size: usize) -> Vec<String> {
     chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
-/// Sends `events` as SSE, pausing before each as scripted; a client that goes away
-/// ends the sending task.
-fn stream_response(events: Vec<(Duration, String)>) -> Response {
+/// A streamed tool call's arguments text in up to [`ARGUMENT_FRAGMENTS`] pieces.
+fn argument_fragments(arguments: &str) -> Vec<String> {
+    let per = arguments
+        .chars()
+        .count()
+        .div_ceil(ARGUMENT_FRAGMENTS)
+        .max(1);
+    split_chars(arguments, per)
+}
+
+/// The pauses of a stream: none before the first paced piece, the scripted pause
+/// before every later one.
+#[derive(Debug)]
+struct Pacer {
+    pause: Duration,
+    next: Duration,
+}
+
+impl Pacer {
+    fn new(pause: Duration) -> Pacer {
+        Pacer {
+            pause,
+            next: Duration::ZERO,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        std::mem::replace(&mut self.next, self.pause)
+    }
+}
+
+/// A streamed answer: its content type and its framed pieces, each with the pause
+/// before it.
+#[derive(Debug)]
+struct Frames {
+    content_type: &'static str,
+    frames: Vec<(Duration, String)>,
+}
+
+/// Sends `frames`, pausing before each as scripted; a client that goes away ends the
+/// sending task.
+fn stream_response(frames: Frames) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(16);
     tokio::spawn(async move {
-        for (pause, data) in events {
+        for (pause, frame) in frames.frames {
             if !pause.is_zero() {
                 tokio::time::sleep(pause).await;
             }
-            if tx
-                .send(Ok(Bytes::from(format!("data: {data}\n\n"))))
-                .await
-                .is_err()
-            {
+            if tx.send(Ok(Bytes::from(frame))).await.is_err() {
                 tracing::debug!("scripted LLM: client left mid-stream");
                 return;
             }
@@ -775,7 +1041,7 @@ fn stream_response(events: Vec<(Duration, String)>) -> Response {
     });
     Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CONTENT_TYPE, frames.content_type)
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(
             tokio_stream::wrappers::ReceiverStream::new(rx),
@@ -784,7 +1050,7 @@ fn stream_response(events: Vec<(Duration, String)>) -> Response {
 }
 
 /// The scripted HTTP error answer of `step`.
-fn scripted_error(step: &Step) -> Response {
+fn scripted_error(family: Family, step: &Step) -> Response {
     let status = step
         .status
         .and_then(|s| StatusCode::from_u16(s).ok())
@@ -796,7 +1062,8 @@ fn scripted_error(step: &Step) -> Response {
             .body(Body::from(text.clone()))
             .unwrap_or_else(|_| Response::new(Body::empty())),
         Some(body) => json_response(status, body),
-        None => openai_error(
+        None => error_response(
+            family,
             status,
             &format!(
                 "hearth scripted LLM: scripted error (HTTP {})",
@@ -808,16 +1075,21 @@ fn scripted_error(step: &Step) -> Response {
     }
 }
 
-fn openai_error(status: StatusCode, message: &str, kind: &str, code: &str) -> Response {
-    json_response(
-        status,
-        &json!({ "error": {
-            "message": message,
-            "type": kind,
-            "param": null,
-            "code": code,
-        }}),
-    )
+/// An error answer in the family's shape; `kind` and `code` are OpenAI's `type` and
+/// `code` (the other families derive theirs from the status).
+fn error_response(
+    family: Family,
+    status: StatusCode,
+    message: &str,
+    kind: &str,
+    code: &str,
+) -> Response {
+    match family {
+        Family::OpenAi => openai::error(status, message, kind, code),
+        Family::Anthropic => json_response(status, &anthropic::error(status, message)),
+        Family::Gemini => json_response(status, &gemini::error(status, message)),
+        Family::Ollama => json_response(status, &json!({ "error": message })),
+    }
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -831,8 +1103,16 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 /// `hearth dev …`
 #[derive(Debug, clap::Subcommand)]
 pub enum DevCommand {
-    /// Serve an OpenAI-compatible chat-completions endpoint that answers from a
-    /// script (offline tests and demos); prints `listening on http://ADDR/v1`.
+    /// Serve a scripted LLM API (OpenAI, DeepSeek, Anthropic, Gemini, Ollama wire
+    /// formats) on loopback for offline tests and demos.
+    ///
+    /// Answers from the script in the wire format the request's path names, plain or
+    /// streamed: OpenAI/DeepSeek `POST …/chat/completions`, Anthropic `POST
+    /// …/v1/messages`, Gemini `POST …/models/{model}:generateContent` and
+    /// `:streamGenerateContent[?alt=sse]`, Ollama `POST …/api/chat`. `GET /requests`
+    /// lists the request bodies received, `GET /exchanges` each with its family, path,
+    /// headers and the tool calls answered. Prints `listening on http://ADDR/v1`: the
+    /// base URL of OpenAI sources; the other families' sources use `http://ADDR`.
     LlmServer {
         /// Script file (JSON; format in `examples/llm-script.json`).
         #[arg(long, value_name = "FILE")]
