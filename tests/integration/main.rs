@@ -3,6 +3,7 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod agent;
+mod families;
 mod harness;
 mod inject;
 mod supervision;
