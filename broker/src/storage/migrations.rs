@@ -81,8 +81,9 @@ pub const MIGRATIONS: &[Migration] = &[
         // in step by triggers: keyword recall of 3+ characters is an index lookup, not
         // a scan. Relations point at entity ids; `active = 0` marks a soft purge
         // (`purged_at` set), and at most one active row exists per (source, target,
-        // type). The (source_id, active) and (target_id, active) indexes serve recall's
-        // breadth-first levels in both directions, merge, purge and the foreign-key
+        // type), enforced by the partial index `relations_active_triple`, which also
+        // serves recall's walk from sources. (target_id, active) serves the walk from
+        // targets; both (…_id, active) indexes serve merge, purge and the foreign-key
         // checks when an entity is deleted. Times are Unix seconds.
         sql: "
             CREATE TABLE entities (

@@ -111,3 +111,103 @@ pub enum StorageError {
         path: PathBuf,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader};
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// Data dir of [`durability_writer`] when it runs as the child of
+    /// [`acknowledged_writes_survive_sigkill`].
+    const WRITER_DIR: &str = "HEARTH_TEST_DURABILITY_DIR";
+
+    /// The child half of [`acknowledged_writes_survive_sigkill`]: alternates settings
+    /// writes and graph commits forever, printing `acked <i>` after each pair returns.
+    /// Does nothing unless [`WRITER_DIR`] is set.
+    #[tokio::test]
+    #[ignore]
+    async fn durability_writer() {
+        let Some(dir) = std::env::var_os(WRITER_DIR) else {
+            return;
+        };
+        let db = Db::open(Path::new(&dir)).await.unwrap();
+        let settings = Settings::new(db.clone()).for_plugin("durable");
+        let memory = GraphMemory::new(db);
+        for i in 0u64.. {
+            settings.set(&format!("k{i}"), json!(i)).await.unwrap();
+            memory
+                .commit(vec![Triple::new(format!("s{i}"), "r", format!("o{i}"))])
+                .await
+                .unwrap();
+            // Line-buffered: each line is in the pipe once printed.
+            println!("acked {i}");
+        }
+    }
+
+    /// A process SIGKILLed in the middle of a stream of set and commit calls loses no
+    /// write it acknowledged: every `acked` line the child printed before it died is
+    /// in the database when it is opened again.
+    #[test]
+    fn acknowledged_writes_survive_sigkill() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "storage::tests::durability_writer",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(WRITER_DIR, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut acked = Vec::new();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let read = |acked: &mut Vec<u64>, line: std::io::Result<String>| {
+            if let Some(i) = line.unwrap().strip_prefix("acked ") {
+                acked.push(i.parse().unwrap());
+            }
+        };
+        while acked.len() < 150 {
+            let line = lines
+                .next()
+                .expect("the writer stopped before it was killed");
+            read(&mut acked, line);
+        }
+        child.kill().unwrap(); // SIGKILL, mid-stream
+                               // Lines printed before the kill are acknowledged writes too.
+        for line in lines {
+            read(&mut acked, line);
+        }
+        child.wait().unwrap();
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let db = Db::open(dir.path()).await.unwrap();
+            let settings = Settings::new(db.clone()).for_plugin("durable");
+            let memory = GraphMemory::new(db);
+            for &i in &acked {
+                assert_eq!(settings.get(&format!("k{i}")).await.unwrap(), json!(i));
+                let graph = memory.recall([format!("s{i}")], 1).await.unwrap();
+                assert!(
+                    graph.relations.contains(&Relation {
+                        source_name: format!("s{i}"),
+                        target_name: format!("o{i}"),
+                        relation_type: "r".into(),
+                    }),
+                    "commit {i} was acknowledged but is lost"
+                );
+            }
+        });
+    }
+}
