@@ -334,7 +334,13 @@ impl GraphMemory {
         }
         let op = format!("recall {folded:?} at depth {depth}");
         self.db
-            .call(op, move |conn| recall(conn, &folded, depth))
+            .call(op, move |conn| {
+                // One read transaction: every level sees the same snapshot.
+                let tx = conn.transaction()?;
+                let graph = recall(&tx, &folded, depth)?;
+                tx.commit()?;
+                Ok(graph)
+            })
             .await
     }
 

@@ -274,11 +274,14 @@ impl Settings {
     pub async fn dump(&self) -> Result<Value, StorageError> {
         self.db
             .call("dump settings", |conn| {
-                let core = dump_table(conn, CORE_TABLE)?;
+                // One read transaction: one snapshot across all tables.
+                let tx = conn.transaction()?;
+                let core = dump_table(&tx, CORE_TABLE)?;
                 let mut plugins = Map::new();
-                for (plugin, table) in registered_tables(conn)? {
-                    plugins.insert(plugin, Value::Object(dump_table(conn, &table)?));
+                for (plugin, table) in registered_tables(&tx)? {
+                    plugins.insert(plugin, Value::Object(dump_table(&tx, &table)?));
                 }
+                tx.commit()?;
                 let mut dump = Map::new();
                 dump.insert("core".into(), Value::Object(core));
                 dump.insert("plugins".into(), Value::Object(plugins));
