@@ -1,6 +1,6 @@
-//! Agent benchmark: what the pipeline costs per message, and what the Lua `openai`
-//! adapter costs per request and per streamed chunk. Prints Markdown tables; see
-//! BENCHMARKS.md ("Agent: pipeline overhead and adapter cost").
+//! Agent benchmark: what the pipeline costs per message. Prints Markdown tables; see
+//! BENCHMARKS.md ("Agent: pipeline overhead and adapter cost"). The adapters' own cost
+//! (every built-in, per request and per streamed chunk) is `bench/adapters.rs`.
 //!
 //! 1. **Pipeline overhead.** Real `hearth run` brokers (the integration-test harness) on
 //!    one scripted OpenAI-compatible server on loopback (`hearth::scripted::ScriptedLlm`,
@@ -17,9 +17,6 @@
 //!    is one call of `tool_ping`, then text (`tool`: before/after_toolcall run). hooked −
 //!    baseline (difference of medians) is the hooks' cost. Also the scripted server's own
 //!    answer time (direct HTTP requests from this process).
-//! 2. **Adapter cost.** `AdapterSet::load(..).get("openai")` called directly:
-//!    `transform_request` (20 messages, 5 tools), `transform_response` (a recorded
-//!    response with two tool calls), `transform_stream_chunk` (the recorded stream below).
 //!
 //! Run (release; the Rust hooks plugin must be built first, next to the bench's `hearth`):
 //!
@@ -36,8 +33,6 @@
 //!   grows to the budget of 100 messages)
 //! - `HEARTH_BENCH_LLM` `nodelay` (default: the scripted server on a listener with
 //!   TCP_NODELAY) or `stock` (`ScriptedLlm` as is, Nagle on: ~40 ms stalls)
-//! - `HEARTH_BENCH_ITERS` calls per adapter function / per chunk (default 20000)
-//! - `HEARTH_BENCH_PART` `all` (default), `pipeline` or `adapter`
 #![allow(unreachable_pub, missing_docs)]
 
 #[path = "common.rs"]
@@ -51,47 +46,10 @@ use common::{cpu_us, env_num, loadavg, machine, summarize, Summary};
 use std::time::{Duration, Instant};
 
 use harness::{python, repo, wait_gone, Broker, PluginDir};
-use hearth::adapters::{Adapter, AdapterSet};
 use hearth::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::ChatRequest;
 use serde_json::{json, Value};
-
-/// The recorded OpenAI stream (two parallel tool calls, usage chunk), copied from
-/// `shared/wire/openai-chat-stream-parallel-toolcalls-usage.sse` (openai-python test
-/// snapshot of a gpt-4o-2024-08-06 answer); only the `data:` payloads, one per line.
-const STREAM: &str = r#"{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"role":"assistant","content":null},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_JMW1whyEaYG438VE1OIflxA2","type":"function","function":{"name":"GetWeatherArgs","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"ci"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ty\": "}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Edinb"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"urgh"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\", \"c"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ountry"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\": \""}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"GB\", "}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"units"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\": \""}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"c\"}"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_DNYTawLBoN8fj3KN6qU9N1Ou","type":"function","function":{"name":"get_stock_price","arguments":""}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"ti"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"cker\""}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":": \"AA"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"PL\", "}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"exch"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"ange\":"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":" \"NA"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"SDAQ\""}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"}"}}]},"logprobs":null,"finish_reason":null}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]}
-{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[],"usage":{"prompt_tokens":149,"completion_tokens":60,"total_tokens":209,"completion_tokens_details":{"reasoning_tokens":0}}}"#;
-
-/// A text delta in the shape of the chunks above (the recorded stream has none).
-const CONTENT_CHUNK: &str = r#"{"id":"chatcmpl-ABfwAwrNePHUgBBezonVC6MX3zd63","object":"chat.completion.chunk","created":1727346178,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_5050236cbd","choices":[{"index":0,"delta":{"content":" weather in"},"logprobs":null,"finish_reason":null}]}"#;
-
-/// A recorded response with two tool calls, copied from
-/// `shared/wire/openai-chat-parallel-toolcalls-response.json`.
-const RESPONSE: &str = r#"{"id": "chatcmpl-ABfvyvfNWKcl7Ohqos4UFrmMs1v4C", "object": "chat.completion", "created": 1727346166, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_fdNz3vOBKYgOIpMdWotB9MjY", "type": "function", "function": {"name": "GetWeatherArgs", "arguments": "{\"city\": \"Edinburgh\", \"country\": \"GB\", \"units\": \"c\"}"}}, {"id": "call_h1DWI1POMJLb0KwIyQHWXD4p", "type": "function", "function": {"name": "get_stock_price", "arguments": "{\"ticker\": \"AAPL\", \"exchange\": \"NASDAQ\"}"}}], "refusal": null}, "logprobs": null, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 149, "completion_tokens": 60, "total_tokens": 209, "completion_tokens_details": {"reasoning_tokens": 0}}, "system_fingerprint": "fp_b40fb1c6fb"}"#;
 
 // ---------------------------------------------------------------------------------
 // 1. Pipeline overhead
@@ -570,221 +528,9 @@ async fn pipeline(messages: usize, warmup: usize, keep_history: bool, stock_llm:
     }
 }
 
-// ---------------------------------------------------------------------------------
-// 2. Adapter cost
-// ---------------------------------------------------------------------------------
-
-/// A unified request: system prompt, 19 more messages (users, assistants with tool
-/// calls, tool results), 5 tools with schemas, streaming on.
-fn big_request() -> Value {
-    let tool = |name: &str, desc: &str, props: Value, required: Value| {
-        json!({"type": "function", "function": {"name": name, "description": desc,
-            "parameters": {"type": "object", "properties": props, "required": required}}})
-    };
-    let tools = vec![
-        tool(
-            "weather",
-            "Current weather and a 3-day forecast for a city.",
-            json!({"city": {"type": "string", "description": "City name"}, "units": {"type": "string", "enum": ["c", "f"]}}),
-            json!(["city"]),
-        ),
-        tool(
-            "calculator",
-            "Evaluates an arithmetic expression.",
-            json!({"expression": {"type": "string", "description": "e.g. (2+3)*4"}}),
-            json!(["expression"]),
-        ),
-        tool(
-            "search_notes",
-            "Full-text search in the user's notes.",
-            json!({"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}}),
-            json!(["query"]),
-        ),
-        tool(
-            "send_message",
-            "Sends a message to a contact.",
-            json!({"to": {"type": "string"}, "text": {"type": "string"}, "urgent": {"type": "boolean"}}),
-            json!(["to", "text"]),
-        ),
-        tool(
-            "calendar_add",
-            "Adds an event to the calendar.",
-            json!({"title": {"type": "string"}, "start": {"type": "string", "format": "date-time"}, "minutes": {"type": "integer"}}),
-            json!(["title", "start"]),
-        ),
-    ];
-    let mut messages = vec![
-        json!({"role": "system", "content": "You are Hearth, a helpful assistant running on the user's machine. Answer briefly; use the tools when they help. Today is Monday."}),
-    ];
-    let mut n = 0;
-    while messages.len() < 20 {
-        n += 1;
-        messages.push(json!({"role": "user", "content": format!("Question {n}: what's the weather in Paris, and what is {n} * 17? Also check my notes about the trip.")}));
-        if messages.len() >= 20 {
-            break;
-        }
-        if n % 2 == 1 {
-            messages.push(json!({"role": "assistant", "content": "", "tool_calls": [
-                {"id": format!("call_{n}a"), "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\",\"units\":\"c\"}"}},
-                {"id": format!("call_{n}b"), "type": "function", "function": {"name": "calculator", "arguments": format!("{{\"expression\":\"{n}*17\"}}")}}
-            ]}));
-            messages.push(json!({"role": "tool", "tool_call_id": format!("call_{n}a"), "content": "Paris: 14 °C, light rain; tomorrow 16 °C, cloudy; then 18 °C, sunny."}));
-            messages.push(json!({"role": "tool", "tool_call_id": format!("call_{n}b"), "content": format!("{}", n * 17)}));
-        }
-        messages.push(json!({"role": "assistant", "content": format!("It's 14 °C with light rain in Paris, warming to 18 °C by Wednesday. {n} × 17 = {}. Your trip notes mention the train at 9:12 from Gare de Lyon.", n * 17)}));
-    }
-    messages.truncate(20);
-    json!({"model": "gpt-4o", "messages": messages, "tools": tools, "tool_choice": "auto", "stream": true})
-}
-
-fn time_calls(iters: usize, mut f: impl FnMut()) -> Summary {
-    for _ in 0..(iters / 10).max(10) {
-        f();
-    }
-    let mut us = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        f();
-        us.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    summarize(us)
-}
-
-fn adapter_part(iters: usize) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let set = AdapterSet::load(dir.path());
-    let a: std::sync::Arc<Adapter> = set.get("openai").expect("built-in openai adapter");
-    let request = big_request();
-    let request_bytes = request.to_string().len();
-    let out = a.transform_request(&request).expect("transform_request");
-    assert_eq!(out["messages"].as_array().unwrap().len(), 20);
-    assert_eq!(out["tools"].as_array().unwrap().len(), 5);
-    let resp = a.transform_response(RESPONSE).expect("transform_response");
-    assert_eq!(resp.tool_calls.len(), 2);
-    let chunks: Vec<&str> = STREAM.lines().collect();
-    assert_eq!(chunks.len(), 25);
-    for c in &chunks {
-        a.transform_stream_chunk(c).expect("transform_stream_chunk");
-    }
-    assert!(a.transform_stream_chunk(CONTENT_CHUNK).unwrap().is_some());
-
-    println!("## 2. Adapter cost (built-in `openai.lua`, called directly)\n");
-    println!(
-        "{iters} calls each after {} warm-up, one thread, µs per call. loadavg: {}.\n",
-        (iters / 10).max(10),
-        loadavg()
-    );
-    println!("| call | input | mean | min | p50 | p90 | p99 | max |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
-    let row = |what: &str, input: String, s: Summary| {
-        println!(
-            "| {what} | {input} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            s.mean, s.min, s.p50, s.p90, s.p99, s.max
-        );
-    };
-    let s_req = time_calls(iters, || {
-        std::hint::black_box(a.transform_request(std::hint::black_box(&request)).unwrap());
-    });
-    row(
-        "transform_request",
-        format!("20 messages, 5 tools ({request_bytes} B JSON)"),
-        s_req,
-    );
-    let s_ser = time_calls(iters, || {
-        std::hint::black_box(serde_json::to_string(std::hint::black_box(&request)).unwrap());
-    });
-    row(
-        "(for scale: serde_json::to_string of that request)",
-        format!("{request_bytes} B"),
-        s_ser,
-    );
-    let s_resp = time_calls(iters, || {
-        std::hint::black_box(
-            a.transform_response(std::hint::black_box(RESPONSE))
-                .unwrap(),
-        );
-    });
-    row(
-        "transform_response",
-        format!("2 tool calls + usage ({} B)", RESPONSE.len()),
-        s_resp,
-    );
-    println!(
-        "| transform_request + transform_response | per non-streamed request | {:.1} | – | {:.1} | – | – | – |",
-        s_req.mean + s_resp.mean,
-        s_req.p50 + s_resp.p50
-    );
-    // Breakdown of transform_request: the same input through scripts doing less.
-    for (what, body) in [
-        ("host only: script returns its input string", "return s"),
-        (
-            "json.decode only (returns \"{}\")",
-            "json.decode(s) return \"{}\"",
-        ),
-        (
-            "json.encode(json.decode(s))",
-            "return json.encode(json.decode(s))",
-        ),
-    ] {
-        let src = format!(
-            "return {{ name = \"probe\", version = \"0\", endpoint = \"/x\", headers = {{}},\n\
-             transform_request = function(s) {body} end,\n\
-             transform_response = function(s) return s end }}"
-        );
-        let probe = Adapter::from_source("probe.lua", &src, &hearth::adapters::Limits::default())
-            .expect("probe adapter");
-        let s = time_calls(iters, || {
-            std::hint::black_box(
-                probe
-                    .transform_request(std::hint::black_box(&request))
-                    .unwrap(),
-            );
-        });
-        row(
-            "(breakdown) transform_request of a probe script",
-            format!("{what}; same request"),
-            s,
-        );
-    }
-    // Every chunk of the recorded stream, round robin.
-    let mut i = 0usize;
-    let s_all = time_calls(iters, || {
-        let c = chunks[i % chunks.len()];
-        i += 1;
-        std::hint::black_box(a.transform_stream_chunk(std::hint::black_box(c)).unwrap());
-    });
-    row(
-        "transform_stream_chunk",
-        format!(
-            "all 25 chunks of the recorded stream, round robin ({}–{} B)",
-            chunks.iter().map(|c| c.len()).min().unwrap(),
-            chunks.iter().map(|c| c.len()).max().unwrap()
-        ),
-        s_all,
-    );
-    for (what, c) in [
-        ("tool-call arguments fragment", chunks[2]),
-        ("tool-call start (id, name)", chunks[1]),
-        ("content delta (same shape, synthesized)", CONTENT_CHUNK),
-        ("finish_reason", chunks[23]),
-        ("usage (choices: [])", chunks[24]),
-    ] {
-        let s = time_calls(iters, || {
-            std::hint::black_box(a.transform_stream_chunk(std::hint::black_box(c)).unwrap());
-        });
-        row(
-            "transform_stream_chunk",
-            format!("{what} ({} B)", c.len()),
-            s,
-        );
-    }
-    println!();
-}
-
 fn main() {
     let messages = env_num("HEARTH_BENCH_MESSAGES", 500) as usize;
     let warmup = env_num("HEARTH_BENCH_WARMUP", 50) as usize;
-    let iters = env_num("HEARTH_BENCH_ITERS", 20_000) as usize;
     let keep_history = match std::env::var("HEARTH_BENCH_HISTORY").as_deref() {
         Ok("keep") => true,
         Ok("fresh") | Err(_) => false,
@@ -795,35 +541,31 @@ fn main() {
         Ok("nodelay") | Err(_) => false,
         Ok(other) => panic!("HEARTH_BENCH_LLM={other:?}: use nodelay or stock"),
     };
-    let part = std::env::var("HEARTH_BENCH_PART").unwrap_or_else(|_| "all".into());
-    assert!(
-        ["all", "pipeline", "adapter"].contains(&part.as_str()),
-        "HEARTH_BENCH_PART={part:?}: use all, pipeline or adapter"
-    );
+    if std::env::var("HEARTH_BENCH_PART").as_deref() == Ok("adapter") {
+        eprintln!(
+            "the adapter part moved to its own bench: cargo bench -p hearth --bench adapters"
+        );
+        std::process::exit(2);
+    }
     assert!(messages > 0, "HEARTH_BENCH_MESSAGES must be > 0");
 
     println!("# Hearth agent benchmark\n");
     println!("{}", machine());
     println!("broker: {}", env!("CARGO_BIN_EXE_hearth"));
     println!(
-        "messages={messages} warmup={warmup} iters={iters} history={} llm={} part={part}\n",
+        "messages={messages} warmup={warmup} history={} llm={}\n",
         if keep_history { "keep" } else { "fresh" },
         if stock_llm { "stock" } else { "nodelay" },
     );
 
-    if part != "pipeline" {
-        adapter_part(iters);
-    }
-    if part != "adapter" {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let clean = rt.block_on(pipeline(messages, warmup, keep_history, stock_llm));
-        drop(rt);
-        if !clean {
-            std::process::exit(1);
-        }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let clean = rt.block_on(pipeline(messages, warmup, keep_history, stock_llm));
+    drop(rt);
+    if !clean {
+        std::process::exit(1);
     }
 }
