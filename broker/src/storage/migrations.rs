@@ -126,6 +126,51 @@ pub const MIGRATIONS: &[Migration] = &[
             CREATE INDEX relations_by_target ON relations (target_id, active);
         ",
     },
+    Migration {
+        name: "document memory",
+        // DocMemory (`storage::docs`): one row per document, `id` given by the caller or
+        // generated. `doc_memory_fts` is its search index (`storage::search`): rowid =
+        // `seq`, contentless (the segmented text is not stored twice; rows are deleted
+        // and replaced by rowid), columns `words` (jieba words) and `chars` (CJK
+        // unigrams), ranked with bm25(). Times are Unix seconds.
+        sql: "
+            CREATE TABLE doc_memory (
+                seq        INTEGER PRIMARY KEY,
+                id         TEXT NOT NULL UNIQUE,
+                title      TEXT NOT NULL,
+                content    TEXT NOT NULL,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL
+            ) STRICT;
+            CREATE VIRTUAL TABLE doc_memory_fts USING fts5 (
+                words, chars, content = '', contentless_delete = 1,
+                tokenize = 'porter unicode61 remove_diacritics 2'
+            );
+        ",
+    },
+    Migration {
+        name: "knowledge index",
+        // Knowledge (`storage::knowledge`): the entries are the files
+        // `<data_dir>/knowledge/<name>.md`; this is their index. One row per file as
+        // last read: `name` is the file name without `.md`, `content` what was indexed,
+        // `size` and `mtime_ns` the file's stat then (mtime_ns = -1: modified too close
+        // to the read to trust, read again at the next sync). `knowledge_fts` is shaped
+        // like `doc_memory_fts`, rowid = `seq`.
+        sql: "
+            CREATE TABLE knowledge (
+                seq        INTEGER PRIMARY KEY,
+                name       TEXT NOT NULL UNIQUE,
+                content    TEXT NOT NULL,
+                size       INTEGER NOT NULL,
+                mtime_ns   INTEGER NOT NULL,
+                indexed_at INTEGER NOT NULL
+            ) STRICT;
+            CREATE VIRTUAL TABLE knowledge_fts USING fts5 (
+                words, chars, content = '', contentless_delete = 1,
+                tokenize = 'porter unicode61 remove_diacritics 2'
+            );
+        ",
+    },
 ];
 
 /// The schema version this build creates: the number of [`MIGRATIONS`].

@@ -20,6 +20,7 @@ mod conversations;
 mod db;
 mod memory;
 pub mod migrations;
+mod search;
 mod settings;
 mod text_memory;
 
@@ -30,6 +31,7 @@ pub use db::Db;
 pub use memory::{
     Entity, GraphMemory, MemoryStats, PurgeCriteria, PurgeMode, Relation, Subgraph, Triple,
 };
+pub use search::{warm_up_segmenter, DEFAULT_TOP_K, MAX_QUERY_TERMS, MAX_TOP_K};
 pub use settings::{ConfigDef, PluginSettings, Scope, Settings, MAX_NAME_CHARS, SECRET_MASK};
 pub use text_memory::{TextEvent, TextMemory};
 

@@ -1,0 +1,427 @@
+//! The full-text index shared by [`DocMemory`](super::DocMemory) and
+//! [`Knowledge`](super::Knowledge): SQLite FTS5 with `bm25()` ranking, fed with words
+//! segmented by jieba so that Chinese is searchable as well as English.
+//!
+//! # Why segmentation before FTS5
+//! FTS5's `unicode61` tokenizer makes a whole run of CJK characters one token
+//! ("今天天气很好" is a single term), and its `trigram` tokenizer cannot match a
+//! 2-character query such as 天气 (both measured; see DESIGN.md, "Known pitfalls").
+//! So the text is cut into words by [`jieba_rs::Jieba::cut_for_search`] (which also
+//! offers the dictionary words inside a long word: 中华人民共和国 → 中华, 华人, 人民,
+//! 共和, 共和国 …) and the words are indexed space-joined in a `unicode61` table.
+//!
+//! # The two columns
+//! Every index table (`doc_memory_fts`, `knowledge_fts`, see [`migrations`]) is a
+//! contentless FTS5 table with two columns, tokenized by
+//! `porter unicode61 remove_diacritics 2` (case- and accent-folded; English words
+//! also reduced to their Porter stem, so "running" finds "run"; CJK tokens pass the
+//! stemmer unchanged):
+//! - `words`: the jieba search-mode words that hold a letter or digit.
+//! - `chars`: each CJK character (Han, kana, hangul) as its own token, in text order,
+//!   with a break token `0` wherever the CJK run is interrupted. A 1-character query
+//!   (雨) matches here, and a CJK word of the query is also matched as a phrase of its
+//!   characters (天气 → `"天 气"`), so a document that contains the characters
+//!   contiguously is found even where jieba cut it differently (明天气温 → 明天 / 气温).
+//!
+//! # Queries
+//! The query text is segmented the same way; each distinct word (at most
+//! [`MAX_QUERY_TERMS`]) becomes one alternative of an `OR`:
+//! - an all-CJK word of 2+ characters: `words : "天气" OR chars : "天 气"`;
+//! - a single CJK character: `chars : "雨"`;
+//! - anything else (English words, numbers, mixed): `words : "rust"`.
+//!
+//! Every word is written as an FTS5 string (in double quotes, inner quotes doubled), so
+//! no user text is ever read as FTS5 syntax: `"foo" OR NEAR(` searches for the words
+//! foo, or and near. Punctuation-only text gives no terms and no results (not an
+//! error). `OR` rather than `AND` because the caller wants the most relevant documents
+//! for a message, not only those that contain every word of it; bm25 ranks documents
+//! that match more (and rarer) words first.
+//!
+//! # Scores
+//! FTS5's `bm25()` is negative, lower = better. A hit's score is `-bm25()`: positive
+//! (FTS5 floors each term's IDF at 1e-6, so a match never scores 0 or less), higher =
+//! better, unbounded; a document matching both a word and its character phrase scores
+//! both. Scores compare hits of one query on one index, not across queries.
+//!
+//! # The segmenter
+//! Loading jieba's dictionary takes a noticeable moment (hundreds of milliseconds in
+//! debug builds), so there is one instance, built on first use ([`OnceLock`]);
+//! [`warm_up_segmenter`] builds it on a background thread ahead of the first search.
+//!
+//! [`migrations`]: super::migrations
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use jieba_rs::Jieba;
+use rusqlite::{params, Connection};
+
+/// Results returned when the caller asks for `top_k = 0` (the proto's unset value).
+pub const DEFAULT_TOP_K: usize = 5;
+
+/// Most results one query returns; a larger `top_k` is capped to it.
+pub const MAX_TOP_K: usize = 100;
+
+/// Most distinct query words used; the rest of a very long query is ignored.
+pub const MAX_QUERY_TERMS: usize = 64;
+
+/// The token that separates runs of CJK characters in the `chars` column (never
+/// produced by a query phrase, which holds CJK characters only).
+const CHAR_BREAK: &str = "0";
+
+/// The shared segmenter, its dictionary loaded on first use.
+fn jieba() -> &'static Jieba {
+    static JIEBA: OnceLock<Jieba> = OnceLock::new();
+    JIEBA.get_or_init(Jieba::new)
+}
+
+/// Loads the segmenter's dictionary on a background thread, so the first insert or
+/// search does not pay for it. Idempotent and cheap once loaded.
+pub fn warm_up_segmenter() {
+    let spawned = std::thread::Builder::new()
+        .name("hearth-jieba".into())
+        .spawn(|| {
+            jieba();
+        });
+    if let Err(e) = spawned {
+        tracing::debug!("search: no warm-up thread ({e}); the first search loads jieba");
+    }
+}
+
+/// `top_k` as asked (0 = [`DEFAULT_TOP_K`]), capped at [`MAX_TOP_K`].
+pub(crate) fn limit(top_k: u32) -> usize {
+    match top_k {
+        0 => DEFAULT_TOP_K,
+        k => (k as usize).min(MAX_TOP_K),
+    }
+}
+
+/// Chinese, Japanese and Korean characters that are written without spaces between
+/// words (and so get a unigram token each).
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // hiragana, katakana
+        | 0x3400..=0x4DBF    // CJK extension A
+        | 0x4E00..=0x9FFF    // CJK unified ideographs
+        | 0xAC00..=0xD7AF    // hangul syllables
+        | 0xF900..=0xFAFF    // CJK compatibility ideographs
+        | 0x20000..=0x3134F  // CJK extensions B–G
+    )
+}
+
+/// Whether FTS5's tokenizer would keep anything of `word`.
+fn is_term(word: &str) -> bool {
+    word.chars().any(char::is_alphanumeric)
+}
+
+/// The column values of `text` for an index table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Segmented {
+    words: String,
+    chars: String,
+}
+
+/// Segments `text` for indexing (see the module doc for the columns). Pure CPU work,
+/// proportional to the text; loads the dictionary on first use.
+pub(crate) fn segment(text: &str) -> Segmented {
+    let mut words = String::with_capacity(text.len() + text.len() / 2);
+    for token in jieba().cut_for_search(text, true) {
+        if is_term(token.word) {
+            if !words.is_empty() {
+                words.push(' ');
+            }
+            words.push_str(token.word);
+        }
+    }
+    let mut chars = String::new();
+    let mut in_run = false;
+    for c in text.chars() {
+        if is_cjk(c) {
+            if !chars.is_empty() {
+                chars.push(' ');
+            }
+            chars.push(c);
+            in_run = true;
+        } else if in_run {
+            chars.push(' ');
+            chars.push_str(CHAR_BREAK);
+            in_run = false;
+        }
+    }
+    Segmented { words, chars }
+}
+
+/// `s` as an FTS5 string: in double quotes, inner double quotes doubled. Inside one,
+/// FTS5 reads no operator, column filter or prefix mark; its content is tokenized like
+/// the indexed text.
+fn fts_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// The FTS5 `MATCH` expression for a user query, or `None` if it has no searchable
+/// word. Never fails and never lets the query's text act as FTS5 syntax.
+pub(crate) fn match_expr(query: &str) -> Option<String> {
+    let mut seen = HashSet::new();
+    let mut expr = String::new();
+    for token in jieba().cut_for_search(query, true) {
+        let word = token.word;
+        if !is_term(word) || !seen.insert(word.to_lowercase()) {
+            continue;
+        }
+        if seen.len() > MAX_QUERY_TERMS {
+            break;
+        }
+        if !expr.is_empty() {
+            expr.push_str(" OR ");
+        }
+        let n = word.chars().count();
+        if word.chars().all(is_cjk) {
+            let phrase = word.chars().map(String::from).collect::<Vec<_>>().join(" ");
+            if n == 1 {
+                let _ = write!(expr, "chars : {}", fts_string(&phrase));
+            } else {
+                let _ = write!(
+                    expr,
+                    "words : {} OR chars : {}",
+                    fts_string(word),
+                    fts_string(&phrase)
+                );
+            }
+        } else {
+            let _ = write!(expr, "words : {}", fts_string(word));
+        }
+    }
+    (!expr.is_empty()).then_some(expr)
+}
+
+/// One index table. The name is a constant of this module, never user input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FtsTable(&'static str);
+
+impl FtsTable {
+    /// DocMemory's index; rowid = `doc_memory.seq`.
+    pub(crate) const DOCS: FtsTable = FtsTable("doc_memory_fts");
+    /// Knowledge's index; rowid = `knowledge.seq`.
+    pub(crate) const KNOWLEDGE: FtsTable = FtsTable("knowledge_fts");
+
+    /// Indexes `text` (already [`segment`]ed) as row `rowid`, replacing what that row
+    /// had. Run it in the transaction that writes the row itself.
+    pub(crate) fn put(
+        self,
+        conn: &Connection,
+        rowid: i64,
+        text: &Segmented,
+    ) -> rusqlite::Result<()> {
+        let table = self.0;
+        conn.prepare_cached(&format!(
+            "INSERT OR REPLACE INTO {table} (rowid, words, chars) VALUES (?1, ?2, ?3)"
+        ))?
+        .execute(params![rowid, text.words, text.chars])?;
+        Ok(())
+    }
+
+    /// Drops row `rowid` from the index (nothing if it is not there).
+    pub(crate) fn delete(self, conn: &Connection, rowid: i64) -> rusqlite::Result<()> {
+        let table = self.0;
+        conn.prepare_cached(&format!("DELETE FROM {table} WHERE rowid = ?1"))?
+            .execute([rowid])?;
+        Ok(())
+    }
+
+    /// The best `limit` rows for `query`, best first, as (rowid, score) with score =
+    /// `-bm25()` (positive, higher = better). A query without searchable words gives
+    /// no rows.
+    pub(crate) fn search(
+        self,
+        conn: &Connection,
+        query: &str,
+        limit: usize,
+    ) -> rusqlite::Result<Vec<(i64, f64)>> {
+        let Some(expr) = match_expr(query) else {
+            return Ok(Vec::new());
+        };
+        let table = self.0;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?1 \
+             ORDER BY bm25({table}) LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![expr, limit as i64], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+        rows.collect()
+    }
+
+    /// Bytes of the index's storage (its `_data` shadow table), for stats.
+    pub(crate) fn index_bytes(self, conn: &Connection) -> rusqlite::Result<i64> {
+        let table = self.0;
+        conn.query_row(
+            &format!("SELECT coalesce(sum(length(block)), 0) FROM {table}_data"),
+            [],
+            |row| row.get(0),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection with one index table shaped like those of the migrations.
+    fn index() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE VIRTUAL TABLE doc_memory_fts USING fts5 (
+                 words, chars, content = '', contentless_delete = 1,
+                 tokenize = 'porter unicode61 remove_diacritics 2'
+             );",
+        )
+        .unwrap();
+        conn
+    }
+
+    fn put_all(conn: &Connection, texts: &[&str]) {
+        for (i, text) in texts.iter().enumerate() {
+            FtsTable::DOCS
+                .put(conn, i as i64 + 1, &segment(text))
+                .unwrap();
+        }
+    }
+
+    fn hits(conn: &Connection, query: &str) -> Vec<i64> {
+        FtsTable::DOCS
+            .search(conn, query, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    #[test]
+    fn segments_words_and_cjk_unigrams() {
+        let s = segment("今天天气很好, Rust is fast 雨");
+        let words: Vec<&str> = s.words.split(' ').collect();
+        assert!(words.contains(&"天气"), "{s:?}");
+        assert!(words.contains(&"Rust"), "{s:?}");
+        assert!(
+            !words.iter().any(|w| w.trim().is_empty() || *w == ","),
+            "{s:?}"
+        );
+        assert_eq!(s.chars, "今 天 天 气 很 好 0 雨");
+    }
+
+    #[test]
+    fn query_words_are_quoted_strings() {
+        assert_eq!(match_expr("雨").unwrap(), r#"chars : "雨""#);
+        assert_eq!(
+            match_expr("天气").unwrap(),
+            r#"words : "天气" OR chars : "天 气""#
+        );
+        assert_eq!(
+            match_expr(r#"foo" OR NEAR("#).unwrap(),
+            r#"words : "foo" OR words : "OR" OR words : "NEAR""#
+        );
+        assert_eq!(match_expr("  ,.!?（）\"\" "), None);
+        // Repeated words (any case) count once.
+        assert_eq!(match_expr("Rain rain RAIN").unwrap(), r#"words : "Rain""#);
+    }
+
+    #[test]
+    fn finds_chinese_by_word_by_character_and_by_substring() {
+        let conn = index();
+        put_all(
+            &conn,
+            &[
+                "今天天气很好",
+                "明天会下雨吗",
+                "明天气温很低",
+                "the weather is fine",
+            ],
+        );
+        assert_eq!(hits(&conn, "天气")[0], 1);
+        assert!(
+            hits(&conn, "天气").contains(&3),
+            "substring 天气 of 明天气温"
+        );
+        assert_eq!(hits(&conn, "下雨"), [2]);
+        assert_eq!(hits(&conn, "雨"), [2]);
+        assert_eq!(hits(&conn, "Weather"), [4]);
+        assert_eq!(hits(&conn, "weathers"), [4], "porter stem");
+        assert!(hits(&conn, "雪").is_empty());
+    }
+
+    #[test]
+    fn hostile_queries_neither_fail_nor_act_as_syntax() {
+        let conn = index();
+        put_all(&conn, &["foo bar", "near the or gate", "*"]);
+        for query in [
+            r#""foo" OR NEAR("#,
+            "NEAR(foo bar, 2)",
+            "foo*",
+            "^foo",
+            "words: foo",
+            "chars : 雨",
+            "{words chars}: foo",
+            "\"",
+            "\"\"\"",
+            "(",
+            ")",
+            "AND",
+            "NOT foo",
+            "foo -bar",
+            "'; DROP TABLE doc_memory_fts; --",
+            "\0",
+            "",
+            "   ",
+            "🌧🌧",
+            &"很长的问题".repeat(500),
+        ] {
+            FtsTable::DOCS
+                .search(&conn, query, 10)
+                .unwrap_or_else(|e| panic!("{query:?}: {e}"));
+        }
+        // The operator words are searched as words.
+        assert_eq!(hits(&conn, "NEAR("), [2]);
+        assert_eq!(hits(&conn, "OR"), [2]);
+    }
+
+    #[test]
+    fn scores_are_positive_and_best_first() {
+        let conn = index();
+        put_all(
+            &conn,
+            &[
+                "rust rust rust rust",
+                "rust and go",
+                "python and go and java and c and more words here",
+            ],
+        );
+        let found = FtsTable::DOCS.search(&conn, "rust go", 10).unwrap();
+        assert_eq!(found.len(), 3);
+        assert!(found.iter().all(|(_, s)| *s > 0.0), "{found:?}");
+        assert!(found.windows(2).all(|w| w[0].1 >= w[1].1), "{found:?}");
+        assert_eq!(
+            found[2].0, 3,
+            "one common word in a long document ranks last"
+        );
+    }
+
+    #[test]
+    fn replaced_and_deleted_rows_leave_the_index() {
+        let conn = index();
+        put_all(&conn, &["old words"]);
+        FtsTable::DOCS.put(&conn, 1, &segment("new text")).unwrap();
+        assert!(hits(&conn, "old").is_empty());
+        assert_eq!(hits(&conn, "new"), [1]);
+        FtsTable::DOCS.delete(&conn, 1).unwrap();
+        assert!(hits(&conn, "new").is_empty());
+        assert!(FtsTable::DOCS.index_bytes(&conn).unwrap() >= 0);
+    }
+
+    #[test]
+    fn top_k_defaults_and_cap() {
+        assert_eq!(limit(0), DEFAULT_TOP_K);
+        assert_eq!(limit(3), 3);
+        assert_eq!(limit(u32::MAX), MAX_TOP_K);
+    }
+}
