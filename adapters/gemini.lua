@@ -22,10 +22,11 @@
 --   lack the `thoughtSignature` it returned. A signature found on the unified tool call
 --   (`thought_signature`, `thoughtSignature`, or OpenAI-compat Gemini's
 --   `extra_content.google.thought_signature`) or on the assistant message
---   (`thought_signature`, for its first call) is sent back on that `functionCall` part.
---   When a model step of the current turn (after the last real user message) has none, the
---   first call gets Google's documented placeholder `skip_thought_signature_validator`, so
---   the tool loop keeps working while the broker does not carry signatures through.
+--   (`thought_signature`, for its first call) is sent back on that `functionCall` part;
+--   the broker keeps the signature this adapter returned on the assistant message's tool
+--   call. When a model step of the current turn (after the last real user message) has
+--   none (history written by another source or client), the first call gets Google's
+--   documented placeholder `skip_thought_signature_validator`.
 -- * tool messages → `functionResponse {name, response}` parts of one `user` turn
 --   (consecutive tool messages merged, in order). The name comes from the latest earlier
 --   assistant tool call with that `tool_call_id` (else the message's own `name`; else an

@@ -8,7 +8,8 @@
 -- * The unified request is already in OpenAI's wire shape; it is passed through, extra
 --   top-level keys included. Dropped: `disable_thinking` (not an OpenAI field), the
 --   messages' `reasoning_content` (OpenAI rejects unknown message fields; DeepSeek, which
---   wants it back, has its own adapter), an empty `tools` list (OpenAI rejects `[]`) and
+--   wants it back, has its own adapter), the tool calls' `thought_signature` (Gemini's,
+--   kept in history by the broker), an empty `tools` list (OpenAI rejects `[]`) and
 --   then `tool_choice` with it.
 -- * `max_tokens` is sent as an integer. Streaming asks for usage (`stream_options`).
 -- * Tool-call arguments that are not a JSON object (the model can emit broken JSON) are
@@ -131,6 +132,7 @@ function adapter.transform_request(raw_json)
           msg.tool_calls = nil
         else
           for _, tc in ipairs(msg.tool_calls) do
+            tc.thought_signature = nil
             tc.type = tc.type or "function"
             local fn = tc["function"]
             if type(fn) == "table" and type(fn.arguments) ~= "string" then

@@ -111,6 +111,8 @@
 
 mod anthropic;
 mod gemini;
+/// The `thoughtSignature` the scripted Gemini server signs the first call of a response with.
+pub use gemini::THOUGHT_SIGNATURE as GEMINI_THOUGHT_SIGNATURE;
 mod ollama;
 mod openai;
 #[cfg(test)]

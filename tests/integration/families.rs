@@ -150,6 +150,15 @@ fn sent(family: Family, body: &Value) -> Sent {
             for c in list(&body["contents"]) {
                 for p in list(&c["parts"]) {
                     let call = &p["functionCall"];
+                    if call.is_object() && out.calls.is_empty() {
+                        // The signature of the first call came back (not the
+                        // adapter's placeholder): the broker carried it through.
+                        assert_eq!(
+                            p["thoughtSignature"],
+                            hearth::scripted::GEMINI_THOUGHT_SIGNATURE,
+                            "{p}"
+                        );
+                    }
                     if call.is_object() {
                         out.calls.push((
                             string(&call["id"]),

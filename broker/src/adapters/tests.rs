@@ -214,6 +214,7 @@ fn openai_response_toolcall() {
                 id: "call_abc123".into(),
                 name: "get_current_weather".into(),
                 arguments: json!({"location": "Boston, MA"}),
+                ..Default::default()
             }],
         }
     );
@@ -540,7 +541,8 @@ fn output_parsing_is_lenient_but_typed() {
         vec![ToolCall {
             id: "x".into(),
             name: "f".into(),
-            arguments: json!({"a": 1})
+            arguments: json!({"a": 1}),
+            ..Default::default()
         }]
     );
     assert_eq!(
@@ -592,7 +594,8 @@ fn output_parsing_is_lenient_but_typed() {
             index: 0,
             id: Some("c".into()),
             name: Some("w".into()),
-            arguments: r#"{"city":"北"}"#.into()
+            arguments: r#"{"city":"北"}"#.into(),
+            ..Default::default()
         }]
     );
     let chunk = a

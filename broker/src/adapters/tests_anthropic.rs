@@ -471,7 +471,8 @@ fn anthropic_stream_events_one_by_one() {
             index: 3,
             id: None,
             name: None,
-            arguments: "{\"a".into()
+            arguments: "{\"a".into(),
+            thought_signature: None,
         }]
     );
     // A tool_use block that carries its whole input at the start (no deltas follow).

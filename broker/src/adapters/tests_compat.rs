@@ -305,6 +305,7 @@ fn deepseek_responses() {
             id: "call_00_9V0vrf86Pc9aelHCJMZqnJBo".into(),
             name: "weather".into(),
             arguments: json!({"location": "San Francisco"}),
+            ..Default::default()
         }]
     );
     golden(
@@ -717,7 +718,8 @@ fn ollama_responses() {
             vec![ToolCall {
                 id: "call_0".into(),
                 name: name.into(),
-                arguments: args
+                arguments: args,
+                ..Default::default()
             }],
             "{file}"
         );

@@ -31,6 +31,10 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments, always a JSON object (`{}` when the model sent none).
     pub arguments: Value,
+    /// Gemini's `thoughtSignature` of the call, to be sent back with it on the next
+    /// request (the broker keeps it on the assistant message's tool call).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thought_signature: Option<String>,
 }
 
 /// A complete (non-streamed) completion in the unified shape.
@@ -62,6 +66,9 @@ pub struct ToolCallDelta {
     pub name: Option<String>,
     /// A piece of the arguments' JSON text (possibly empty, possibly not valid JSON alone).
     pub arguments: String,
+    /// Gemini's `thoughtSignature`, when this fragment carries it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thought_signature: Option<String>,
 }
 
 /// One streamed chunk in the unified shape.
@@ -96,6 +103,7 @@ impl CompletionResponse {
                 id: string(c, &path, "id")?.unwrap_or_default(),
                 name: string(c, &path, "name")?.unwrap_or_default(),
                 arguments: arguments_object(c.get("arguments"), &join(&path, "arguments"))?,
+                thought_signature: string(c, &path, "thought_signature")?,
             });
         }
         Ok(CompletionResponse {
@@ -127,6 +135,7 @@ impl StreamChunk {
                 id: string(c, &path, "id")?,
                 name: string(c, &path, "name")?,
                 arguments: arguments_text(c.get("arguments"), &join(&path, "arguments"))?,
+                thought_signature: string(c, &path, "thought_signature")?,
             });
         }
         Ok(StreamChunk {

@@ -280,8 +280,8 @@ struct Assembly {
     reasoning: String,
     finish_reason: String,
     usage: TokenUsage,
-    /// index → (id, name, arguments text)
-    calls: BTreeMap<u32, (String, String, String)>,
+    /// index → (id, name, arguments text, thought signature)
+    calls: BTreeMap<u32, (String, String, String, Option<String>)>,
 }
 
 impl Assembly {
@@ -303,6 +303,9 @@ impl Assembly {
                 entry.1 = name;
             }
             entry.2.push_str(&d.arguments);
+            if let Some(sig) = d.thought_signature.filter(|s| !s.is_empty()) {
+                entry.3 = Some(sig);
+            }
         }
         if let Some(r) = chunk.finish_reason.filter(|r| !r.is_empty()) {
             self.finish_reason = r;
@@ -332,7 +335,7 @@ impl Assembly {
         let tool_calls = self
             .calls
             .into_values()
-            .map(|(id, name, args)| {
+            .map(|(id, name, args, thought_signature)| {
                 let arguments = if args.trim().is_empty() {
                     Value::Object(Default::default())
                 } else {
@@ -345,6 +348,7 @@ impl Assembly {
                     id,
                     name,
                     arguments,
+                    thought_signature,
                 }
             })
             .collect();

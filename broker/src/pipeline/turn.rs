@@ -305,13 +305,26 @@ impl TurnDeps {
                     let text = ctx.llm_text.clone();
                     break self.run_llm_commands(&text, &sender, &emit).await;
                 }
+                // Gemini's thought signatures go back with their calls (by id).
+                let signature = |id: &str| {
+                    resp.tool_calls
+                        .iter()
+                        .find(|t| t.id == id)
+                        .and_then(|t| t.thought_signature.clone())
+                };
                 let mut assistant = json!({
                     "role": "assistant",
                     "content": ctx.llm_text,
-                    "tool_calls": ctx.tool_calls.iter().map(|c| json!({
-                        "id": c.id, "type": "function",
-                        "function": {"name": c.name, "arguments": c.arguments_json},
-                    })).collect::<Vec<_>>(),
+                    "tool_calls": ctx.tool_calls.iter().map(|c| {
+                        let mut call = json!({
+                            "id": c.id, "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments_json},
+                        });
+                        if let Some(sig) = signature(&c.id) {
+                            call["thought_signature"] = json!(sig);
+                        }
+                        call
+                    }).collect::<Vec<_>>(),
                 });
                 // Reasoning models (DeepSeek thinking mode) want it back with the calls.
                 if !ctx.reasoning_content.is_empty() {

@@ -78,8 +78,17 @@ fn usage_metadata(reply: &Reply) -> Value {
     meta
 }
 
-fn function_call(call: &super::Call) -> Value {
-    json!({ "functionCall": { "name": call.name, "args": call.arguments_value() } })
+/// The `thoughtSignature` the scripted server puts on the first call of a response
+/// (Gemini 3 signs the first `functionCall` part of a turn and wants it back).
+pub const THOUGHT_SIGNATURE: &str = "c2NyaXB0ZWQgdGhvdWdodCBzaWduYXR1cmU=";
+
+/// Call `i` of a response as a `functionCall` part (the first one signed).
+fn function_call((i, call): (usize, &super::Call)) -> Value {
+    let mut part = json!({ "functionCall": { "name": call.name, "args": call.arguments_value() } });
+    if i == 0 {
+        part["thoughtSignature"] = json!(THOUGHT_SIGNATURE);
+    }
+    part
 }
 
 /// A GenerateContentResponse with `parts` (and `finishReason` when given).
@@ -108,7 +117,7 @@ pub(super) fn response(reply: &Reply) -> Value {
     if let Some(text) = reply.content.as_deref().filter(|t| !t.is_empty()) {
         parts.push(json!({ "text": text }));
     }
-    parts.extend(reply.tool_calls.iter().map(function_call));
+    parts.extend(reply.tool_calls.iter().enumerate().map(function_call));
     if parts.is_empty() {
         parts.push(json!({ "text": "" }));
     }
@@ -131,7 +140,12 @@ pub(super) fn stream(reply: &Reply, sse: bool) -> Frames {
         chunks.push((pacer.next(), vec![json!({ "text": piece })]));
     }
     if !reply.tool_calls.is_empty() {
-        let calls = reply.tool_calls.iter().map(function_call).collect();
+        let calls = reply
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(function_call)
+            .collect();
         chunks.push((pacer.next(), calls));
     }
     if chunks.is_empty() {
