@@ -29,11 +29,12 @@
 //! - [`server`]: `hearth run` — listeners, admin token, discovery, graceful stop.
 //! - [`watch`]: `hearth run --watch` — reload plugins whose files change.
 //! - [`storage`]: the data dir on disk — `hearth.db` (SQLite, WAL, schema migrations),
-//!   conversation history, TextMemory JSONL.
+//!   conversation history, settings, graph memory, TextMemory JSONL.
 //! - [`cli`]: the `hearth` command line and its client side; [`chat`]: `hearth chat`
 //!   and `hearth inject`.
-//! - [`scripted`]: `hearth dev llm-server` — a scripted OpenAI-compatible LLM server
-//!   on loopback for offline tests and demos.
+//! - [`scripted`]: `hearth dev llm-server` — a scripted LLM server on loopback speaking
+//!   the OpenAI/DeepSeek, Anthropic, Gemini and Ollama wire formats, for offline tests
+//!   and demos.
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
 pub mod adapters;
