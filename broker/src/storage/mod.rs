@@ -5,7 +5,8 @@
 //! - [`Conversations`]: chat history per [`ConversationKey`] in `hearth.db`, trimmed to a
 //!   [`HistoryBudget`] without splitting a tool exchange.
 //! - [`TextMemory`]: the raw chronological log, [`TextEvent`]s as JSONL under
-//!   `<data_dir>/memory/text/`, each append fsynced before it is acknowledged.
+//!   `<data_dir>/memory/text/`, each append fsynced before it is acknowledged; files
+//!   rotated by size and deleted by age ([`TextMemoryOptions`]).
 //! - [`Settings`]: core keys in `config`, each plugin's keys in its own
 //!   `config_<name>` table, [`ConfigDef`]s, a [`Settings::dump`] with secrets masked;
 //!   [`PluginSettings`] is one plugin's view, one method per `hearth.v1.Settings` rpc.
@@ -33,7 +34,7 @@ pub use memory::{
 };
 pub use search::{warm_up_segmenter, DEFAULT_TOP_K, MAX_QUERY_TERMS, MAX_TOP_K};
 pub use settings::{ConfigDef, PluginSettings, Scope, Settings, MAX_NAME_CHARS, SECRET_MASK};
-pub use text_memory::{TextEvent, TextMemory};
+pub use text_memory::{TextEvent, TextMemory, TextMemoryOptions};
 
 /// Why a storage operation failed. Each variant names the file, operation or message
 /// concerned.

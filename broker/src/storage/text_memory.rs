@@ -8,14 +8,26 @@
 //! share the next write and sync (group commit), so many concurrent callers cost few
 //! fsyncs.
 //!
-//! Which file a line goes to is decided in one place, `Writer::file_for`; size and age
-//! rotation hook in there.
+//! # Rotation ([`TextMemoryOptions`])
+//! Which file a line goes to is decided in one place, `Writer::file_for`.
+//! - By day: a line goes to the file of the UTC day it is written.
+//! - By size: a file never grows past `max_file_bytes`. A line that would push it over
+//!   starts the day's next file: `YYYY-MM-DD.jsonl`, then `YYYY-MM-DD.1.jsonl`,
+//!   `YYYY-MM-DD.2.jsonl` … (a single line longer than the limit gets a file of its
+//!   own). The log's order is by day, then by that number; note that a plain sort of
+//!   the names puts `.1.jsonl` before `.jsonl` and `.10` before `.2`. A reopened log
+//!   appends to the day's highest-numbered file while it has room.
+//! - By age: files whose day (read from the name) is more than `max_age_days` before
+//!   today are deleted: when the log is opened, whenever a new file is started (a new
+//!   day or a size rotation) and every `check_interval` while the writer is idle. Only
+//!   files named like the log's own are ever deleted; the file being written never is.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -24,6 +36,31 @@ use super::StorageError;
 
 /// Most appends written and synced together.
 const MAX_BATCH: usize = 256;
+
+/// Limits of the log files (see the module doc, "Rotation"). The broker fills it from
+/// the `[memory]` settings; [`Default`] gives 64 MiB, 30 days, a check every hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextMemoryOptions {
+    /// Most bytes in one file; a line that would go past it starts the day's next
+    /// file. 0 = no size limit (one file per day).
+    pub max_file_bytes: u64,
+    /// Files of days more than this many days before today are deleted. 0 = never
+    /// delete.
+    pub max_age_days: u32,
+    /// How often an idle writer looks for files to delete (it also does at open and
+    /// at every new file). Zero = only then.
+    pub check_interval: Duration,
+}
+
+impl Default for TextMemoryOptions {
+    fn default() -> Self {
+        TextMemoryOptions {
+            max_file_bytes: 64 * 1024 * 1024,
+            max_age_days: 30,
+            check_interval: Duration::from_secs(3600),
+        }
+    }
+}
 
 /// One line of the log (the seed's `TextEvent`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,9 +90,18 @@ struct Append {
 }
 
 impl TextMemory {
-    /// Creates `<data_dir>/memory/text/` if needed and starts the writer thread.
-    /// Blocking (a few syscalls): call it once at startup.
+    /// [`TextMemory::open_with`] the default [`TextMemoryOptions`].
     pub fn open(data_dir: &Path) -> Result<TextMemory, StorageError> {
+        TextMemory::open_with(data_dir, TextMemoryOptions::default())
+    }
+
+    /// Creates `<data_dir>/memory/text/` if needed, deletes files past
+    /// `options.max_age_days` and starts the writer thread. Blocking (a few syscalls):
+    /// call it once at startup.
+    pub fn open_with(
+        data_dir: &Path,
+        options: TextMemoryOptions,
+    ) -> Result<TextMemory, StorageError> {
         let dir: Arc<Path> = data_dir.join("memory").join("text").into();
         let io = |op: &'static str, path: &Path| {
             let path = path.to_path_buf();
@@ -69,8 +115,10 @@ impl TextMemory {
         let (appends, queue) = mpsc::channel();
         let mut writer = Writer {
             dir: dir.to_path_buf(),
+            options,
             current: None,
         };
+        writer.prune(unix_now());
         std::thread::Builder::new()
             .name("hearth-textmem".into())
             .spawn(move || writer.serve(queue))
@@ -110,6 +158,8 @@ impl TextMemory {
 struct OpenFile {
     /// Days since 1970-01-01 (UTC) the file is for.
     day: i64,
+    /// Its number within the day: 0 for `YYYY-MM-DD.jsonl`, N for `YYYY-MM-DD.N.jsonl`.
+    seq: u32,
     path: PathBuf,
     file: File,
     /// Length known to be whole lines: a failed write is cut back to it.
@@ -119,12 +169,28 @@ struct OpenFile {
 /// Owns the log files; runs on the TextMemory thread.
 struct Writer {
     dir: PathBuf,
+    options: TextMemoryOptions,
     current: Option<OpenFile>,
 }
 
 impl Writer {
     fn serve(&mut self, queue: mpsc::Receiver<Append>) {
-        while let Ok(first) = queue.recv() {
+        loop {
+            let first = if self.options.check_interval.is_zero() {
+                match queue.recv() {
+                    Ok(first) => first,
+                    Err(_) => return,
+                }
+            } else {
+                match queue.recv_timeout(self.options.check_interval) {
+                    Ok(first) => first,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.prune(unix_now());
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            };
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
                 match queue.try_recv() {
@@ -132,60 +198,103 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let bytes: Vec<u8> = batch.iter().flat_map(|a| a.line.iter().copied()).collect();
-            match self.write(&bytes) {
-                Ok(()) => {
-                    for append in batch {
-                        let _ = append.done.send(Ok(()));
-                    }
-                }
-                Err(e) => {
+            let lines: Vec<&[u8]> = batch.iter().map(|a| a.line.as_slice()).collect();
+            let (written, failed) = match self.write(&lines) {
+                Ok(()) => (batch.len(), None),
+                Err((written, e)) => {
                     tracing::error!(error = %e, "TextMemory append failed");
-                    for append in batch {
-                        let _ = append.done.send(Err(copy_error(&e)));
-                    }
+                    (written, Some(e))
+                }
+            };
+            for (i, append) in batch.into_iter().enumerate() {
+                let result = match &failed {
+                    Some(e) if i >= written => Err(copy_error(e)),
+                    _ => Ok(()),
+                };
+                let _ = append.done.send(result);
+            }
+        }
+    }
+
+    /// Appends whole lines, in order, and syncs them: as many as fit in the current
+    /// file, then the rest in the next one(s). On failure the file is cut back to its
+    /// last whole line (best effort) and reopened next time; the error comes with the
+    /// number of lines that were written and synced before it (to earlier files).
+    fn write(&mut self, lines: &[&[u8]]) -> Result<(), (usize, StorageError)> {
+        let now = unix_now();
+        let limit = self.options.max_file_bytes;
+        let mut rest = lines;
+        while let Some(first) = rest.first() {
+            let written = lines.len() - rest.len();
+            let open = self
+                .file_for(now, first.len() as u64)
+                .map_err(|e| (written, e))?;
+            // The first line always goes in: `file_for` gave a file it fits in, or an
+            // empty one.
+            let mut chunk = first.to_vec();
+            let mut taken = 1;
+            for line in &rest[1..] {
+                if limit != 0 && open.len + (chunk.len() + line.len()) as u64 > limit {
+                    break;
+                }
+                chunk.extend_from_slice(line);
+                taken += 1;
+            }
+            rest = &rest[taken..];
+            let result = open
+                .file
+                .write_all(&chunk)
+                .and_then(|()| open.file.sync_data());
+            match result {
+                Ok(()) => open.len += chunk.len() as u64,
+                Err(source) => {
+                    let _ = open.file.set_len(open.len);
+                    let path = open.path.clone();
+                    self.current = None;
+                    return Err((
+                        written,
+                        StorageError::Io {
+                            path,
+                            op: "append and fsync",
+                            source,
+                        },
+                    ));
                 }
             }
         }
+        Ok(())
     }
 
-    /// Appends whole lines and syncs them. On failure the file is cut back to its last
-    /// whole line (best effort) and reopened next time.
-    fn write(&mut self, bytes: &[u8]) -> Result<(), StorageError> {
-        let now = unix_now();
-        let open = self.file_for(now)?;
-        let result = open
-            .file
-            .write_all(bytes)
-            .and_then(|()| open.file.sync_data());
-        match result {
-            Ok(()) => {
-                open.len += bytes.len() as u64;
-                Ok(())
-            }
-            Err(source) => {
-                let _ = open.file.set_len(open.len);
-                let path = open.path.clone();
-                self.current = None;
-                Err(StorageError::Io {
-                    path,
-                    op: "append and fsync",
-                    source,
-                })
-            }
-        }
-    }
-
-    /// The file for a line written at `now` (unix seconds): today's (UTC) day file.
-    /// Size and age rotation belong here.
-    fn file_for(&mut self, now: i64) -> Result<&mut OpenFile, StorageError> {
+    /// The file for a line of `line_len` bytes written at `now` (unix seconds): the
+    /// current file if it is today's (UTC) and the line fits (or it is empty), else
+    /// today's next file. Starting a file also deletes expired ones.
+    fn file_for(&mut self, now: i64, line_len: u64) -> Result<&mut OpenFile, StorageError> {
         let day = now.div_euclid(86_400);
-        if self.current.as_ref().is_some_and(|open| open.day == day) {
-            return Ok(self.current.as_mut().expect("checked above"));
-        }
+        let limit = self.options.max_file_bytes;
+        let fits = |open: &OpenFile| limit == 0 || open.len == 0 || open.len + line_len <= limit;
+        let seq = match &self.current {
+            Some(open) if open.day == day && fits(open) => {
+                return Ok(self.current.as_mut().expect("matched above"));
+            }
+            // Today's file is full.
+            Some(open) if open.day == day => open.seq + 1,
+            // A new day, a reopened log or a file dropped after an error: continue the
+            // day's highest-numbered file.
+            _ => self.last_seq(day),
+        };
         self.current = None;
-        let (y, m, d) = civil_from_days(day);
-        let path = self.dir.join(format!("{y:04}-{m:02}-{d:02}.jsonl"));
+        let mut open = self.open_file(day, seq)?;
+        if !fits(&open) {
+            open = self.open_file(day, seq + 1)?;
+        }
+        self.current = Some(open);
+        self.prune(now);
+        Ok(self.current.as_mut().expect("just set"))
+    }
+
+    /// Opens (creating) the file `seq` of `day` for appending.
+    fn open_file(&self, day: i64, seq: u32) -> Result<OpenFile, StorageError> {
+        let path = self.dir.join(file_name(day, seq));
         let io = |op: &'static str, path: &Path| {
             let path = path.to_path_buf();
             move |source| StorageError::Io { path, op, source }
@@ -200,13 +309,118 @@ impl Writer {
             sync_dir(&self.dir).map_err(io("fsync", &self.dir))?;
         }
         let len = file.metadata().map_err(io("stat", &path))?.len();
-        Ok(self.current.insert(OpenFile {
+        Ok(OpenFile {
             day,
+            seq,
             path,
             file,
             len,
-        }))
+        })
     }
+
+    /// The highest number among the files of `day` (0 if there are none).
+    fn last_seq(&self, day: i64) -> u32 {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        entries
+            .filter_map(|e| parse_file_name(e.ok()?.file_name().to_str()?))
+            .filter(|&(d, _)| d == day)
+            .map(|(_, seq)| seq)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Deletes the log files of days more than `max_age_days` before the day of `now`
+    /// (never the current file). Failures are logged, not returned: an append never
+    /// fails because an old file could not be deleted.
+    fn prune(&mut self, now: i64) {
+        let max_age = i64::from(self.options.max_age_days);
+        if max_age == 0 {
+            return;
+        }
+        let today = now.div_euclid(86_400);
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), "TextMemory: listing for expiry: {e}");
+                return;
+            }
+        };
+        let mut deleted = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some((day, _)) = name.to_str().and_then(parse_file_name) else {
+                continue;
+            };
+            let path = entry.path();
+            if today - day <= max_age || self.current.as_ref().is_some_and(|c| c.path == path) {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => deleted += 1,
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "TextMemory: deleting expired file: {e}")
+                }
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(
+                dir = %self.dir.display(),
+                deleted,
+                max_age_days = max_age,
+                "TextMemory: deleted expired files"
+            );
+            if let Err(e) = sync_dir(&self.dir) {
+                tracing::warn!(dir = %self.dir.display(), "TextMemory: fsync: {e}");
+            }
+        }
+    }
+}
+
+/// `YYYY-MM-DD.jsonl` for file 0 of a day, `YYYY-MM-DD.N.jsonl` for file N.
+fn file_name(day: i64, seq: u32) -> String {
+    let (y, m, d) = civil_from_days(day);
+    if seq == 0 {
+        format!("{y:04}-{m:02}-{d:02}.jsonl")
+    } else {
+        format!("{y:04}-{m:02}-{d:02}.{seq}.jsonl")
+    }
+}
+
+/// (day, number) of a log file's name, `None` for any other name (an invalid date
+/// included), so no other file is ever taken for a log file.
+fn parse_file_name(name: &str) -> Option<(i64, u32)> {
+    let stem = name.strip_suffix(".jsonl")?;
+    let (date, seq) = match stem.split_once('.') {
+        None => (stem, 0),
+        Some((date, seq)) => {
+            if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) || seq.starts_with('0') {
+                return None;
+            }
+            (date, seq.parse().ok()?)
+        }
+    };
+    let bytes = date.as_bytes();
+    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return None;
+    }
+    let number = |s: &str| -> Option<i64> {
+        s.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let (y, m, d) = (
+        number(&date[..4])?,
+        number(&date[5..7])?,
+        number(&date[8..])?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let day = days_from_civil(y, m as u32, d as u32);
+    (civil_from_days(day) == (y, m as u32, d as u32)).then_some((day, seq))
 }
 
 /// One batch's error, repeated for each of its callers.
@@ -251,6 +465,18 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// Days since 1970-01-01 of a (year, month, day), proleptic Gregorian (Howard
+/// Hinnant's `days_from_civil`); the inverse of [`civil_from_days`] for valid dates.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -266,17 +492,24 @@ mod tests {
         }
     }
 
-    /// Every line of every `.jsonl` file, parsed; panics on a line that is not a whole
-    /// event.
-    fn read_all(dir: &Path) -> Vec<TextEvent> {
+    /// The log files of `dir` in log order (day, then number).
+    fn log_files(dir: &Path) -> Vec<PathBuf> {
         let mut files: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        files.sort();
+        files.sort_by_key(|f| {
+            parse_file_name(f.file_name().unwrap().to_str().unwrap())
+                .unwrap_or_else(|| panic!("{} is not a log file", f.display()))
+        });
+        files
+    }
+
+    /// Every line of every `.jsonl` file, in log order, parsed; panics on a line that
+    /// is not a whole event.
+    fn read_all(dir: &Path) -> Vec<TextEvent> {
         let mut events = Vec::new();
-        for file in files {
-            assert_eq!(file.extension().unwrap(), "jsonl");
+        for file in log_files(dir) {
             let text = std::fs::read_to_string(&file).unwrap();
             assert!(text.ends_with('\n'), "{} ends mid-line", file.display());
             for line in text.lines() {
@@ -292,6 +525,250 @@ mod tests {
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(1_795_996_800 / 86_400), (2026, 11, 30));
+        for day in -800_000..800_000 {
+            let (y, m, d) = civil_from_days(day);
+            assert_eq!(days_from_civil(y, m, d), day);
+        }
+    }
+
+    #[test]
+    fn log_file_names() {
+        let day = 1_795_996_800 / 86_400;
+        assert_eq!(file_name(day, 0), "2026-11-30.jsonl");
+        assert_eq!(file_name(day, 12), "2026-11-30.12.jsonl");
+        assert_eq!(parse_file_name("2026-11-30.jsonl"), Some((day, 0)));
+        assert_eq!(parse_file_name("2026-11-30.12.jsonl"), Some((day, 12)));
+        assert_eq!(parse_file_name("2000-02-29.jsonl"), Some((11_016, 0)));
+        for other in [
+            "2026-11-30.json",
+            "2026-11-30.0.jsonl",
+            "2026-11-30..jsonl",
+            "2026-11-30.x.jsonl",
+            "2026-11-30.01.jsonl",
+            "2026-13-01.jsonl",
+            "2026-02-30.jsonl",
+            "2026-1-30.jsonl",
+            "notes.jsonl",
+            "+026-11-30.jsonl",
+            ".jsonl",
+        ] {
+            assert_eq!(parse_file_name(other), None, "{other}");
+        }
+    }
+
+    fn today() -> i64 {
+        unix_now().div_euclid(86_400)
+    }
+
+    fn options(max_file_bytes: u64, max_age_days: u32) -> TextMemoryOptions {
+        TextMemoryOptions {
+            max_file_bytes,
+            max_age_days,
+            check_interval: Duration::ZERO,
+        }
+    }
+
+    #[tokio::test]
+    async fn files_rotate_by_size_and_never_exceed_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = TextMemory::open_with(dir.path(), options(300, 30)).unwrap();
+        let mut sent = Vec::new();
+        for i in 0..20 {
+            let e = event(
+                &format!("line {i} {}", "x".repeat(i * 3)),
+                1_700_000_000 + i as i64,
+            );
+            memory.append(&e).await.unwrap();
+            sent.push(e);
+        }
+        // One line longer than the limit gets a file of its own.
+        let long = event(&"长".repeat(200), 1_700_000_100);
+        memory.append(&long).await.unwrap();
+        sent.push(long);
+        memory
+            .append(&event("after the long one", 1))
+            .await
+            .unwrap();
+        sent.push(event("after the long one", 1));
+
+        let files = log_files(memory.dir());
+        assert!(files.len() >= 5, "{files:?}");
+        let names: Vec<String> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_str().unwrap().to_string())
+            .collect();
+        let base = file_name(today(), 0);
+        assert_eq!(names[0], base);
+        for (i, name) in names.iter().enumerate().skip(1) {
+            assert_eq!(name, &file_name(today(), i as u32), "{names:?}");
+        }
+        let sizes: Vec<u64> = files.iter().map(|f| f.metadata().unwrap().len()).collect();
+        let over: Vec<usize> = (0..sizes.len()).filter(|&i| sizes[i] > 300).collect();
+        assert_eq!(
+            over.len(),
+            1,
+            "only the long line's file is over: {sizes:?}"
+        );
+        let long_file = std::fs::read_to_string(&files[over[0]]).unwrap();
+        assert_eq!(long_file.lines().count(), 1);
+        // Each file was full when the next began: its next line would not have fitted.
+        for (i, next) in files.iter().enumerate().skip(1) {
+            let text = std::fs::read_to_string(next).unwrap();
+            let first_line = text.split_inclusive('\n').next().unwrap();
+            assert!(sizes[i - 1] + first_line.len() as u64 > 300, "{sizes:?}");
+        }
+        assert_eq!(read_all(memory.dir()), sent);
+
+        // A reopened log goes on in the last file while it has room.
+        drop(memory);
+        let last = files.last().unwrap().clone();
+        let before = last.metadata().unwrap().len();
+        let memory = TextMemory::open_with(dir.path(), options(300, 30)).unwrap();
+        memory.append(&event("reopened", 2)).await.unwrap();
+        assert_eq!(log_files(memory.dir()).len(), files.len());
+        assert!(last.metadata().unwrap().len() > before);
+        assert_eq!(read_all(memory.dir()).last().unwrap().content, "reopened");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_rotate_without_losing_or_splitting_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = TextMemory::open_with(dir.path(), options(1_000, 30)).unwrap();
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let memory = memory.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..25 {
+                    let body = format!("task {t} line {i} ") + &"字".repeat(20 + i);
+                    memory.append(&event(&body, 1_700_000_000)).await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let files = log_files(memory.dir());
+        assert!(files.len() > 10, "{}", files.len());
+        for f in &files {
+            assert!(f.metadata().unwrap().len() <= 1_000, "{}", f.display());
+        }
+        let events = read_all(memory.dir());
+        assert_eq!(events.len(), 8 * 25);
+        for t in 0..8 {
+            let mine: Vec<usize> = events
+                .iter()
+                .filter_map(|e| {
+                    let rest = e.content.strip_prefix(&format!("task {t} line "))?;
+                    rest.split(' ').next()?.parse().ok()
+                })
+                .collect();
+            assert_eq!(mine, (0..25).collect::<Vec<_>>(), "task {t}");
+        }
+    }
+
+    /// Writes an old log file by its name's date (a day `days_ago` before today).
+    fn old_file(dir: &Path, days_ago: i64, seq: u32) -> PathBuf {
+        let path = dir.join(file_name(today() - days_ago, seq));
+        std::fs::write(
+            &path,
+            "{\"role\":\"user\",\"content\":\"old\",\"timestamp\":1}\n",
+        )
+        .unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn old_files_are_deleted_at_open_and_at_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let text_dir = dir.path().join("memory/text");
+        std::fs::create_dir_all(&text_dir).unwrap();
+        let expired = [
+            old_file(&text_dir, 400, 0),
+            old_file(&text_dir, 31, 0),
+            old_file(&text_dir, 31, 2),
+        ];
+        let kept = [
+            old_file(&text_dir, 30, 0),
+            old_file(&text_dir, 1, 0),
+            old_file(&text_dir, 1, 1),
+            // Not the log's own: never touched.
+            text_dir.join("notes.txt"),
+            text_dir.join("1999-02-30.jsonl"),
+            text_dir.join("1999-01-01.jsonl.bak"),
+        ];
+        for other in &kept[3..] {
+            std::fs::write(other, "mine").unwrap();
+        }
+
+        let memory = TextMemory::open_with(dir.path(), options(200, 30)).unwrap();
+        for path in &expired {
+            assert!(!path.exists(), "{} survived open", path.display());
+        }
+        for path in &kept {
+            assert!(path.exists(), "{} was deleted", path.display());
+        }
+
+        // Expired while open (here: dropped in by hand): deleted when a file is
+        // started, i.e. at the first append of the run and at each size rotation.
+        memory.append(&event("first", 1)).await.unwrap();
+        let late = old_file(&text_dir, 45, 0);
+        memory.append(&event("second", 1)).await.unwrap();
+        assert!(late.exists(), "no new file yet, no check");
+        while log_files_today(&text_dir) < 2 {
+            memory.append(&event(&"more ".repeat(10), 1)).await.unwrap();
+        }
+        assert!(!late.exists(), "deleted at the size rotation");
+        for path in &kept {
+            assert!(path.exists(), "{} was deleted", path.display());
+        }
+    }
+
+    fn log_files_today(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| parse_file_name(e.unwrap().file_name().to_str()?))
+            .filter(|&(day, _)| day == today())
+            .count()
+    }
+
+    #[tokio::test]
+    async fn an_idle_writer_deletes_expired_files_periodically() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = TextMemory::open_with(
+            dir.path(),
+            TextMemoryOptions {
+                max_file_bytes: 0,
+                max_age_days: 2,
+                check_interval: Duration::from_millis(20),
+            },
+        )
+        .unwrap();
+        memory.append(&event("today", 1)).await.unwrap();
+        let expired = old_file(memory.dir(), 3, 0);
+        let kept = old_file(memory.dir(), 2, 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while expired.exists() {
+            assert!(std::time::Instant::now() < deadline, "never deleted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(kept.exists());
+        assert_eq!(read_all(memory.dir()).len(), 2, "today's and the kept file");
+    }
+
+    #[tokio::test]
+    async fn zero_limits_mean_no_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let text_dir = dir.path().join("memory/text");
+        std::fs::create_dir_all(&text_dir).unwrap();
+        let ancient = old_file(&text_dir, 10_000, 0);
+        let memory = TextMemory::open_with(dir.path(), options(0, 0)).unwrap();
+        for i in 0..50 {
+            memory.append(&event(&"y".repeat(i * 10), 1)).await.unwrap();
+        }
+        assert!(ancient.exists());
+        assert_eq!(log_files_today(memory.dir()), 1);
+        assert_eq!(TextMemoryOptions::default().max_file_bytes, 64 << 20);
+        assert_eq!(TextMemoryOptions::default().max_age_days, 30);
     }
 
     #[tokio::test]
