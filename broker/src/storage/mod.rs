@@ -12,6 +12,12 @@
 //!   [`PluginSettings`] is one plugin's view, one method per `hearth.v1.Settings` rpc.
 //! - [`GraphMemory`]: entities and relations in `hearth.db`, committed as [`Triple`]s,
 //!   recalled by keyword and breadth-first walk, merged and purged.
+//! - [`DocMemory`]: [`Doc`]s in `hearth.db`, inserted, replaced by id, removed and
+//!   queried by full-text search with scores.
+//! - [`Knowledge`]: entries as files `<data_dir>/knowledge/<name>.md`, indexed in
+//!   `hearth.db` and re-indexed when the files change on disk.
+//! - `search` (internal): the index under both, jieba-segmented words and CJK
+//!   characters in SQLite FTS5, bm25 ranking, score = `-bm25()`.
 //!
 //! Every handle here is cheap to clone and usable from async code: the blocking I/O
 //! happens on the thread that owns the connection or the file, never on a runtime
@@ -19,6 +25,8 @@
 
 mod conversations;
 mod db;
+mod docs;
+mod knowledge;
 mod memory;
 pub mod migrations;
 mod search;
@@ -29,6 +37,8 @@ use std::path::PathBuf;
 
 pub use conversations::{ConversationKey, Conversations, HistoryBudget};
 pub use db::Db;
+pub use docs::{Doc, DocMemory};
+pub use knowledge::{Knowledge, KnowledgeEntry};
 pub use memory::{
     Entity, GraphMemory, MemoryStats, PurgeCriteria, PurgeMode, Relation, Subgraph, Triple,
 };

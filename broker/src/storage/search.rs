@@ -52,16 +52,19 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use jieba_rs::Jieba;
 use rusqlite::{params, Connection};
 
+use super::StorageError;
+
 /// Results returned when the caller asks for `top_k = 0` (the proto's unset value).
-pub const DEFAULT_TOP_K: usize = 5;
+pub const DEFAULT_TOP_K: u32 = 5;
 
 /// Most results one query returns; a larger `top_k` is capped to it.
-pub const MAX_TOP_K: usize = 100;
+pub const MAX_TOP_K: u32 = 100;
 
 /// Most distinct query words used; the rest of a very long query is ignored.
 pub const MAX_QUERY_TERMS: usize = 64;
@@ -92,8 +95,8 @@ pub fn warm_up_segmenter() {
 /// `top_k` as asked (0 = [`DEFAULT_TOP_K`]), capped at [`MAX_TOP_K`].
 pub(crate) fn limit(top_k: u32) -> usize {
     match top_k {
-        0 => DEFAULT_TOP_K,
-        k => (k as usize).min(MAX_TOP_K),
+        0 => DEFAULT_TOP_K as usize,
+        k => k.min(MAX_TOP_K) as usize,
     }
 }
 
@@ -150,6 +153,24 @@ pub(crate) fn segment(text: &str) -> Segmented {
         }
     }
     Segmented { words, chars }
+}
+
+/// Runs `f` (file I/O, segmenting a long text) on tokio's blocking pool, not on a
+/// runtime worker. A panic in `f` is resumed in the caller; if the runtime is shutting
+/// down and `f` never ran, the error is [`StorageError::Closed`] naming `path` (the
+/// store `f` was for).
+pub(crate) async fn blocking<T, F>(path: &Path, f: F) -> Result<T, StorageError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(value) => Ok(value),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(StorageError::Closed {
+            path: path.to_path_buf(),
+        }),
+    }
 }
 
 /// `s` as an FTS5 string: in double quotes, inner double quotes doubled. Inside one,
@@ -420,8 +441,8 @@ mod tests {
 
     #[test]
     fn top_k_defaults_and_cap() {
-        assert_eq!(limit(0), DEFAULT_TOP_K);
+        assert_eq!(limit(0), DEFAULT_TOP_K as usize);
         assert_eq!(limit(3), 3);
-        assert_eq!(limit(u32::MAX), MAX_TOP_K);
+        assert_eq!(limit(u32::MAX), MAX_TOP_K as usize);
     }
 }
