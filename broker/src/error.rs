@@ -102,3 +102,17 @@ impl From<PluginError> for Status {
         Status::new(code, e.to_string())
     }
 }
+
+impl From<crate::storage::StorageError> for Status {
+    /// NOT_FOUND for a missing key or entity, INVALID_ARGUMENT for a bad request,
+    /// INTERNAL (with the file and operation) for anything else.
+    fn from(e: crate::storage::StorageError) -> Status {
+        use crate::storage::StorageError as E;
+        let code = match &e {
+            E::NotFound { .. } => Code::NotFound,
+            E::Invalid { .. } => Code::InvalidArgument,
+            _ => Code::Internal,
+        };
+        Status::new(code, e.to_string())
+    }
+}

@@ -8,8 +8,12 @@
 //!   "python": "/path/to/python3", "node": "/path/to/node",
 //!   "restart": {"max_restarts": 3, "window_s": 300, "backoff_initial_ms": 200, "backoff_max_ms": 30000},
 //!   "startup_timeout_s": 10, "call_timeout_s": 60, "max_total_s": 600,
-//!   "ping_interval_ms": 2000, "hung_timeout_ms": 10000 }
+//!   "ping_interval_ms": 2000, "hung_timeout_ms": 10000,
+//!   "capabilities": ["memory", "knowledge", "llm", "input", "settings_cross", "settings_core"] }
 //! ```
+//!
+//! `capabilities` says which host services the plugin may call (see
+//! [`CAPABILITIES`]); without the field a plugin gets [`DEFAULT_CAPABILITIES`].
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -79,8 +83,6 @@ struct RawManifest {
     max_total_s: Option<f64>,
     ping_interval_ms: Option<u64>,
     hung_timeout_ms: Option<u64>,
-    // Read by the host-services issue; accepted now so manifests written for it load.
-    #[allow(dead_code)]
     capabilities: Option<Vec<String>>,
 }
 
@@ -155,7 +157,29 @@ pub struct PluginSpec {
     pub hung_timeout: Duration,
     /// Manifest version, if any.
     pub version: String,
+    /// Host-service capabilities granted (manifest `capabilities`, else
+    /// [`DEFAULT_CAPABILITIES`]); each one of [`CAPABILITIES`].
+    pub capabilities: Vec<String>,
 }
+
+/// Every capability a manifest may grant, with what it allows. A plugin's own
+/// settings (get, set, list, register_def, defs), reading core settings (get_core,
+/// list_core) and `Settings.Plugins` need none.
+pub const CAPABILITIES: &[(&str, &str)] = &[
+    ("memory", "Memory (graph), TextMemory and DocMemory"),
+    ("knowledge", "Knowledge"),
+    ("llm", "Llm: list, choose and read the LLM source"),
+    ("input", "Input: inject text into the agent"),
+    ("settings_core", "Settings.SetCore: write core settings"),
+    (
+        "settings_cross",
+        "Settings.GetPlugin/SetPlugin/ListPlugin/Dump: other plugins' settings",
+    ),
+];
+
+/// Capabilities of a plugin whose manifest has no `capabilities` field: what a
+/// HomeAgent plugin uses routinely, but not other plugins' or core settings.
+pub const DEFAULT_CAPABILITIES: &[&str] = &["memory", "knowledge", "llm", "input"];
 
 /// Why a plugin directory could not be turned into a [`PluginSpec`].
 #[derive(Debug, thiserror::Error)]
@@ -343,6 +367,22 @@ impl PluginSpec {
                     .max(50),
             ),
             version: raw.version.unwrap_or_default(),
+            capabilities: match raw.capabilities {
+                None => DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+                Some(list) => {
+                    if let Some(bad) = list
+                        .iter()
+                        .find(|c| !CAPABILITIES.iter().any(|(k, _)| k == c))
+                    {
+                        let known: Vec<_> = CAPABILITIES.iter().map(|(k, _)| *k).collect();
+                        return Err(field(
+                            "capabilities",
+                            format!("unknown capability `{bad}`; known: {}", known.join(", ")),
+                        ));
+                    }
+                    list
+                }
+            },
             dir,
         })
     }
@@ -451,6 +491,34 @@ mod tests {
         std::fs::write(dir.join("plugin.json"), r#"{"call_timeout_s":-1}"#).unwrap();
         let err = PluginSpec::load(&dir).unwrap_err().to_string();
         assert!(err.contains("call_timeout_s"), "{err}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn capabilities_default_and_unknown_ones_are_named() {
+        let root = tempdir("caps");
+        let dir = root.join("c");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.py"), "").unwrap();
+        assert_eq!(
+            PluginSpec::load(&dir).unwrap().capabilities,
+            DEFAULT_CAPABILITIES
+        );
+        std::fs::write(
+            dir.join("plugin.json"),
+            r#"{"capabilities":["settings_cross"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            PluginSpec::load(&dir).unwrap().capabilities,
+            ["settings_cross"]
+        );
+        std::fs::write(dir.join("plugin.json"), r#"{"capabilities":["root"]}"#).unwrap();
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown capability `root`; known: memory"),
+            "{err}"
+        );
         std::fs::remove_dir_all(root).unwrap();
     }
 

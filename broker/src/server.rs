@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapters::AdapterSet;
 use crate::agent::Agent;
-use crate::grpc::{AdminService, AgentService, InputService, LlmService, PluginHostService};
+use crate::grpc::{
+    AdminService, AgentService, HostServices, InputService, LlmService, PluginHostService,
+};
 use crate::llm::config::{Config, QuickSource};
 use crate::llm::{LlmClient, SourcePool};
 use crate::manifest::discover;
@@ -24,7 +26,9 @@ use crate::pipeline::policy::Policies;
 use crate::pipeline::turn::{Interrupts, TurnDeps};
 use crate::pipeline::Hooks;
 use crate::registry::Registry;
-use crate::storage::{Conversations, Db, HistoryBudget, TextMemory};
+use crate::storage::{
+    Conversations, Db, DocMemory, GraphMemory, HistoryBudget, Knowledge, Settings, TextMemory,
+};
 use crate::supervisor::process::Interpreters;
 use crate::supervisor::reaper::Reaper;
 use crate::supervisor::{Supervisor, SupervisorConfig};
@@ -60,12 +64,19 @@ pub struct RunOptions {
     pub quick: QuickSource,
 }
 
+/// What [`start_agent`] started.
+struct Started {
+    agent: Agent,
+    sources: Arc<SourcePool>,
+    host: HostServices,
+}
+
 /// Loads adapters, LLM sources, storage and stage hooks, and starts the agent.
 async fn start_agent(
     data_dir: &Path,
     opts: &RunOptions,
     supervisor: Arc<Supervisor>,
-) -> anyhow::Result<(Agent, Arc<SourcePool>)> {
+) -> anyhow::Result<Started> {
     let adapters = Arc::new(AdapterSet::load(data_dir));
     for (name, e) in adapters.errors() {
         tracing::error!(adapter = %name, "adapter not loaded: {e}");
@@ -81,6 +92,20 @@ async fn start_agent(
         ..HistoryBudget::default()
     };
     let sources = Arc::new(SourcePool::new(config.sources));
+    let text_memory = TextMemory::open(data_dir).context("opening TextMemory")?;
+    let memory = GraphMemory::new(db.clone());
+    let docs = DocMemory::new(db.clone());
+    let knowledge = Knowledge::open(db.clone(), data_dir)
+        .await
+        .context("opening the knowledge folder")?;
+    let host = HostServices::new(
+        supervisor.clone(),
+        Settings::new(db.clone()),
+        memory.clone(),
+        text_memory.clone(),
+        docs.clone(),
+        knowledge.clone(),
+    );
     let deps = TurnDeps {
         hooks: Hooks::new(supervisor.clone(), config.agent.hook_timeout),
         supervisor,
@@ -88,11 +113,15 @@ async fn start_agent(
         sources: sources.clone(),
         settings: Arc::new(config.agent),
         conversations: Some(Conversations::new(db, budget)),
-        text_memory: Some(TextMemory::open(data_dir).context("opening TextMemory")?),
+        text_memory: Some(text_memory),
         interrupts: Arc::new(Interrupts::default()),
         policies: Arc::new(Policies::default()),
     };
-    Ok((Agent::start(deps), sources))
+    Ok(Started {
+        agent: Agent::start(deps),
+        sources,
+        host,
+    })
 }
 
 /// Checks the socket path length and replaces a stale socket file left by a killed
@@ -185,11 +214,15 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         registry,
     ));
 
-    let (agent, sources) = start_agent(&data_dir, &opts, supervisor.clone()).await?;
+    let Started {
+        agent,
+        sources,
+        host,
+    } = start_agent(&data_dir, &opts, supervisor.clone()).await?;
 
     let stop = CancellationToken::new();
     let make_router = || {
-        tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .add_service(
                 PluginHostServer::new(PluginHostService::new(supervisor.clone()))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -216,7 +249,14 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             .add_service(LlmServer::new(LlmService::new(
                 sources.clone(),
                 supervisor.clone(),
-            )))
+            )));
+        let (settings, memory, text_memory, docs, knowledge) = host.servers();
+        router
+            .add_service(settings)
+            .add_service(memory)
+            .add_service(text_memory)
+            .add_service(docs.max_decoding_message_size(MAX_MESSAGE_BYTES))
+            .add_service(knowledge.max_decoding_message_size(MAX_MESSAGE_BYTES))
     };
     let mut servers = Vec::new();
     let unix_stop = stop.clone();

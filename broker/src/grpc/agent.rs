@@ -126,10 +126,12 @@ impl InputService {
         no_memory: bool,
         interrupt: bool,
     ) -> Result<Response<Empty>, Status> {
-        let token = super::metadata(&request, hearth_proto::TOKEN_METADATA)?;
-        let plugin = self.supervisor.plugin_for_token(token).ok_or_else(|| {
-            Status::unauthenticated("x-hearth-token does not match any running plugin")
-        })?;
+        let method = match (no_memory, interrupt) {
+            (_, true) => "Input.InjectInterruptText",
+            (true, _) => "Input.InjectTextNoMemory",
+            _ => "Input.InjectText",
+        };
+        let plugin = super::plugin_caller(&self.supervisor, &request, method, Some("input"))?;
         let req = request.into_inner();
         if req.text.trim().is_empty() {
             return Err(Status::invalid_argument(format!(
@@ -190,11 +192,8 @@ impl LlmService {
         }
     }
 
-    fn plugin<T>(&self, request: &Request<T>) -> Result<String, Status> {
-        let token = super::metadata(request, hearth_proto::TOKEN_METADATA)?;
-        self.supervisor.plugin_for_token(token).ok_or_else(|| {
-            Status::unauthenticated("x-hearth-token does not match any running plugin")
-        })
+    fn plugin<T>(&self, request: &Request<T>, method: &str) -> Result<String, Status> {
+        super::plugin_caller(&self.supervisor, request, method, Some("llm"))
     }
 }
 
@@ -204,7 +203,7 @@ impl hearth_proto::v1::llm_server::Llm for LlmService {
         &self,
         request: Request<Empty>,
     ) -> Result<Response<hearth_proto::v1::KeysResponse>, Status> {
-        self.plugin(&request)?;
+        self.plugin(&request, "Llm.ListSources")?;
         Ok(Response::new(hearth_proto::v1::KeysResponse {
             keys: self.sources.names(),
         }))
@@ -214,7 +213,7 @@ impl hearth_proto::v1::llm_server::Llm for LlmService {
         &self,
         request: Request<hearth_proto::v1::SourceRequest>,
     ) -> Result<Response<Empty>, Status> {
-        let plugin = self.plugin(&request)?;
+        let plugin = self.plugin(&request, "Llm.SetSource")?;
         let name = &request.get_ref().name;
         self.sources
             .set_current(name)
@@ -227,7 +226,7 @@ impl hearth_proto::v1::llm_server::Llm for LlmService {
         &self,
         request: Request<Empty>,
     ) -> Result<Response<hearth_proto::v1::SourceRequest>, Status> {
-        self.plugin(&request)?;
+        self.plugin(&request, "Llm.CurrentSource")?;
         Ok(Response::new(hearth_proto::v1::SourceRequest {
             name: self.sources.current(),
         }))

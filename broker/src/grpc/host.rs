@@ -1,0 +1,459 @@
+//! The HomeAgent host services for plugins (seed homeagent-plugin-sdk-api.md, PluginSDK
+//! `Settings()`, `Memory()`, `TextMemory()`, `DocMemory()`, `Knowledge()`): decode,
+//! check the caller's capability, call storage, map errors (NOT_FOUND for a missing
+//! key, INVALID_ARGUMENT for bad input naming the method and field).
+//!
+//! Capabilities (see [`crate::manifest::CAPABILITIES`]): a plugin's own settings,
+//! reading core settings and `Settings.Plugins` need none; `Settings.SetCore` needs
+//! `settings_core`; other plugins' settings and `Settings.Dump` need `settings_cross`;
+//! `Memory`, `TextMemory` and `DocMemory` need `memory`; `Knowledge` needs `knowledge`.
+//! Setting values are never logged.
+
+use std::sync::Arc;
+
+use hearth_proto::v1::{
+    doc_memory_server::{DocMemory as DocMemoryRpc, DocMemoryServer},
+    knowledge_server::{Knowledge as KnowledgeRpc, KnowledgeServer},
+    memory_server::{Memory as MemoryRpc, MemoryServer},
+    settings_server::{Settings as SettingsRpc, SettingsServer},
+    text_memory_server::{TextMemory as TextMemoryRpc, TextMemoryServer},
+    CommitRequest, CommitResponse, ConfigDef as WireDef, CountResponse, DefsResponse,
+    Doc as WireDoc, DocQuery, DocsResponse, DumpResponse, Empty, Entity as WireEntity, IdRequest,
+    IntrospectResponse, KeyRequest, KeysResponse, KnowledgeEntry, KnowledgeQuery,
+    KnowledgeResponse, MergeRequest, PrefixRequest, PurgeRequest, RecallRequest, RecallResponse,
+    Relation as WireRelation, SetRequest, StatsResponse, TextEvent as WireTextEvent, ValueResponse,
+};
+use serde_json::Value;
+use tonic::{Request, Response, Status};
+
+use super::plugin_caller;
+use crate::storage::{
+    ConfigDef, Doc, DocMemory, GraphMemory, Knowledge, PurgeCriteria, PurgeMode, Scope, Settings,
+    TextEvent, TextMemory, Triple,
+};
+use crate::supervisor::Supervisor;
+
+/// Everything the host services serve from; cheap to clone (one per service).
+#[derive(Debug, Clone)]
+pub struct HostServices {
+    supervisor: Arc<Supervisor>,
+    settings: Settings,
+    memory: GraphMemory,
+    text_memory: TextMemory,
+    docs: DocMemory,
+    knowledge: Knowledge,
+}
+
+impl HostServices {
+    /// Host services of `supervisor`'s plugins over these stores.
+    pub fn new(
+        supervisor: Arc<Supervisor>,
+        settings: Settings,
+        memory: GraphMemory,
+        text_memory: TextMemory,
+        docs: DocMemory,
+        knowledge: Knowledge,
+    ) -> HostServices {
+        HostServices {
+            supervisor,
+            settings,
+            memory,
+            text_memory,
+            docs,
+            knowledge,
+        }
+    }
+
+    /// The five tonic services, ready to add to a router.
+    pub fn servers(
+        &self,
+    ) -> (
+        SettingsServer<HostServices>,
+        MemoryServer<HostServices>,
+        TextMemoryServer<HostServices>,
+        DocMemoryServer<HostServices>,
+        KnowledgeServer<HostServices>,
+    ) {
+        (
+            SettingsServer::new(self.clone()),
+            MemoryServer::new(self.clone()),
+            TextMemoryServer::new(self.clone()),
+            DocMemoryServer::new(self.clone()),
+            KnowledgeServer::new(self.clone()),
+        )
+    }
+
+    fn caller<T>(
+        &self,
+        request: &Request<T>,
+        method: &str,
+        cap: Option<&str>,
+    ) -> Result<String, Status> {
+        plugin_caller(&self.supervisor, request, method, cap)
+    }
+}
+
+/// `value_json` → a value; errors name the method.
+fn value(method: &str, json: &str) -> Result<Value, Status> {
+    if json.trim().is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{method}: value_json is empty; send JSON text (e.g. \"\\\"text\\\"\", 3, true, null)"
+        )));
+    }
+    serde_json::from_str(json)
+        .map_err(|e| Status::invalid_argument(format!("{method}: value_json is not JSON: {e}")))
+}
+
+fn keys(keys: Vec<String>) -> Response<KeysResponse> {
+    Response::new(KeysResponse { keys })
+}
+
+fn wire_def(d: ConfigDef) -> WireDef {
+    WireDef {
+        key: d.key,
+        default_json: d.default.map(|v| v.to_string()).unwrap_or_default(),
+        r#type: d.r#type,
+        display_name: d.display_name,
+        description: d.description,
+        category: d.category,
+        options: d.options,
+        min: d.min,
+        max: d.max,
+        step: d.step,
+        required: d.required,
+        secret: d.secret,
+    }
+}
+
+fn from_wire_def(d: WireDef) -> Result<ConfigDef, Status> {
+    let default = if d.default_json.trim().is_empty() {
+        None
+    } else {
+        Some(value("Settings.RegisterDef", &d.default_json)?)
+    };
+    Ok(ConfigDef {
+        key: d.key,
+        default,
+        r#type: d.r#type,
+        display_name: d.display_name,
+        description: d.description,
+        category: d.category,
+        options: d.options,
+        min: d.min,
+        max: d.max,
+        step: d.step,
+        required: d.required,
+        secret: d.secret,
+    })
+}
+
+/// The other plugin a `*_plugin` method names; empty is INVALID_ARGUMENT.
+fn other(method: &str, plugin: &str) -> Result<Scope, Status> {
+    if plugin.trim().is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "{method}: `plugin` is empty"
+        )));
+    }
+    Ok(Scope::Plugin(plugin.to_string()))
+}
+
+#[tonic::async_trait]
+impl SettingsRpc for HostServices {
+    async fn get(&self, r: Request<KeyRequest>) -> Result<Response<ValueResponse>, Status> {
+        let me = self.caller(&r, "Settings.Get", None)?;
+        let v = self
+            .settings
+            .get(&Scope::Plugin(me), &r.get_ref().key)
+            .await?;
+        Ok(Response::new(ValueResponse {
+            value_json: v.to_string(),
+        }))
+    }
+
+    async fn set(&self, r: Request<SetRequest>) -> Result<Response<Empty>, Status> {
+        let me = self.caller(&r, "Settings.Set", None)?;
+        let req = r.into_inner();
+        let v = value("Settings.Set", &req.value_json)?;
+        self.settings.set(&Scope::Plugin(me), &req.key, v).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn list(&self, r: Request<PrefixRequest>) -> Result<Response<KeysResponse>, Status> {
+        let me = self.caller(&r, "Settings.List", None)?;
+        Ok(keys(
+            self.settings
+                .list(&Scope::Plugin(me), &r.get_ref().prefix)
+                .await?,
+        ))
+    }
+
+    async fn get_core(&self, r: Request<KeyRequest>) -> Result<Response<ValueResponse>, Status> {
+        self.caller(&r, "Settings.GetCore", None)?;
+        let v = self.settings.get(&Scope::Core, &r.get_ref().key).await?;
+        Ok(Response::new(ValueResponse {
+            value_json: v.to_string(),
+        }))
+    }
+
+    async fn set_core(&self, r: Request<SetRequest>) -> Result<Response<Empty>, Status> {
+        let me = self.caller(&r, "Settings.SetCore", Some("settings_core"))?;
+        let req = r.into_inner();
+        let v = value("Settings.SetCore", &req.value_json)?;
+        self.settings.set(&Scope::Core, &req.key, v).await?;
+        tracing::info!(plugin = %me, key = %req.key, "core setting written");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn list_core(&self, r: Request<PrefixRequest>) -> Result<Response<KeysResponse>, Status> {
+        self.caller(&r, "Settings.ListCore", None)?;
+        Ok(keys(
+            self.settings
+                .list(&Scope::Core, &r.get_ref().prefix)
+                .await?,
+        ))
+    }
+
+    async fn get_plugin(&self, r: Request<KeyRequest>) -> Result<Response<ValueResponse>, Status> {
+        self.caller(&r, "Settings.GetPlugin", Some("settings_cross"))?;
+        let req = r.get_ref();
+        let scope = other("Settings.GetPlugin", &req.plugin)?;
+        let v = self.settings.get(&scope, &req.key).await?;
+        Ok(Response::new(ValueResponse {
+            value_json: v.to_string(),
+        }))
+    }
+
+    async fn set_plugin(&self, r: Request<SetRequest>) -> Result<Response<Empty>, Status> {
+        let me = self.caller(&r, "Settings.SetPlugin", Some("settings_cross"))?;
+        let req = r.into_inner();
+        let scope = other("Settings.SetPlugin", &req.plugin)?;
+        let v = value("Settings.SetPlugin", &req.value_json)?;
+        self.settings.set(&scope, &req.key, v).await?;
+        tracing::info!(plugin = %me, key = %req.key, "setting of {scope} written");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn list_plugin(
+        &self,
+        r: Request<PrefixRequest>,
+    ) -> Result<Response<KeysResponse>, Status> {
+        self.caller(&r, "Settings.ListPlugin", Some("settings_cross"))?;
+        let req = r.get_ref();
+        let scope = other("Settings.ListPlugin", &req.plugin)?;
+        Ok(keys(self.settings.list(&scope, &req.prefix).await?))
+    }
+
+    async fn register_def(&self, r: Request<WireDef>) -> Result<Response<Empty>, Status> {
+        let me = self.caller(&r, "Settings.RegisterDef", None)?;
+        let def = from_wire_def(r.into_inner())?;
+        self.settings.register_def(&Scope::Plugin(me), def).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn defs(&self, r: Request<PrefixRequest>) -> Result<Response<DefsResponse>, Status> {
+        let me = self.caller(&r, "Settings.Defs", None)?;
+        let defs = self
+            .settings
+            .defs(&Scope::Plugin(me), &r.get_ref().prefix)
+            .await?;
+        Ok(Response::new(DefsResponse {
+            defs: defs.into_iter().map(wire_def).collect(),
+        }))
+    }
+
+    async fn dump(&self, r: Request<Empty>) -> Result<Response<DumpResponse>, Status> {
+        self.caller(&r, "Settings.Dump", Some("settings_cross"))?;
+        Ok(Response::new(DumpResponse {
+            dump_json: self.settings.dump().await?.to_string(),
+        }))
+    }
+
+    async fn plugins(&self, r: Request<Empty>) -> Result<Response<KeysResponse>, Status> {
+        self.caller(&r, "Settings.Plugins", None)?;
+        Ok(keys(self.settings.plugins().await?))
+    }
+}
+
+#[tonic::async_trait]
+impl MemoryRpc for HostServices {
+    async fn recall(&self, r: Request<RecallRequest>) -> Result<Response<RecallResponse>, Status> {
+        self.caller(&r, "Memory.Recall", Some("memory"))?;
+        let req = r.into_inner();
+        let g = self.memory.recall(req.keywords, req.depth).await?;
+        Ok(Response::new(RecallResponse {
+            entities: g
+                .entities
+                .into_iter()
+                .map(|e| WireEntity {
+                    name: e.name,
+                    r#type: e.r#type,
+                    mention_count: e.mention_count,
+                })
+                .collect(),
+            relations: g
+                .relations
+                .into_iter()
+                .map(|r| WireRelation {
+                    source_name: r.source_name,
+                    target_name: r.target_name,
+                    relation_type: r.relation_type,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn commit(&self, r: Request<CommitRequest>) -> Result<Response<CommitResponse>, Status> {
+        self.caller(&r, "Memory.Commit", Some("memory"))?;
+        let triples = r
+            .into_inner()
+            .triples
+            .into_iter()
+            .map(|t| Triple {
+                subject: t.subject,
+                relation: t.relation,
+                object: t.object,
+                subject_type: t.subject_type,
+                object_type: t.object_type,
+                session_id: t.session_id,
+            })
+            .collect();
+        let added = self.memory.commit(triples).await?;
+        Ok(Response::new(CommitResponse {
+            committed: added.min(u32::MAX as u64) as u32,
+        }))
+    }
+
+    async fn introspect(&self, r: Request<Empty>) -> Result<Response<IntrospectResponse>, Status> {
+        self.caller(&r, "Memory.Introspect", Some("memory"))?;
+        let stats = self.memory.introspect().await?;
+        Ok(Response::new(IntrospectResponse {
+            stats_json: serde_json::to_string(&stats).unwrap_or_default(),
+        }))
+    }
+
+    async fn merge_entities(
+        &self,
+        r: Request<MergeRequest>,
+    ) -> Result<Response<CountResponse>, Status> {
+        self.caller(&r, "Memory.MergeEntities", Some("memory"))?;
+        let req = r.get_ref();
+        let moved = self.memory.merge_entities(&req.source, &req.target).await?;
+        Ok(Response::new(CountResponse {
+            count: moved as i64,
+        }))
+    }
+
+    async fn purge(&self, r: Request<PurgeRequest>) -> Result<Response<CountResponse>, Status> {
+        self.caller(&r, "Memory.Purge", Some("memory"))?;
+        let req = r.into_inner();
+        let criteria = PurgeCriteria::from_map(req.criteria)?;
+        let mode: PurgeMode = req.mode.parse()?;
+        let n = self.memory.purge(&criteria, mode).await?;
+        Ok(Response::new(CountResponse { count: n as i64 }))
+    }
+}
+
+#[tonic::async_trait]
+impl TextMemoryRpc for HostServices {
+    async fn append(&self, r: Request<WireTextEvent>) -> Result<Response<Empty>, Status> {
+        self.caller(&r, "TextMemory.Append", Some("memory"))?;
+        let e = r.into_inner();
+        if e.role.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "TextMemory.Append: `role` is empty (system, user or assistant)",
+            ));
+        }
+        self.text_memory
+            .append(&TextEvent {
+                role: e.role,
+                content: e.content,
+                timestamp: e.timestamp,
+                channel: e.channel,
+            })
+            .await?;
+        Ok(Response::new(Empty {}))
+    }
+}
+
+fn wire_doc(d: Doc) -> WireDoc {
+    WireDoc {
+        id: d.id,
+        title: d.title,
+        content: d.content,
+        score: d.score,
+    }
+}
+
+#[tonic::async_trait]
+impl DocMemoryRpc for HostServices {
+    async fn query(&self, r: Request<DocQuery>) -> Result<Response<DocsResponse>, Status> {
+        self.caller(&r, "DocMemory.Query", Some("memory"))?;
+        let req = r.get_ref();
+        let docs = self.docs.query(&req.text, req.top_k).await?;
+        Ok(Response::new(DocsResponse {
+            docs: docs.into_iter().map(wire_doc).collect(),
+        }))
+    }
+
+    async fn insert(&self, r: Request<WireDoc>) -> Result<Response<Empty>, Status> {
+        self.caller(&r, "DocMemory.Insert", Some("memory"))?;
+        let d = r.into_inner();
+        self.docs
+            .insert(Doc {
+                id: d.id,
+                title: d.title,
+                content: d.content,
+                score: 0.0,
+            })
+            .await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn remove(&self, r: Request<IdRequest>) -> Result<Response<Empty>, Status> {
+        self.caller(&r, "DocMemory.Remove", Some("memory"))?;
+        self.docs.remove(&r.get_ref().id).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn stats(&self, r: Request<Empty>) -> Result<Response<StatsResponse>, Status> {
+        self.caller(&r, "DocMemory.Stats", Some("memory"))?;
+        Ok(Response::new(StatsResponse {
+            stats_json: self.docs.stats().await?.to_string(),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl KnowledgeRpc for HostServices {
+    async fn search(
+        &self,
+        r: Request<KnowledgeQuery>,
+    ) -> Result<Response<KnowledgeResponse>, Status> {
+        self.caller(&r, "Knowledge.Search", Some("knowledge"))?;
+        let req = r.get_ref();
+        let found = self.knowledge.search(&req.query, req.top_k).await?;
+        Ok(Response::new(KnowledgeResponse {
+            entries: found
+                .into_iter()
+                .map(|k| KnowledgeEntry {
+                    name: k.name,
+                    content: k.content,
+                    score: k.score,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn add(&self, r: Request<KnowledgeEntry>) -> Result<Response<Empty>, Status> {
+        let me = self.caller(&r, "Knowledge.Add", Some("knowledge"))?;
+        let e = r.into_inner();
+        self.knowledge.add(&e.name, &e.content).await?;
+        tracing::info!(plugin = %me, entry = %e.name, "knowledge entry added");
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn list(&self, r: Request<Empty>) -> Result<Response<KeysResponse>, Status> {
+        self.caller(&r, "Knowledge.List", Some("knowledge"))?;
+        Ok(keys(self.knowledge.list().await?))
+    }
+}
