@@ -72,6 +72,13 @@ pub enum Command {
         #[arg(long, env = "HEARTH_LLM_ADAPTER", value_name = "NAME")]
         llm_adapter: Option<String>,
     },
+    /// Settings in `<data_dir>/hearth.db` (core, or a plugin's with --plugin), read and
+    /// written locally: no broker needed; secrets are masked.
+    Settings {
+        /// Settings operation.
+        #[command(subcommand)]
+        command: crate::settings_cli::SettingsCommand,
+    },
     /// LLM adapters (built-in and `<data_dir>/adapters/*.lua`), read locally: no broker needed.
     Adapters {
         /// Adapter operation.
@@ -219,6 +226,11 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Dev { command } => crate::scripted::dev_command(command),
+        Command::Settings { command } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(crate::settings_cli::run(&cli.data_dir, command))),
         Command::Adapters { command } => {
             let (report, ok) = match command {
                 AdaptersCommand::List => (crate::adapters::check::list(&cli.data_dir).0, true),
@@ -421,7 +433,11 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
 async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<ExitCode> {
     let mut conn = AdminConn::connect(data_dir).await?;
     match command {
-        Command::Run { .. } | Command::Reaper | Command::Dev { .. } | Command::Adapters { .. } => {
+        Command::Run { .. }
+        | Command::Reaper
+        | Command::Dev { .. }
+        | Command::Adapters { .. }
+        | Command::Settings { .. } => {
             unreachable!("handled in main")
         }
         Command::Chat(args) => return crate::chat::chat(&mut conn, data_dir, args).await,

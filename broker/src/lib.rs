@@ -31,7 +31,7 @@
 //! - [`storage`]: the data dir on disk — `hearth.db` (SQLite, WAL, schema migrations),
 //!   conversation history, settings, graph memory, TextMemory JSONL.
 //! - [`cli`]: the `hearth` command line and its client side; [`chat`]: `hearth chat`
-//!   and `hearth inject`.
+//!   and `hearth inject`; [`settings_cli`]: `hearth settings`.
 //! - [`scripted`]: `hearth dev llm-server` — a scripted LLM server on loopback speaking
 //!   the OpenAI/DeepSeek, Anthropic, Gemini and Ollama wire formats, for offline tests
 //!   and demos.
@@ -50,6 +50,7 @@ pub mod registry;
 pub mod schema;
 pub mod scripted;
 pub mod server;
+pub mod settings_cli;
 pub mod storage;
 pub mod supervisor;
 pub mod triggers;
