@@ -14,10 +14,13 @@ no gRPC code until a plugin is served, so ``import hearth`` stays cheap.
 
 __version__ = "0.1.0"
 
-from ._plugin import HostError, Plugin, PluginSDK, Sender, progress, tool
+from ._plugin import HostError, Plugin, PluginSDK, Sender, StatusCode, progress, tool
 
-__all__ = ["HostError", "MemItem", "Plugin", "PluginSDK", "Sender", "Stage", "StageContext",
-           "ToolCall", "ToolResult", "progress", "run", "tool", "__version__"]
+__all__ = ["ConfigDef", "Doc", "DocMemoryAPI", "Entity", "HostError", "KnowledgeAPI",
+           "KnowledgeEntry", "LLMAPI", "MemItem", "MemoryAPI", "Plugin", "PluginSDK", "Relation",
+           "Sender", "SettingsAPI", "Stage", "StageContext", "StatusCode", "TextEvent",
+           "TextMemoryAPI", "ToolCall", "ToolResult", "Triple", "progress", "run", "tool",
+           "__version__"]
 
 
 def run(target=None) -> None:
@@ -31,11 +34,18 @@ def run(target=None) -> None:
 
 
 _LAZY = {"MemItem", "Stage", "StageContext", "ToolCall", "ToolResult"}
+_LAZY_APIS = {"ConfigDef", "Doc", "DocMemoryAPI", "Entity", "KnowledgeAPI", "KnowledgeEntry",
+              "LLMAPI", "MemoryAPI", "Relation", "SettingsAPI", "TextEvent", "TextMemoryAPI",
+              "Triple"}
 
 
 def __getattr__(name):
-    # The stage types load on first use: `enum` alone would double `import hearth`.
+    # The stage types and host-service records load on first use: `enum` or `typing`
+    # alone would double `import hearth`.
     if name in _LAZY:
         from . import _stages
         return getattr(_stages, name)
+    if name in _LAZY_APIS:
+        from . import _apis
+        return getattr(_apis, name)
     raise AttributeError(f"module 'hearth' has no attribute {name!r}")

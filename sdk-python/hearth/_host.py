@@ -93,7 +93,7 @@ class Connection:
             raise HostError(
                 f"plugin {self.plugin}: {attr}.{snake(method)} (hearth.v1.{service}/{method}): "
                 f"{code.name}: {e.details()}{hint}",
-                code=code, method=f"hearth.v1.{service}/{method}") from None
+                code=code, method=f"hearth.v1.{service}/{method}", details=e.details() or "") from None
 
     def dispatch(self, make: Callable[[], Any]) -> Any:
         """Run the coroutine `make()` on the plugin's loop: a Task when called on that loop,

@@ -13,20 +13,51 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms at import; annotations are strings here
     from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ["HostError", "Plugin", "PluginSDK", "Sender", "ToolInfo", "tool", "progress"]
+__all__ = ["HostError", "Plugin", "PluginSDK", "Sender", "StatusCode", "ToolInfo", "tool", "progress"]
+
+
+class StatusCode(str):
+    """A gRPC status name (`"NOT_FOUND"`) that also equals the `grpc.StatusCode` member
+    of that name and keeps its `.name`, so both `e.code == "NOT_FOUND"` and
+    `e.code == grpc.StatusCode.NOT_FOUND` hold."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return str.__eq__(self, other)
+        name = getattr(other, "name", None)
+        return type(other).__name__ == "StatusCode" and isinstance(name, str) and str.__eq__(self, name)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+    def __repr__(self) -> str:
+        return f"StatusCode({str(self)!r})"
 
 
 class HostError(Exception):
     """A host-service call failed; the message names the plugin, the method and the status.
 
-    `code` is the `grpc.StatusCode` (`UNIMPLEMENTED` while the broker does not serve the
-    service yet), `method` the full rpc name (`hearth.v1.Settings/Get`).
+    `code` is the gRPC status name as a `StatusCode` (`e.code == "NOT_FOUND"`; it also
+    equals `grpc.StatusCode.NOT_FOUND` and has `.name`); `UNIMPLEMENTED` while the
+    broker does not serve the service. `details` is the broker's own message,
+    `method` the full rpc name (`hearth.v1.Settings/Get`).
     """
 
-    def __init__(self, message: str, code: Any = None, method: str = "") -> None:
+    def __init__(self, message: str, code: Any = None, method: str = "", details: str = "") -> None:
         super().__init__(message)
+        if code is not None and not isinstance(code, StatusCode):
+            code = StatusCode(code if isinstance(code, str) else getattr(code, "name", str(code)))
         self.code = code
         self.method = method
+        self.details = details or message
 
 
 class ToolInfo:
@@ -200,10 +231,12 @@ class PluginSDK:
 
     `register_stage(stage, handler)` / `register_stage_own_tools(stage, handler)` add
     pipeline hooks (in `start()` only); the handler gets a `hearth.StageContext`.
-    `inject_text(source, channel, text)` (and `_no_memory`, `inject_interrupt_text`),
-    `settings()`, `memory()`, `text_memory()`, `doc_memory()`, `knowledge()`, `llm()`,
-    `input()` and `host` reach the broker's host services: blocking in plain code,
-    awaitable on the plugin's event loop; failures raise `HostError`.
+    `inject_text(source, channel, text)` (and `_no_memory`, `inject_interrupt_text`) and
+    the typed APIs `settings()`, `memory()`, `text_memory()`, `doc_memory()`,
+    `knowledge()`, `llm()` (seed names, plain Python values) reach the broker's host
+    services; `host` (and `input()`) are the generic clients returning the wire
+    messages. Blocking in plain code, awaitable on the plugin's event loop; failures
+    raise `HostError`.
     """
 
     def __init__(self, plugin_name: str) -> None:
@@ -214,7 +247,8 @@ class PluginSDK:
         self._lock = threading.Lock()
         self._loop: Any = None  # the serving event loop (set by the loader)
         self._conn: Any = None  # hearth._host.Connection, created on first host call
-        self._clients: Dict[str, Any] = {}
+        self._clients: Dict[str, Any] = {}  # generic clients (sdk.host.*)
+        self._apis: Dict[str, Any] = {}  # typed APIs (sdk.settings() …)
         # Set by the runtime once registered: sends later registrations on the stream.
         self._live_register: Optional[Callable[[ToolEntry], None]] = None
         self._live_unregister: Optional[Callable[[str], None]] = None
@@ -317,29 +351,41 @@ class PluginSDK:
         from ._host import Host
         return Host(self._client, self._plugin_name)
 
+    def _api(self, attr: str) -> Any:
+        api = self._apis.get(attr)
+        if api is None:
+            from ._apis import APIS
+            api = self._apis.setdefault(attr, APIS[attr](self._connection, self._plugin_name))
+        return api
+
     def settings(self) -> Any:
-        """`Settings` service (HomeAgent `Settings()`): `get`, `set`, `list`, `get_core`, …"""
-        return self._client("settings")
+        """HomeAgent `Settings()`: a `hearth.SettingsAPI` (`get(key)` → value, `set(key,
+        value)`, `list(prefix)`, `get_core` / `set_core` / `list_core`, `get_plugin` /
+        `set_plugin` / `list_plugin`, `register_def`, `defs`, `dump`, `plugins`)."""
+        return self._api("settings")
 
     def memory(self) -> Any:
-        """`Memory` service (graph memory): `recall`, `commit`, `introspect`, …"""
-        return self._client("memory")
+        """HomeAgent `Memory()`: a `hearth.MemoryAPI` (graph memory: `recall`, `commit`,
+        `introspect`, `merge_entities`, `purge`)."""
+        return self._api("memory")
 
     def text_memory(self) -> Any:
-        """`TextMemory` service: `append`."""
-        return self._client("text_memory")
+        """HomeAgent `TextMemory()`: a `hearth.TextMemoryAPI` (`append`)."""
+        return self._api("text_memory")
 
     def doc_memory(self) -> Any:
-        """`DocMemory` service: `query`, `insert`, `remove`, `stats`."""
-        return self._client("doc_memory")
+        """HomeAgent `DocMemory()`: a `hearth.DocMemoryAPI` (`query`, `insert`, `remove`,
+        `stats`)."""
+        return self._api("doc_memory")
 
     def knowledge(self) -> Any:
-        """`Knowledge` service: `search`, `add`, `list`."""
-        return self._client("knowledge")
+        """HomeAgent `Knowledge()`: a `hearth.KnowledgeAPI` (`search`, `add`, `list`)."""
+        return self._api("knowledge")
 
     def llm(self) -> Any:
-        """`Llm` service: `list_sources`, `set_source`, `current_source`."""
-        return self._client("llm")
+        """HomeAgent `LLM()`: a `hearth.LLMAPI` (`list_sources`, `set_source`,
+        `current_source`)."""
+        return self._api("llm")
 
     def input(self) -> Any:
         """`Input` service: `inject_text`, `inject_text_no_memory`, `inject_interrupt_text`."""

@@ -178,7 +178,7 @@ class _Servicer(pb_grpc.PluginHostServicer):
 
 class _Input(host_pb2_grpc.InputServicer):
     """The Input host service: records (method, token, InjectRequest) in `broker.injected`.
-    The other host services are not served (UNIMPLEMENTED), like the real broker today."""
+    The other host services are `_HostService` fakes (UNIMPLEMENTED unless a reply is set)."""
 
     def __init__(self, broker: "FakeBroker") -> None:
         self.broker = broker
@@ -196,6 +196,38 @@ class _Input(host_pb2_grpc.InputServicer):
 
     async def InjectInterruptText(self, request, context):
         return await self._record("InjectInterruptText", request, context)
+
+
+class _HostService:
+    """One host service (Settings, Memory, …) answering from `broker.host_replies`.
+
+    Each call is recorded as (service, method, token, request) in `broker.host_calls`.
+    The reply for (service, method) is a response message, a callable(request) → message,
+    or a (grpc.StatusCode, details) pair to fail with; none configured = UNIMPLEMENTED,
+    like a broker that does not serve the service.
+    """
+
+    def __init__(self, broker: "FakeBroker", service: str) -> None:
+        self.broker = broker
+        self.service = service
+        for m in host_pb2.DESCRIPTOR.services_by_name[service].methods:
+            setattr(self, m.name, self._method(m.name))
+
+    def _method(self, method: str):
+        async def call(request, context):
+            token = dict(context.invocation_metadata()).get("x-hearth-token")
+            self.broker.host_calls.append((self.service, method, token, request))
+            reply = self.broker.host_replies.get((self.service, method))
+            if reply is None:
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{self.service}/{method} not faked")
+            if isinstance(reply, tuple):
+                await context.abort(reply[0], reply[1])
+            return reply(request) if callable(reply) else reply
+        return call
+
+
+#: Host services `_HostService` fakes (Input has its own recorder).
+FAKED_HOST_SERVICES = ("Settings", "Memory", "TextMemory", "DocMemory", "Knowledge", "Llm")
 
 
 class PluginProc:
@@ -259,12 +291,17 @@ class FakeBroker:
         self.procs: List[PluginProc] = []
         self.server = None
         self.injected: asyncio.Queue = asyncio.Queue()  # (method, token, InjectRequest)
+        # Fake host services (see _HostService): calls made, replies to give.
+        self.host_calls: List[tuple] = []
+        self.host_replies: Dict[tuple, Any] = {}
 
     async def start(self) -> None:
         self.server = grpc.aio.server(options=[("grpc.max_send_message_length", MAX),
                                                ("grpc.max_receive_message_length", MAX)])
         pb_grpc.add_PluginHostServicer_to_server(_Servicer(self), self.server)
         host_pb2_grpc.add_InputServicer_to_server(_Input(self), self.server)
+        for service in FAKED_HOST_SERVICES:
+            getattr(host_pb2_grpc, f"add_{service}Servicer_to_server")(_HostService(self, service), self.server)
         if self.tcp:
             port = self.server.add_insecure_port("127.0.0.1:0")
             self.addr = f"http://127.0.0.1:{port}"

