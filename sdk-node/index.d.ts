@@ -39,9 +39,10 @@ export type HostService<M extends Record<string, any>> = {
 };
 
 /**
- * Clients of the broker's host services (the HomeAgent PluginSDK surface), sharing the
- * session's connection and carrying the plugin's token. A failure rejects with a
- * `HostError` naming the plugin, service, method and gRPC status.
+ * Generic clients of the broker's host services (the HomeAgent PluginSDK surface):
+ * wire messages in and out, sharing the session's connection and carrying the plugin's
+ * token. A failure rejects with a {@link HostError}. The typed, seed-named APIs are
+ * `sdk.settings()`, `sdk.memory()`, … of {@link HomeAgentSdk}.
  */
 export interface Host {
   readonly plugin: string;
@@ -52,6 +53,162 @@ export interface Host {
   readonly knowledge: HostService<typeof import('./gen/services').KnowledgeService>;
   readonly llm: HostService<typeof import('./gen/services').LlmService>;
   readonly input: HostService<typeof import('./gen/services').InputService>;
+}
+
+/**
+ * What a failed host-service call rejects with (generic and typed APIs alike).
+ */
+export declare class HostError extends Error {
+  constructor(message: string, info?: { code?: string; grpcCode?: number; details?: string; method?: string });
+  readonly name: 'HostError';
+  /** The gRPC status name: 'NOT_FOUND', 'PERMISSION_DENIED', 'INVALID_ARGUMENT', 'UNIMPLEMENTED', … */
+  code: string;
+  /** The gRPC status number (-1 when the SDK raised it itself). */
+  grpcCode: number;
+  /** The broker's own message. */
+  details: string;
+  /** The call, e.g. `settings.getCore`. */
+  method: string;
+}
+
+/** Any JSON value (settings values, defaults, stats). */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/** A setting's definition as `defs()` returns it: the seed's JSON names, empty fields left out. */
+export interface ConfigDefInfo {
+  key: string;
+  default?: JsonValue;
+  type: string;
+  display_name: string;
+  description?: string;
+  category?: string;
+  options?: string[];
+  min?: number;
+  max?: number;
+  step?: number;
+  required?: boolean;
+  secret?: boolean;
+}
+
+/** HomeAgent `SettingsAPI`: this plugin's table, core settings, other plugins' tables. */
+export interface SettingsAPI {
+  /** The value of `key` in this plugin's table; rejects NOT_FOUND when unset. */
+  get(key: string, opts?: HostCallOptions): Promise<any>;
+  /** Sets `key` to any JSON value (null included). */
+  set(key: string, value: unknown, opts?: HostCallOptions): Promise<void>;
+  /** Keys starting with `prefix`, sorted. */
+  list(prefix?: string, opts?: HostCallOptions): Promise<string[]>;
+  getCore(key: string, opts?: HostCallOptions): Promise<any>;
+  /** Needs capability `settings_core`. */
+  setCore(key: string, value: unknown, opts?: HostCallOptions): Promise<void>;
+  listCore(prefix?: string, opts?: HostCallOptions): Promise<string[]>;
+  /** Needs capability `settings_cross`. */
+  getPlugin(plugin: string, key: string, opts?: HostCallOptions): Promise<any>;
+  /** Needs capability `settings_cross`. */
+  setPlugin(plugin: string, key: string, value: unknown, opts?: HostCallOptions): Promise<void>;
+  /** Needs capability `settings_cross`. */
+  listPlugin(plugin: string, prefix?: string, opts?: HostCallOptions): Promise<string[]>;
+  /** Declares a setting; its default is written only when the key is unset. In start() it travels with Register. */
+  registerDef(def: ConfigDef, opts?: HostCallOptions): Promise<void>;
+  defs(prefix?: string, opts?: HostCallOptions): Promise<ConfigDefInfo[]>;
+  /** `{core: {...}, plugins: {name: {...}}}`, secrets masked. Needs capability `settings_cross`. */
+  dump(opts?: HostCallOptions): Promise<{ core: Record<string, JsonValue>; plugins: Record<string, Record<string, JsonValue>> }>;
+  /** Names of the plugins that have settings. */
+  plugins(opts?: HostCallOptions): Promise<string[]>;
+}
+
+/** A graph-memory node (seed `Entity`). */
+export interface Entity {
+  name: string;
+  type: string;
+  mention_count: number;
+}
+
+/** A graph-memory edge (seed `Relation`). */
+export interface Relation {
+  source_name: string;
+  target_name: string;
+  relation_type: string;
+}
+
+/** A fact to commit (seed `Triple`); camelCase spellings are accepted too. */
+export interface Triple {
+  subject: string;
+  relation: string;
+  object: string;
+  subject_type?: string;
+  object_type?: string;
+  session_id?: string;
+  subjectType?: string;
+  objectType?: string;
+  sessionId?: string;
+}
+
+/** `[subject, relation, object, subjectType?, objectType?, sessionId?]`. */
+export type TripleTuple = [string, string, string, string?, string?, string?];
+
+/** HomeAgent `MemoryAPI` (graph memory; capability `memory`). */
+export interface MemoryAPI {
+  /** Entities whose names contain a keyword, and what lies within `depth` relations (default 1). */
+  recall(keywords: string | string[], depth?: number, opts?: HostCallOptions): Promise<{ entities: Entity[]; relations: Relation[] }>;
+  /** Resolves to how many relations were added (duplicates of active ones are not). */
+  commit(triples: Array<Triple | TripleTuple>, opts?: HostCallOptions): Promise<number>;
+  introspect(opts?: HostCallOptions): Promise<Record<string, any>>;
+  /** Resolves to how many relations moved to `target`. */
+  mergeEntities(source: string, target: string, opts?: HostCallOptions): Promise<number>;
+  /** Criteria: subject_contains, target_contains, relation_type, session_id. Mode 'soft' (default) or 'hard'. */
+  purge(criteria: Record<string, string>, mode?: 'soft' | 'hard' | string, opts?: HostCallOptions): Promise<number>;
+}
+
+/** A TextMemory line (seed `TextEvent`); timestamp in Unix seconds, 0 = now. */
+export interface TextEvent {
+  role: string;
+  content: string;
+  timestamp?: number;
+  channel?: string;
+}
+
+/** HomeAgent `TextMemoryAPI` (capability `memory`). */
+export interface TextMemoryAPI {
+  append(event: TextEvent, opts?: HostCallOptions): Promise<void>;
+}
+
+/** A DocMemory document (seed `Doc`); `score` in query results (> 0, higher = better). */
+export interface Doc {
+  id: string;
+  title: string;
+  content: string;
+  score: number;
+}
+
+/** HomeAgent `DocMemoryAPI` (capability `memory`). */
+export interface DocMemoryAPI {
+  query(text: string, topK?: number, opts?: HostCallOptions): Promise<Doc[]>;
+  /** The same id replaces; an empty id gets a generated one. */
+  insert(doc: { id?: string; title?: string; content?: string }, opts?: HostCallOptions): Promise<void>;
+  remove(id: string, opts?: HostCallOptions): Promise<void>;
+  stats(opts?: HostCallOptions): Promise<Record<string, any>>;
+}
+
+/** A knowledge entry (seed `Knowledge`) with its search `score`. */
+export interface KnowledgeEntry {
+  name: string;
+  content: string;
+  score: number;
+}
+
+/** HomeAgent `KnowledgeAPI` (capability `knowledge`). */
+export interface KnowledgeAPI {
+  search(query: string, topK?: number, opts?: HostCallOptions): Promise<KnowledgeEntry[]>;
+  add(name: string, content: string, opts?: HostCallOptions): Promise<void>;
+  list(opts?: HostCallOptions): Promise<string[]>;
+}
+
+/** HomeAgent `LLMAPI` (capability `llm`). */
+export interface LLMAPI {
+  listSources(opts?: HostCallOptions): Promise<string[]>;
+  setSource(name: string, opts?: HostCallOptions): Promise<void>;
+  currentSource(opts?: HostCallOptions): Promise<string>;
 }
 
 /** Per-call context given to every tool handler. */
@@ -157,8 +314,20 @@ export type ToolHandler = (args: any, ctx: CallContext) => unknown | Promise<unk
 export interface HomeAgentSdk {
   /** The plugin's name. */
   readonly pluginName: string;
-  /** Host services (settings, memory, knowledge, LLM, input). */
+  /** Generic host-service clients (wire messages in and out). */
   readonly host: Host;
+  /** HomeAgent `Settings()`. */
+  settings(): SettingsAPI;
+  /** HomeAgent `Memory()`: graph memory. */
+  memory(): MemoryAPI;
+  /** HomeAgent `TextMemory()`. */
+  textMemory(): TextMemoryAPI;
+  /** HomeAgent `DocMemory()`. */
+  docMemory(): DocMemoryAPI;
+  /** HomeAgent `Knowledge()`. */
+  knowledge(): KnowledgeAPI;
+  /** HomeAgent `LLM()`. */
+  llm(): LLMAPI;
   /** HomeAgent InjectText: queue text as input (source = this plugin). */
   injectText(channel: string, text: string): Promise<void>;
   /** HomeAgent InjectTextNoMemory. */

@@ -10,6 +10,7 @@
 
 const { Plugin } = require('./lib/plugin');
 const { Stage } = require('./lib/stages');
+const { HostError } = require('./lib/hosterror');
 
 /**
  * Serves a plugin (a class or an instance, either style) over the Hearth session
@@ -29,4 +30,4 @@ async function serve(plugin, opts = {}) {
   return code;
 }
 
-module.exports = { Plugin, Stage, serve };
+module.exports = { Plugin, Stage, HostError, serve };

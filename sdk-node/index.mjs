@@ -1,5 +1,5 @@
 // ES module entry of hearth-sdk: the same objects as the CommonJS entry.
 import sdk from './index.js';
 
-export const { Plugin, Stage, serve } = sdk;
+export const { Plugin, Stage, HostError, serve } = sdk;
 export default sdk;

@@ -6,10 +6,13 @@
  * definitions (camelCase: `settings.get`, `settings.getCore`, `input.injectText`, …),
  * sharing the session's channel and carrying the plugin's `x-hearth-token`.
  * Requests and responses are the generated message shapes (`{key}` → `{valueJson}`).
+ * Failures reject with a `HostError` (lib/hosterror.js). The typed, seed-named APIs
+ * (`sdk.settings().get(key)` → value) are in lib/apis.js.
  */
 
 const grpc = require('@grpc/grpc-js');
 const services = require('../gen/services');
+const { HostError } = require('./hosterror');
 
 const HOST_SERVICES = {
   settings: 'SettingsService',
@@ -47,8 +50,11 @@ function createHost(base, token, plugin) {
             md.set('x-hearth-token', token);
             const callOpts = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
             client[method](req, md, callOpts, (/** @type {any} */ err, /** @type {any} */ res) => {
-              if (err) reject(Object.assign(new Error(`plugin ${plugin}: ${prop}.${method}: ${grpc.status[err.code] || err.code}: ${err.details || err.message}`), { name: 'HostError', code: err.code }));
-              else resolve(res);
+              if (err) {
+                const code = grpc.status[err.code] || String(err.code);
+                const details = err.details || err.message;
+                reject(new HostError(`plugin ${plugin}: ${prop}.${method}: ${code}: ${details}`, { code, grpcCode: err.code, details, method: `${prop}.${method}` }));
+              } else resolve(res);
             });
           });
         }
@@ -59,4 +65,4 @@ function createHost(base, token, plugin) {
   return host;
 }
 
-module.exports = { createHost, HOST_SERVICES };
+module.exports = { createHost, HOST_SERVICES, HostError };

@@ -276,9 +276,11 @@ class Session {
     const session = this;
     const inject = (/** @type {string} */ method) => (/** @type {string} */ channel, /** @type {string} */ text) =>
       session.host.input[method]({ source: session.name, channel, text }).then(() => undefined);
+    const apis = require('./apis').createApis(() => session.host, session);
     return {
       pluginName: this.name,
       get host() { return session.host; },
+      ...apis,
       injectText: inject('injectText'),
       injectTextNoMemory: inject('injectTextNoMemory'),
       injectInterruptText: inject('injectInterruptText'),

@@ -12,7 +12,9 @@ const path = require('node:path');
 const crypto = require('node:crypto');
 const { spawn } = require('node:child_process');
 const grpc = require('@grpc/grpc-js');
-const { PluginHostService, SettingsService, InputService } = require('../../gen/services');
+const services = require('../../gen/services');
+
+const { PluginHostService, InputService } = services;
 
 /** The command line the broker uses: `node -e BOOTSTRAP /abs/entry`, cwd = plugin dir. */
 const BOOTSTRAP = "require(require.resolve('hearth-sdk/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])";
@@ -131,6 +133,16 @@ class PluginProcess {
   }
 }
 
+/** A decoded message as a plain object: defaults included, int64 as numbers, unset optionals null. */
+function plain(m) {
+  if (Array.isArray(m)) return m.map(plain);
+  if (m && typeof m === 'object' && typeof m.toNumber === 'function') return m.toNumber();
+  if (!m || typeof m !== 'object') return m;
+  const o = {};
+  for (const k in m) if (typeof m[k] !== 'function') o[k] = plain(m[k]);
+  return o;
+}
+
 class FakeBroker {
   constructor() {
     this.token = crypto.randomBytes(16).toString('hex');
@@ -144,21 +156,59 @@ class FakeBroker {
     /** @type {(call: any) => boolean} hook to answer a session yourself */
     this.server = new grpc.Server({ 'grpc.max_receive_message_length': MAX, 'grpc.max_send_message_length': MAX });
     this.server.addService(PluginHostService, { attach: (call) => this.onAttach(call) });
-    // Two host services, enough to check that plugins reach them with their token.
+    // Host services: Settings get/set over a Map and Input recording injections, enough
+    // to check that plugins reach them with their token. Any method answers from
+    // `hostReplies['settings.getCore']` when set there (a response object, a function
+    // of the request, or `{code, details}` to fail with), and every call is recorded in
+    // `hostCalls` as {method: 'memory.recall', request}; the rest are UNIMPLEMENTED.
     this.settings = new Map();
     this.injected = [];
+    /** @type {Record<string, any>} */
+    this.hostReplies = {};
+    /** @type {{method: string, token: string, request: any}[]} */
+    this.hostCalls = [];
     const authed = (fn) => (call, cb) => {
       if (call.metadata.get('x-hearth-token')[0] !== this.token) return cb({ code: grpc.status.UNAUTHENTICATED, details: 'invalid or stale x-hearth-token' });
       return fn(call, cb);
     };
     const notFound = (key) => ({ code: grpc.status.NOT_FOUND, details: `no setting ${key}` });
-    this.server.addService(SettingsService, {
-      get: authed((call, cb) => (this.settings.has(call.request.key) ? cb(null, { valueJson: this.settings.get(call.request.key) }) : cb(notFound(call.request.key)))),
-      set: authed((call, cb) => { this.settings.set(call.request.key, call.request.valueJson); cb(null, {}); }),
-    });
+    const builtIn = {
+      settings: {
+        get: (call, cb) => (this.settings.has(call.request.key) ? cb(null, { valueJson: this.settings.get(call.request.key) }) : cb(notFound(call.request.key))),
+        set: (call, cb) => { this.settings.set(call.request.key, call.request.valueJson); cb(null, {}); },
+      },
+    };
+    const faked = { settings: 'SettingsService', memory: 'MemoryService', textMemory: 'TextMemoryService', docMemory: 'DocMemoryService', knowledge: 'KnowledgeService', llm: 'LlmService' };
+    for (const [prop, svc] of Object.entries(faked)) {
+      const impl = {};
+      for (const method of Object.keys(services[svc])) {
+        const name = `${prop}.${method}`;
+        impl[method] = authed((call, cb) => {
+          this.hostCalls.push({ method: name, token: call.metadata.get('x-hearth-token')[0], request: call.request });
+          const reply = this.hostReplies[name];
+          if (reply === undefined) {
+            const own = builtIn[prop] && builtIn[prop][method];
+            return own ? own(call, cb) : cb({ code: grpc.status.UNIMPLEMENTED, details: `${name} not faked` });
+          }
+          const res = typeof reply === 'function' ? reply(call.request) : reply;
+          if (res && typeof res.code === 'number') return cb(res);
+          return cb(null, res);
+        });
+      }
+      this.server.addService(services[svc], impl);
+    }
     this.server.addService(InputService, {
       injectText: authed((call, cb) => { this.injected.push({ ...call.request }); cb(null, {}); }),
     });
+  }
+
+  /** The request of the last host call of `method` ('settings.get') as a plain object
+   * with every default; throws if none. */
+  lastCall(method) {
+    const c = this.hostCalls.filter((x) => x.method === method).at(-1);
+    if (!c) throw new Error(`no ${method} call among ${this.hostCalls.map((x) => x.method).join(', ')}`);
+    if (c.token !== this.token) throw new Error(`${method} without the plugin token`);
+    return plain(c.request);
   }
 
   static async start() {

@@ -1,5 +1,6 @@
-import sdk, { Plugin, serve } from 'hearth-sdk';
+import sdk, { Plugin, HostError, serve } from 'hearth-sdk';
 
 class P extends Plugin {}
 const s: typeof serve = sdk.serve;
-void P; void s;
+const isHostError = (e: unknown): boolean => e instanceof HostError && e.code === 'NOT_FOUND';
+void P; void s; void isHostError;

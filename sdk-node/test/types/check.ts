@@ -1,5 +1,5 @@
 // Compiled by test/unit.test.js with tsc --noEmit: the public types accept both styles.
-import { Plugin, Stage, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult } from 'hearth-sdk';
+import { Plugin, Stage, HostError, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult, type ConfigDefInfo, type JsonValue, type Entity, type Doc, type KnowledgeEntry } from 'hearth-sdk';
 import { main } from 'hearth-sdk/runner';
 import { hearth } from 'hearth-sdk/gen/hearth';
 import { PluginHostService } from 'hearth-sdk/gen/services';
@@ -38,3 +38,30 @@ const msg: hearth.v1.IPluginMessage = { toolResult: { callId: 1, success: true, 
 const path: string = PluginHostService.attach.path;
 void msg; void path; void main; void homeAgent;
 void serve(Calc, { exit: false }).then((code: number) => code);
+
+// The typed host-service APIs (HomeAgent names in camelCase).
+async function typed(sdk: HomeAgentSdk): Promise<void> {
+  const n: any = await sdk.settings().get('count');
+  await sdk.settings().set('count', (n as number) + 1, { timeoutMs: 500 });
+  const keys: string[] = await sdk.settings().listPlugin('qq', 'napcat');
+  const defs: ConfigDefInfo[] = await sdk.settings().defs();
+  const secret: boolean | undefined = defs[0].secret;
+  const dump = await sdk.settings().dump();
+  const core: JsonValue = dump.core['core.daemon.data_dir'];
+  const { entities, relations } = await sdk.memory().recall(['Alice'], 2);
+  const e: Entity = entities[0];
+  const mentions: number = e.mention_count + relations.length;
+  const added: number = await sdk.memory().commit([{ subject: 'a', relation: 'r', object: 'b', session_id: 's' }, ['c', 'r', 'd']]);
+  const moved: number = await sdk.memory().mergeEntities('x', 'y') + await sdk.memory().purge({ relation_type: 'r' }, 'hard');
+  await sdk.textMemory().append({ role: 'user', content: 'hi' });
+  const docs: Doc[] = await sdk.docMemory().query('天气', 3);
+  const k: KnowledgeEntry[] = await sdk.knowledge().search('q');
+  const src: string = await sdk.llm().currentSource();
+  try {
+    await sdk.llm().setSource('nope');
+  } catch (err) {
+    if (err instanceof HostError && err.code === 'NOT_FOUND') void err.details;
+  }
+  void keys; void secret; void core; void mentions; void added; void moved; void docs; void k; void src;
+}
+void typed;
