@@ -22,6 +22,7 @@ use crate::grpc::{
 use crate::llm::config::{Config, QuickSource};
 use crate::llm::{LlmClient, SourcePool};
 use crate::manifest::discover;
+use crate::pipeline::memory::MemorySources;
 use crate::pipeline::policy::Policies;
 use crate::pipeline::turn::{Interrupts, TurnDeps};
 use crate::pipeline::Hooks;
@@ -93,6 +94,7 @@ async fn start_agent(
     };
     let sources = Arc::new(SourcePool::new(config.sources));
     let text_memory = TextMemory::open(data_dir).context("opening TextMemory")?;
+    crate::storage::warm_up_segmenter();
     let memory = GraphMemory::new(db.clone());
     let docs = DocMemory::new(db.clone());
     let knowledge = Knowledge::open(db.clone(), data_dir)
@@ -106,6 +108,7 @@ async fn start_agent(
         docs.clone(),
         knowledge.clone(),
     );
+    let top_k = config.agent.memory_top_k;
     let deps = TurnDeps {
         hooks: Hooks::new(supervisor.clone(), config.agent.hook_timeout),
         supervisor,
@@ -116,6 +119,12 @@ async fn start_agent(
         text_memory: Some(text_memory),
         interrupts: Arc::new(Interrupts::default()),
         policies: Arc::new(Policies::default()),
+        memory: Some(MemorySources {
+            graph: memory,
+            docs,
+            knowledge,
+            top_k,
+        }),
     };
     Ok(Started {
         agent: Agent::start(deps),

@@ -6,6 +6,7 @@ mod agent;
 mod families;
 mod harness;
 mod inject;
+mod memory;
 mod supervision;
 
 use std::collections::HashSet;

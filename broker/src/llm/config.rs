@@ -18,6 +18,7 @@
 //! stream = true
 //! hook_timeout_ms = 5000
 //! confirm_timeout_s = 60             # ai.tool `confirm`: how long the user has to answer
+//! memory_top_k = 3                   # documents and knowledge entries recalled per message
 //! ```
 
 use std::path::Path;
@@ -81,6 +82,9 @@ pub struct AgentSettings {
     /// How long an `ai.tool` `confirm` question waits for the user's answer; no
     /// answer = the call is not run.
     pub confirm_timeout: Duration,
+    /// DocMemory documents and Knowledge entries added to the context per message,
+    /// each (0 = none; graph memory is recalled regardless).
+    pub memory_top_k: u32,
 }
 
 impl Default for AgentSettings {
@@ -94,6 +98,7 @@ impl Default for AgentSettings {
             stream: true,
             hook_timeout: Duration::from_millis(crate::pipeline::DEFAULT_HOOK_TIMEOUT_MS),
             confirm_timeout: Duration::from_secs(60),
+            memory_top_k: 3,
         }
     }
 }
@@ -136,6 +141,7 @@ struct RawAgent {
     stream: Option<bool>,
     hook_timeout_ms: Option<u64>,
     confirm_timeout_s: Option<f64>,
+    memory_top_k: Option<u32>,
 }
 
 /// Quick-start overrides from flags or environment: one source that goes first.
@@ -235,6 +241,10 @@ impl Config {
                     Some(t) => Duration::from_secs_f64(t),
                     None => d.confirm_timeout,
                 },
+                memory_top_k: a
+                    .memory_top_k
+                    .unwrap_or(d.memory_top_k)
+                    .min(crate::storage::MAX_TOP_K),
             },
         })
     }

@@ -3,6 +3,7 @@
 //! `after_output` (DESIGN.md "Pipeline"; seed `homeagent-plugin-sdk-api.md`).
 //!
 //! - [`permissions`]: the permission matrix, enforced after every hook.
+//! - [`memory`]: graph memory, documents and knowledge recalled before `pre_action`.
 //! - [`policy`]: LinkZone `ai.tool` call policies (max_calls, cooldown, confirm).
 //! - [`turn`]: one turn of the agent (stages, the LLM tool-calling loop, history).
 //! - this module: running the hooks of one stage.
@@ -13,6 +14,7 @@
 //! pipeline goes on without its writes. Own-tools hooks see `before_toolcall` /
 //! `after_toolcall` only for their own plugin's tools.
 
+pub mod memory;
 pub mod permissions;
 pub mod policy;
 pub mod turn;

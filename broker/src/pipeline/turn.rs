@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::memory::{memory_message, MemorySources};
 use super::policy::{Admission, Policies};
 use super::{Hooks, ShortCircuit};
 use crate::adapters::TokenUsage;
@@ -132,6 +133,8 @@ pub struct TurnDeps {
     pub interrupts: Arc<Interrupts>,
     /// `ai.tool` cooldowns and pending confirmations.
     pub policies: Arc<Policies>,
+    /// Stores recalled into the context before `pre_action` (None = no memory).
+    pub memory: Option<MemorySources>,
 }
 
 /// How the part of a turn before `before_output` ended.
@@ -248,6 +251,12 @@ impl TurnDeps {
             let user_msg = json!({"role": "user", "content": ctx.raw_message});
             record.push(user_msg.clone());
             let mut msgs = vec![json!({"role": "system", "content": self.system_prompt()})];
+            if let (false, Some(memory)) = (ctx.no_memory, &self.memory) {
+                ctx.memory = memory.recall(&ctx.raw_message).await;
+                if let Some(text) = memory_message(&ctx.memory) {
+                    msgs.push(json!({"role": "system", "content": text}));
+                }
+            }
             msgs.extend(history);
             msgs.push(user_msg);
             ctx.context_msgs_json = Value::Array(msgs.clone()).to_string();

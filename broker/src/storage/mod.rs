@@ -42,7 +42,7 @@ pub use knowledge::{Knowledge, KnowledgeEntry};
 pub use memory::{
     Entity, GraphMemory, MemoryStats, PurgeCriteria, PurgeMode, Relation, Subgraph, Triple,
 };
-pub use search::{warm_up_segmenter, DEFAULT_TOP_K, MAX_QUERY_TERMS, MAX_TOP_K};
+pub use search::{keywords, warm_up_segmenter, DEFAULT_TOP_K, MAX_QUERY_TERMS, MAX_TOP_K};
 pub use settings::{ConfigDef, PluginSettings, Scope, Settings, MAX_NAME_CHARS, SECRET_MASK};
 pub use text_memory::{TextEvent, TextMemory, TextMemoryOptions};
 

@@ -92,6 +92,36 @@ pub fn warm_up_segmenter() {
     }
 }
 
+/// Words of `text` worth recalling graph memory by: jieba's words of two or more
+/// characters for CJK, of three or more for other scripts (lower-cased), without a
+/// few English function words; distinct, in order of appearance, at most `max`.
+pub fn keywords(text: &str, max: usize) -> Vec<String> {
+    const STOP: &[&str] = &[
+        "the", "and", "are", "was", "were", "what", "who", "whom", "which", "when", "where", "why",
+        "how", "does", "did", "can", "could", "would", "should", "will", "about", "with", "for",
+        "from", "this", "that", "these", "those", "you", "your", "have", "has", "had", "not",
+        "but", "all", "any", "some", "tell", "know", "please",
+    ];
+    let mut out: Vec<String> = Vec::new();
+    for token in jieba().cut_for_search(text, true) {
+        let word = token.word.trim();
+        let cjk = word.chars().any(is_cjk);
+        let chars = word.chars().count();
+        if !is_term(word) || (cjk && chars < 2) || (!cjk && chars < 3) {
+            continue;
+        }
+        let word = word.to_lowercase();
+        if STOP.contains(&word.as_str()) || out.contains(&word) {
+            continue;
+        }
+        out.push(word);
+        if out.len() == max {
+            break;
+        }
+    }
+    out
+}
+
 /// `top_k` as asked (0 = [`DEFAULT_TOP_K`]), capped at [`MAX_TOP_K`].
 pub(crate) fn limit(top_k: u32) -> usize {
     match top_k {
@@ -264,8 +294,7 @@ impl FtsTable {
         };
         let table = self.0;
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?1 \
-             ORDER BY bm25({table}) LIMIT ?2"
+            "SELECT rowid, -rank FROM {table} WHERE {table} MATCH ?1 ORDER BY rank LIMIT ?2"
         ))?;
         let rows = stmt.query_map(params![expr, limit as i64], |row| {
             Ok((row.get(0)?, row.get(1)?))
@@ -287,6 +316,21 @@ impl FtsTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keywords_skip_short_and_function_words() {
+        assert_eq!(
+            keywords("What does Alice like? Alice likes coffee.", 8),
+            ["alice", "like", "likes", "coffee"]
+        );
+        let zh = keywords("小明住在北京吗", 8);
+        assert!(
+            zh.contains(&"小明".to_string()) && zh.contains(&"北京".to_string()),
+            "{zh:?}"
+        );
+        assert_eq!(keywords("a b c d e f", 8), Vec::<String>::new());
+        assert_eq!(keywords("alpha beta gamma delta", 2).len(), 2);
+    }
 
     /// A connection with one index table shaped like those of the migrations.
     fn index() -> Connection {
