@@ -5,6 +5,7 @@
 mod agent;
 mod families;
 mod harness;
+mod host;
 mod inject;
 mod memory;
 mod supervision;
