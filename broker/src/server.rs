@@ -93,7 +93,8 @@ async fn start_agent(
         ..HistoryBudget::default()
     };
     let sources = Arc::new(SourcePool::new(config.sources));
-    let text_memory = TextMemory::open(data_dir).context("opening TextMemory")?;
+    let text_memory =
+        TextMemory::open_with(data_dir, config.text_memory).context("opening TextMemory")?;
     crate::storage::warm_up_segmenter();
     let memory = GraphMemory::new(db.clone());
     let docs = DocMemory::new(db.clone());

@@ -19,6 +19,10 @@
 //! hook_timeout_ms = 5000
 //! confirm_timeout_s = 60             # ai.tool `confirm`: how long the user has to answer
 //! memory_top_k = 3                   # documents and knowledge entries recalled per message
+//!
+//! [memory]
+//! text_max_file_mb = 64              # TextMemory: a file never grows past this (0 = no limit)
+//! text_max_age_days = 30             # TextMemory: files of older days are deleted (0 = keep)
 //! ```
 
 use std::path::Path;
@@ -110,6 +114,15 @@ struct RawConfig {
     sources: Vec<RawSource>,
     #[serde(default)]
     agent: RawAgent,
+    #[serde(default)]
+    memory: RawMemory,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMemory {
+    text_max_file_mb: Option<f64>,
+    text_max_age_days: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,6 +175,8 @@ pub struct Config {
     pub sources: Vec<Source>,
     /// Agent settings.
     pub agent: AgentSettings,
+    /// TextMemory file limits (`[memory]`).
+    pub text_memory: crate::storage::TextMemoryOptions,
 }
 
 impl Config {
@@ -220,8 +235,22 @@ impl Config {
         }
         let d = AgentSettings::default();
         let a = raw.agent;
+        let mut text_memory = crate::storage::TextMemoryOptions::default();
+        if let Some(mb) = raw.memory.text_max_file_mb {
+            if !(mb.is_finite() && mb >= 0.0) {
+                return Err(format!(
+                    "{}: [memory] text_max_file_mb must be >= 0",
+                    path.display()
+                ));
+            }
+            text_memory.max_file_bytes = (mb * 1024.0 * 1024.0) as u64;
+        }
+        if let Some(days) = raw.memory.text_max_age_days {
+            text_memory.max_age_days = days;
+        }
         Ok(Config {
             sources,
+            text_memory,
             agent: AgentSettings {
                 system_prompt: a.system_prompt.unwrap_or(d.system_prompt),
                 max_iterations: a.max_iterations.unwrap_or(d.max_iterations).max(1),
@@ -291,6 +320,28 @@ mod tests {
         };
         let c = Config::load(dir.path(), &quick).unwrap();
         assert_eq!(c.sources[0].name, "cli");
+    }
+
+    #[test]
+    fn agent_and_memory_sections_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(CONFIG_FILE);
+        std::fs::write(
+            &file,
+            "[agent]\nconfirm_timeout_s = 2.5\nmemory_top_k = 7\n[memory]\ntext_max_file_mb = 0.5\ntext_max_age_days = 0\n",
+        )
+        .unwrap();
+        let c = Config::load(dir.path(), &QuickSource::default()).unwrap();
+        assert_eq!(c.agent.confirm_timeout, Duration::from_millis(2500));
+        assert_eq!(c.agent.memory_top_k, 7);
+        assert_eq!(c.text_memory.max_file_bytes, 512 * 1024);
+        assert_eq!(c.text_memory.max_age_days, 0);
+        std::fs::write(&file, "[agent]\nconfirm_timeout_s = 0\n").unwrap();
+        let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
+        assert!(err.contains("confirm_timeout_s must be > 0"), "{err}");
+        std::fs::write(&file, "[memory]\ntext_max_age = 3\n").unwrap();
+        let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
+        assert!(err.contains("text_max_age"), "{err}");
     }
 
     #[test]
