@@ -11,11 +11,12 @@
 //!   empty one encodes as `[]`), `log(level, message)`, `http_get(url)`,
 //!   `http_post(url, body)`.
 
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mlua::{
-    HookTriggers, Lua, LuaOptions, LuaSerdeExt, MultiValue, StdLib, Table, Value as LuaValue,
+    ffi, HookTriggers, Lua, LuaOptions, LuaSerdeExt, MultiValue, StdLib, Table, Value as LuaValue,
     VmState,
 };
 use serde_json::{Map, Value};
@@ -226,6 +227,58 @@ fn encode(lua: &Lua, v: LuaValue) -> mlua::Result<String> {
 /// Deeper nesting than this is refused (it is almost surely a table that contains itself).
 const MAX_DEPTH: usize = 200;
 
+// The JSON bridge works on the Lua stack directly (`Lua::exec_raw`, one protected call per
+// conversion) rather than through mlua's `Table`/`Value` handles: those take a lock, a
+// registry reference and often a protected call per value, which made `json.decode` +
+// `json.encode` of a 4 KB request cost ~150 µs. Errors are built only when something fails.
+
+/// Why a value cannot be encoded, and where: `path` holds the segments from the failing
+/// value up to the root (innermost first), added while the error travels up.
+struct EncodeError {
+    message: String,
+    path: Vec<Segment>,
+}
+
+enum Segment {
+    Index(i64),
+    Key(String),
+}
+
+impl EncodeError {
+    fn new(message: String) -> Self {
+        EncodeError {
+            message,
+            path: Vec::new(),
+        }
+    }
+
+    fn at(mut self, segment: Segment) -> Self {
+        self.path.push(segment);
+        self
+    }
+
+    /// `at `messages[2].content`: <message>`, or the message alone at the root.
+    fn render(self) -> String {
+        let mut path = String::new();
+        for segment in self.path.iter().rev() {
+            match segment {
+                Segment::Index(i) => path.push_str(&format!("[{i}]")),
+                Segment::Key(k) => {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(k);
+                }
+            }
+        }
+        if path.is_empty() {
+            self.message
+        } else {
+            format!("at `{path}`: {}", self.message)
+        }
+    }
+}
+
 /// A Lua value → JSON. Tables: one with the array metatable (every array `json.decode`
 /// made, and `json.array(t)`) is an array; one whose keys are all positive integers is an
 /// array (holes become `null`; very sparse ones are refused); one whose keys are all
@@ -233,102 +286,166 @@ const MAX_DEPTH: usize = 200;
 /// naming the path (`messages[2].content`). `json.null` → `null`. Object keys come out sorted.
 pub(crate) fn from_lua(lua: &Lua, v: LuaValue) -> Result<Value, String> {
     let array_mt = lua.array_metatable().to_pointer();
-    convert(&v, array_mt, &mut String::new(), 0)
+    let mut out = None;
+    // SAFETY: `v` is the only argument, at stack index 1. `read_json` calls only Lua API
+    // functions that raise no error (type queries, `lua_to*` on values of the matching
+    // type, `lua_next` over a table nobody modifies meanwhile, `lua_checkstack`,
+    // `lua_getmetatable`, pops), so no Lua error can unwind through its frames.
+    let ran = unsafe {
+        lua.exec_raw::<()>(v, |state| {
+            out = Some(read_json(state, 1, array_mt, 0));
+            ffi::lua_settop(state, 0);
+        })
+    };
+    ran.map_err(|e| e.to_string())?;
+    out.expect("exec_raw ran the closure")
+        .map_err(EncodeError::render)
 }
 
-fn convert(
-    v: &LuaValue,
-    array_mt: *const std::ffi::c_void,
-    path: &mut String,
+/// The type name of the value at `idx`, as mlua's `Value::type_name` says it.
+unsafe fn type_name(state: *mut ffi::lua_State, idx: c_int) -> &'static str {
+    match ffi::lua_type(state, idx) {
+        ffi::LUA_TNIL => "nil",
+        ffi::LUA_TBOOLEAN => "boolean",
+        ffi::LUA_TLIGHTUSERDATA => "lightuserdata",
+        ffi::LUA_TNUMBER if ffi::lua_isinteger(state, idx) != 0 => "integer",
+        ffi::LUA_TNUMBER => "number",
+        ffi::LUA_TSTRING => "string",
+        ffi::LUA_TTABLE => "table",
+        ffi::LUA_TFUNCTION => "function",
+        ffi::LUA_TTHREAD => "thread",
+        ffi::LUA_TUSERDATA => "userdata",
+        _ => "other",
+    }
+}
+
+/// The string at `idx` (which must be a string: `lua_tolstring` then converts nothing).
+unsafe fn string_at(state: *mut ffi::lua_State, idx: c_int) -> String {
+    let mut len = 0usize;
+    let ptr = ffi::lua_tolstring(state, idx, &mut len);
+    let bytes = std::slice::from_raw_parts(ptr as *const u8, len);
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The value at absolute stack index `idx` → JSON (see [`from_lua`]).
+unsafe fn read_json(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+    array_mt: *const c_void,
     depth: usize,
-) -> Result<Value, String> {
-    let at = |path: &str| {
-        if path.is_empty() {
-            String::new()
-        } else {
-            format!("at `{path}`: ")
+) -> Result<Value, EncodeError> {
+    Ok(match ffi::lua_type(state, idx) {
+        ffi::LUA_TNIL => Value::Null,
+        ffi::LUA_TLIGHTUSERDATA if ffi::lua_touserdata(state, idx).is_null() => Value::Null,
+        ffi::LUA_TBOOLEAN => Value::Bool(ffi::lua_toboolean(state, idx) != 0),
+        ffi::LUA_TNUMBER if ffi::lua_isinteger(state, idx) != 0 => {
+            Value::from(ffi::lua_tointegerx(state, idx, std::ptr::null_mut()))
         }
+        ffi::LUA_TNUMBER => {
+            let f = ffi::lua_tonumberx(state, idx, std::ptr::null_mut());
+            match serde_json::Number::from_f64(f) {
+                Some(n) => Value::Number(n),
+                None => {
+                    return Err(EncodeError::new(format!(
+                        "cannot encode {f} (not a finite number)"
+                    )))
+                }
+            }
+        }
+        ffi::LUA_TSTRING => Value::String(string_at(state, idx)),
+        ffi::LUA_TTABLE => read_table(state, idx, array_mt, depth)?,
+        _ => {
+            return Err(EncodeError::new(format!(
+                "cannot encode a {}",
+                type_name(state, idx)
+            )))
+        }
+    })
+}
+
+unsafe fn read_table(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+    array_mt: *const c_void,
+    depth: usize,
+) -> Result<Value, EncodeError> {
+    if depth >= MAX_DEPTH {
+        return Err(EncodeError::new(format!(
+            "nested more than {MAX_DEPTH} deep (a table that contains itself?)"
+        )));
+    }
+    // Key and value of the traversal, plus what reading a nested table needs at first.
+    if ffi::lua_checkstack(state, 4) == 0 {
+        return Err(EncodeError::new("out of Lua stack space".to_owned()));
+    }
+    let is_array = ffi::lua_getmetatable(state, idx) != 0 && {
+        let same = ffi::lua_topointer(state, -1) == array_mt;
+        ffi::lua_pop(state, 1);
+        same
     };
-    Ok(match v {
-        LuaValue::Nil => Value::Null,
-        LuaValue::LightUserData(p) if p.0.is_null() => Value::Null,
-        LuaValue::Boolean(b) => Value::Bool(*b),
-        LuaValue::Integer(i) => Value::from(*i),
-        LuaValue::Number(f) => match serde_json::Number::from_f64(*f) {
-            Some(n) => Value::Number(n),
-            None => {
-                return Err(format!(
-                    "{}cannot encode {f} (not a finite number)",
-                    at(path)
-                ))
-            }
-        },
-        LuaValue::String(s) => Value::String(s.to_string_lossy()),
-        LuaValue::Table(t) => {
-            if depth >= MAX_DEPTH {
-                return Err(format!(
-                    "{}nested more than {MAX_DEPTH} deep (a table that contains itself?)",
-                    at(path)
-                ));
-            }
-            let mut ints: Vec<(i64, LuaValue)> = Vec::new();
-            let mut strings: Vec<(String, LuaValue)> = Vec::new();
-            for pair in t.pairs::<LuaValue, LuaValue>() {
-                let (k, item) = pair.map_err(|e| format!("{}{e}", at(path)))?;
-                match k {
-                    LuaValue::Integer(i) if i >= 1 => ints.push((i, item)),
-                    LuaValue::String(s) => strings.push((s.to_string_lossy(), item)),
-                    other => {
-                        return Err(format!(
-                            "{}cannot encode a table key of type {}",
-                            at(path),
-                            other.type_name()
-                        ))
-                    }
+    let mut ints: Vec<(i64, Value)> = Vec::new();
+    let mut strings: Vec<(String, Value)> = Vec::new();
+    ffi::lua_pushnil(state);
+    while ffi::lua_next(state, idx) != 0 {
+        // Key at -2, value at -1 (absolute: top).
+        let value_idx = ffi::lua_gettop(state);
+        let key_type = ffi::lua_type(state, -2);
+        let positive_int = key_type == ffi::LUA_TNUMBER
+            && ffi::lua_isinteger(state, -2) != 0
+            && ffi::lua_tointegerx(state, -2, std::ptr::null_mut()) >= 1;
+        if positive_int {
+            let i = ffi::lua_tointegerx(state, -2, std::ptr::null_mut());
+            let item = read_json(state, value_idx, array_mt, depth + 1)
+                .map_err(|e| e.at(Segment::Index(i - 1)));
+            match item {
+                Ok(item) => ints.push((i, item)),
+                Err(e) => {
+                    ffi::lua_pop(state, 2);
+                    return Err(e);
                 }
             }
-            let is_array = t.metatable().is_some_and(|m| m.to_pointer() == array_mt);
-            if !strings.is_empty() && (!ints.is_empty() || is_array) {
-                return Err(format!(
-                    "{}table mixes array items and named keys",
-                    at(path)
-                ));
+        } else if key_type == ffi::LUA_TSTRING {
+            let key = string_at(state, -2);
+            match read_json(state, value_idx, array_mt, depth + 1) {
+                Ok(item) => strings.push((key, item)),
+                Err(e) => {
+                    ffi::lua_pop(state, 2);
+                    return Err(e.at(Segment::Key(key)));
+                }
             }
-            if is_array || !ints.is_empty() {
-                ints.sort_by_key(|(i, _)| *i);
-                let len = ints.last().map_or(0, |(i, _)| *i as usize);
-                if len > 2 * ints.len() + 10 {
-                    return Err(format!(
-                        "{}array too sparse ({} items, highest index {len})",
-                        at(path),
-                        ints.len()
-                    ));
-                }
-                let mut out = vec![Value::Null; len];
-                let base = path.len();
-                for (i, item) in ints {
-                    path.push_str(&format!("[{}]", i - 1));
-                    out[i as usize - 1] = convert(&item, array_mt, path, depth + 1)?;
-                    path.truncate(base);
-                }
-                Value::Array(out)
-            } else {
-                strings.sort_by(|a, b| a.0.cmp(&b.0));
-                let mut out = Map::new();
-                let base = path.len();
-                for (k, item) in strings {
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(&k);
-                    let converted = convert(&item, array_mt, path, depth + 1)?;
-                    path.truncate(base);
-                    out.insert(k, converted);
-                }
-                Value::Object(out)
-            }
+        } else {
+            let message = format!("cannot encode a table key of type {}", type_name(state, -2));
+            ffi::lua_pop(state, 2);
+            return Err(EncodeError::new(message));
         }
-        other => return Err(format!("{}cannot encode a {}", at(path), other.type_name())),
+        ffi::lua_pop(state, 1); // the value; the key stays for `lua_next`
+    }
+    if !strings.is_empty() && (!ints.is_empty() || is_array) {
+        return Err(EncodeError::new(
+            "table mixes array items and named keys".to_owned(),
+        ));
+    }
+    Ok(if is_array || !ints.is_empty() {
+        ints.sort_unstable_by_key(|(i, _)| *i);
+        let len = ints.last().map_or(0, |(i, _)| *i as usize);
+        if len > 2 * ints.len() + 10 {
+            return Err(EncodeError::new(format!(
+                "array too sparse ({} items, highest index {len})",
+                ints.len()
+            )));
+        }
+        if len == ints.len() {
+            Value::Array(ints.into_iter().map(|(_, v)| v).collect())
+        } else {
+            let mut out = vec![Value::Null; len];
+            for (i, item) in ints {
+                out[i as usize - 1] = item;
+            }
+            Value::Array(out)
+        }
+    } else {
+        strings.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Value::Object(strings.into_iter().collect::<Map<String, Value>>())
     })
 }
 
@@ -337,32 +454,63 @@ fn convert(
 /// as nil, as with HomeAgent's gopher-lua JSON); a `null` array element is `json.null`, so
 /// positions hold.
 pub(crate) fn to_lua(lua: &Lua, v: &Value) -> mlua::Result<LuaValue> {
-    Ok(match v {
-        Value::Null => lua.null(),
-        Value::Bool(b) => LuaValue::Boolean(*b),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => LuaValue::Integer(i),
-            None => LuaValue::Number(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(s) => LuaValue::String(lua.create_string(s)?),
-        Value::Array(items) => {
-            let t = lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.iter().enumerate() {
-                t.raw_set(i + 1, to_lua(lua, item)?)?;
-            }
-            t.set_metatable(Some(lua.array_metatable()))?;
-            LuaValue::Table(t)
-        }
-        Value::Object(members) => LuaValue::Table(object_to_lua(lua, members)?),
-    })
+    // SAFETY: the array metatable is the only argument, at stack index 1. A Lua error in
+    // `push_json` (out of memory, or of stack) unwinds to `exec_raw`'s protected call as a
+    // longjmp; the frames it skips own nothing (they only borrow `v` and iterate it), as
+    // with mlua's own protected closures.
+    unsafe {
+        lua.exec_raw(lua.array_metatable(), |state| {
+            push_json(state, v);
+            ffi::lua_replace(state, 1); // the result takes the argument's place
+        })
+    }
 }
 
-fn object_to_lua(lua: &Lua, members: &Map<String, Value>) -> mlua::Result<Table> {
-    let t = lua.create_table_with_capacity(0, members.len())?;
-    for (k, v) in members {
-        if !v.is_null() {
-            t.raw_set(k.as_str(), to_lua(lua, v)?)?;
+/// Pushes `v` onto the stack; the array metatable is at stack index 1. Nesting is bounded
+/// by serde_json's recursion limit (128), and the stack is grown per level.
+unsafe fn push_json(state: *mut ffi::lua_State, v: &Value) {
+    match v {
+        Value::Null => ffi::lua_pushlightuserdata(state, std::ptr::null_mut()),
+        Value::Bool(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => ffi::lua_pushinteger(state, i),
+            None => ffi::lua_pushnumber(state, n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => {
+            ffi::lua_pushlstring(state, s.as_ptr() as *const c_char, s.len());
+        }
+        Value::Array(items) => {
+            grow_stack(state);
+            ffi::lua_createtable(state, c_int::try_from(items.len()).unwrap_or(0), 0);
+            for (i, item) in items.iter().enumerate() {
+                push_json(state, item);
+                ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+            }
+            ffi::lua_pushvalue(state, 1);
+            ffi::lua_setmetatable(state, -2);
+        }
+        Value::Object(members) => {
+            grow_stack(state);
+            let fields = members.values().filter(|v| !v.is_null()).count();
+            ffi::lua_createtable(state, 0, c_int::try_from(fields).unwrap_or(0));
+            for (k, item) in members {
+                if item.is_null() {
+                    continue;
+                }
+                ffi::lua_pushlstring(state, k.as_ptr() as *const c_char, k.len());
+                push_json(state, item);
+                ffi::lua_rawset(state, -3);
+            }
         }
     }
-    Ok(t)
+}
+
+/// Room for a table, a key and a value at this level; a Lua error if the stack cannot grow.
+unsafe fn grow_stack(state: *mut ffi::lua_State) {
+    if ffi::lua_checkstack(state, 3) == 0 {
+        ffi::luaL_error(
+            state,
+            c"json.decode: nested too deep (out of Lua stack space)".as_ptr(),
+        );
+    }
 }
