@@ -294,7 +294,8 @@ impl FtsTable {
         };
         let table = self.0;
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT rowid, -rank FROM {table} WHERE {table} MATCH ?1 ORDER BY rank LIMIT ?2"
+            "SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?1 \
+             ORDER BY bm25({table}) LIMIT ?2"
         ))?;
         let rows = stmt.query_map(params![expr, limit as i64], |row| {
             Ok((row.get(0)?, row.get(1)?))
