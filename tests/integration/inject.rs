@@ -400,6 +400,11 @@ async fn inject_round_trip(lang: &str) -> (String, String) {
         weather_reply.starts_with("北京（Beijing）天气："),
         "{weather_reply}"
     );
+    let ev = b.chat("/weather Paris", "ann").await;
+    match replies(&ev).as_slice() {
+        [(p, text)] if p == "weather" => assert!(text.contains("Paris"), "{lang}: {text}"),
+        other => panic!("{lang}: {other:?}"),
+    }
     assert!(llm.requests().is_empty());
 
     // The LLM writes the command: the broker runs it and adds the reply.
