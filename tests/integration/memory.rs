@@ -141,3 +141,57 @@ async fn memory_documents_and_knowledge_reach_the_llm_context() {
     assert!(err.contains("no `nope` in config"), "{err}");
     assert!(!b.log().contains("s3cret"), "a secret reached the log");
 }
+
+/// A broker SIGKILLed in the middle of a stream of `Settings.Set` and `Memory.Commit`
+/// calls from a plugin loses no write it acknowledged: every pair the plugin saw
+/// answered is in `hearth.db` when it is opened again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_broker_loses_no_acknowledged_write() {
+    let acks = tempfile::NamedTempFile::new().unwrap();
+    let plugin = crate::harness::PluginDir {
+        dir: "durable".into(),
+        manifest: json!({"name": "durable", "runtime": "python",
+            "entry": crate::harness::repo().join("tests/plugins/durable_writer.py"),
+            "env": {"ACK_FILE": acks.path()}}),
+    };
+    let mut b = Broker::start(vec![plugin]).await;
+    let read = || -> Vec<u64> {
+        std::fs::read_to_string(acks.path())
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    while read().len() < 150 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the plugin acknowledged only {} writes:\n{}",
+            read().len(),
+            b.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let data = b.data_dir();
+    b.stop_with(libc::SIGKILL); // mid-stream
+                                // The reaper stops the plugin; its ack file is final once it is gone.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let acked = read();
+    assert!(acked.len() >= 150);
+    let db = Db::open(&data).await.unwrap();
+    let settings = Settings::new(db.clone());
+    let graph = GraphMemory::new(db);
+    let scope = Scope::Plugin("durable".into());
+    for &i in &acked {
+        assert_eq!(
+            settings.get(&scope, &format!("k{i}")).await.unwrap(),
+            json!(i),
+            "set {i} was acknowledged but is lost"
+        );
+        let g = graph.recall([format!("s{i}")], 1).await.unwrap();
+        assert!(
+            g.relations.iter().any(|r| r.target_name == format!("o{i}")),
+            "commit {i} was acknowledged but is lost"
+        );
+    }
+}
