@@ -104,8 +104,7 @@ fn created_at() -> String {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let secs = now.as_secs() as i64;
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
+    let (y, m, d, s) = crate::civil::utc_date(secs);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
         s / 3600,
@@ -113,19 +112,4 @@ fn created_at() -> String {
         s % 60,
         now.subsec_micros()
     )
-}
-
-/// (year, month, day) of a count of days since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, as in `storage::text_memory`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
