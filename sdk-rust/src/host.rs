@@ -13,6 +13,8 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::Channel;
 
+use crate::apis::{DocMemory, HostError, Knowledge, Llm, Memory, Settings, TextMemory};
+
 /// Adds the plugin's `x-hearth-token` to every host-service request.
 #[derive(Clone, Debug)]
 pub struct TokenInterceptor {
@@ -33,8 +35,11 @@ pub type HostChannel = InterceptedService<Channel, TokenInterceptor>;
 /// Handle to the broker's host services (HomeAgent `PluginSDK` APIs). Cheap to clone.
 ///
 /// Get it from [`Registrar::host`](crate::Registrar::host) in `start`, or from
-/// [`CallContext::host`](crate::CallContext::host) in a handler. Each method returns a
-/// generated tonic client of `hearth.v1` whose calls carry the plugin's token.
+/// [`CallContext::host`](crate::CallContext::host) in a handler. [`settings`](Self::settings),
+/// [`memory`](Self::memory), [`text_memory`](Self::text_memory),
+/// [`doc_memory`](Self::doc_memory), [`knowledge`](Self::knowledge) and [`llm`](Self::llm)
+/// are the typed APIs with the seed's method names; `*_client` (and `input`) are the
+/// generated tonic clients of `hearth.v1`. Every call carries the plugin's token.
 #[derive(Clone, Debug)]
 pub struct Host {
     channel: Channel,
@@ -77,65 +82,110 @@ impl Host {
     }
 
     client!(
-        /// `Settings`: this plugin's config table, core config, other plugins' config, defs.
-        settings, SettingsClient
+        /// Generated client of `Settings` (wire messages); [`settings`](Self::settings)
+        /// is the typed API.
+        settings_client, SettingsClient
     );
     client!(
-        /// `Memory`: graph memory (recall, commit, …).
-        memory, MemoryClient
+        /// Generated client of `Memory`; [`memory`](Self::memory) is the typed API.
+        memory_client, MemoryClient
     );
     client!(
-        /// `TextMemory`: append-only text events.
-        text_memory, TextMemoryClient
+        /// Generated client of `TextMemory`; [`text_memory`](Self::text_memory) is the
+        /// typed API.
+        text_memory_client, TextMemoryClient
     );
     client!(
-        /// `DocMemory`: document memory.
-        doc_memory, DocMemoryClient
+        /// Generated client of `DocMemory`; [`doc_memory`](Self::doc_memory) is the
+        /// typed API.
+        doc_memory_client, DocMemoryClient
     );
     client!(
-        /// `Knowledge`: the knowledge base.
-        knowledge, KnowledgeClient
+        /// Generated client of `Knowledge`; [`knowledge`](Self::knowledge) is the typed
+        /// API.
+        knowledge_client, KnowledgeClient
     );
     client!(
-        /// `Llm`: LLM sources.
-        llm, LlmClient
+        /// Generated client of `Llm`; [`llm`](Self::llm) is the typed API.
+        llm_client, LlmClient
     );
     client!(
-        /// `Input`: inject messages into the agent's input queue.
+        /// Generated client of `Input`: inject messages into the agent's input queue
+        /// (see also [`inject_text`](Self::inject_text)).
         input, InputClient
     );
 
+    /// HomeAgent `Settings()`: this plugin's settings, core and other plugins' settings,
+    /// definitions.
+    pub fn settings(&self) -> Settings {
+        Settings { host: self.clone() }
+    }
+
+    /// HomeAgent `Memory()`: graph memory.
+    pub fn memory(&self) -> Memory {
+        Memory { host: self.clone() }
+    }
+
+    /// HomeAgent `TextMemory()`: the append-only text log.
+    pub fn text_memory(&self) -> TextMemory {
+        TextMemory { host: self.clone() }
+    }
+
+    /// HomeAgent `DocMemory()`: document memory.
+    pub fn doc_memory(&self) -> DocMemory {
+        DocMemory { host: self.clone() }
+    }
+
+    /// HomeAgent `Knowledge()`: the knowledge base.
+    pub fn knowledge(&self) -> Knowledge {
+        Knowledge { host: self.clone() }
+    }
+
+    /// HomeAgent `LLM()`: LLM sources.
+    pub fn llm(&self) -> Llm {
+        Llm { host: self.clone() }
+    }
+
     /// Queues `text` as input on `channel`, with this plugin as the source (HomeAgent
     /// `InjectText`).
-    pub async fn inject_text(&self, channel: &str, text: &str) -> Result<(), tonic::Status> {
+    pub async fn inject_text(&self, channel: &str, text: &str) -> Result<(), HostError> {
         self.input()
             .inject_text(self.inject(channel, text))
             .await
-            .map(|_| ())
+            .map(drop)
+            .map_err(|s| HostError::new(&self.plugin, "input.inject_text", s.code(), s.message()))
     }
 
     /// Like [`inject_text`](Self::inject_text), without recording it in memory.
-    pub async fn inject_text_no_memory(
-        &self,
-        channel: &str,
-        text: &str,
-    ) -> Result<(), tonic::Status> {
+    pub async fn inject_text_no_memory(&self, channel: &str, text: &str) -> Result<(), HostError> {
         self.input()
             .inject_text_no_memory(self.inject(channel, text))
             .await
-            .map(|_| ())
+            .map(drop)
+            .map_err(|s| {
+                HostError::new(
+                    &self.plugin,
+                    "input.inject_text_no_memory",
+                    s.code(),
+                    s.message(),
+                )
+            })
     }
 
     /// Puts `text` ahead of the queue and interrupts the LLM request in flight.
-    pub async fn inject_interrupt_text(
-        &self,
-        channel: &str,
-        text: &str,
-    ) -> Result<(), tonic::Status> {
+    pub async fn inject_interrupt_text(&self, channel: &str, text: &str) -> Result<(), HostError> {
         self.input()
             .inject_interrupt_text(self.inject(channel, text))
             .await
-            .map(|_| ())
+            .map(drop)
+            .map_err(|s| {
+                HostError::new(
+                    &self.plugin,
+                    "input.inject_interrupt_text",
+                    s.code(),
+                    s.message(),
+                )
+            })
     }
 
     fn inject(&self, channel: &str, text: &str) -> pb::InjectRequest {

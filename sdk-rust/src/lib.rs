@@ -113,9 +113,12 @@
 //! - `serve`: [`serve`], [`serve_async`], [`serve_with`], [`serve_configured`]; the
 //!   session loop.
 //! - `host`: [`Host`], token-carrying clients of the broker's host services.
+//! - `apis`: the typed host APIs with the seed's names ([`Settings`], [`Memory`],
+//!   [`TextMemory`], [`DocMemory`], [`Knowledge`], [`Llm`]) and [`HostError`].
 //! - `transport`: dialling `unix://` and `http://` broker addresses.
 //! - `error`: [`Error`].
 
+mod apis;
 mod error;
 mod host;
 mod plugin;
@@ -128,6 +131,10 @@ pub use hearth_proto as proto;
 pub use hearth_proto::v1::{Stage, StageContext};
 pub use tokio_util::sync::CancellationToken;
 
+pub use apis::{
+    code_name, ConfigDef, Doc, DocMemory, Entity, HostError, Knowledge, KnowledgeEntry, Llm,
+    Memory, Relation, Settings, TextEvent, TextMemory, Triple,
+};
 pub use error::{BoxError, Error};
 pub use host::{Host, HostChannel, TokenInterceptor};
 pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, ToolDef};

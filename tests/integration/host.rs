@@ -180,3 +180,8 @@ async fn host_cases_through_the_python_sdk() {
 async fn host_cases_through_the_node_sdk() {
     run_cases("node").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_cases_through_the_rust_sdk() {
+    run_cases("rust").await;
+}
