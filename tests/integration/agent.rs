@@ -40,24 +40,11 @@ fn hooks(lang: &str, name: &str, directives: &str) -> PluginDir {
     }
 }
 
-async fn start(plugins: Vec<PluginDir>, llm: &ScriptedLlm, files: &[(&str, &str)]) -> Broker {
-    let url = llm.base_url();
-    let names: Vec<String> = plugins
-        .iter()
-        .map(|p| p.manifest["name"].as_str().unwrap().to_string())
-        .collect();
-    let mut b = Broker::spawn_with_files(plugins, &["--llm-url", &url], files).await;
-    for n in names {
-        b.wait_ready(&n).await;
-    }
-    b
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_turn_calls_python_and_node_tools_and_streams_the_answer() {
     let script = Script::load(&repo().join("examples/llm-script.json")).unwrap();
     let llm = ScriptedLlm::start(script);
-    let mut b = start(vec![example("calculator"), example("weather")], &llm, &[]).await;
+    let mut b = Broker::with_llm(vec![example("calculator"), example("weather")], &llm, &[]).await;
     let events = b
         .chat("what is (2+3)*4 and what's the weather in Paris?", "ann")
         .await;
@@ -167,7 +154,7 @@ async fn zero_one_and_many_rounds_schema_violations_crashes_and_max_iterations()
         {"after_tool": true, "content": "results: {tool_results}"}
     ]}));
     let cfg = "[agent]\nmax_iterations = 3\n";
-    let mut b = start(
+    let mut b = Broker::with_llm(
         vec![
             stress("rs", "rsx", "", json!({})),
             stress("py", "pyc", "crash_mid_call", json!({})),
@@ -213,7 +200,7 @@ async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
         {"after_tool": false, "tool_calls": [{"name": "a_py_ping", "arguments": {}}, {"name": "b_nd_ping", "arguments": {}}, {"name": "c_rs_ping", "arguments": {}}]},
         {"after_tool": true, "content": "done: {tool_results}"}
     ]}));
-    let mut b = start(
+    let mut b = Broker::with_llm(
         vec![
             hooks("py", "a_py", "trace,own"),
             hooks("nd", "b_nd", "trace,deny=c_rs_ping"),
@@ -290,7 +277,7 @@ async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_a_user_in_on_input_and_add_the_time_in_pre_action() {
     let llm = llm(json!({"default": {"content": "hi there"}}));
-    let mut b = start(
+    let mut b = Broker::with_llm(
         vec![hooks("py", "guard", "block=mallory,time,rewrite_output")],
         &llm,
         &[],
@@ -329,7 +316,7 @@ async fn response_short_circuits_from_every_stage_and_hook_faults_are_skipped() 
         "after_toolcall",
         "before_output",
     ] {
-        let mut b = start(
+        let mut b = Broker::with_llm(
             vec![hooks("py", "h", &format!("respond={stage}"))],
             &llm,
             &[],
@@ -346,12 +333,13 @@ async fn response_short_circuits_from_every_stage_and_hook_faults_are_skipped() 
         );
     }
     // before_toolcall: a response denies only that call; the loop goes on.
-    let mut b = start(vec![hooks("py", "h", "respond=before_toolcall")], &llm, &[]).await;
+    let mut b =
+        Broker::with_llm(vec![hooks("py", "h", "respond=before_toolcall")], &llm, &[]).await;
     let f = final_of(&b.chat("go", "u").await);
     assert_eq!(f.text, "after tools");
     // A hook that fails or times out is logged and skipped; the turn completes.
     let cfg = "[agent]\nhook_timeout_ms = 300\n";
-    let mut b = start(
+    let mut b = Broker::with_llm(
         vec![hooks(
             "py",
             "h",
@@ -394,7 +382,7 @@ async fn an_interrupt_cancels_a_streaming_reply_and_joins_the_turn() {
         {"match_system": "Interrupt from cli: STOP", "content": "stopping as asked"},
         {"match": "story", "content": "once upon a time there was a very long story that goes on and on", "chunk_chars": 2, "chunk_delay_ms": 100}
     ]}));
-    let b = start(vec![], &llm, &[]).await;
+    let b = Broker::with_llm(vec![], &llm, &[]).await;
     let mut admin = Broker::admin_clone(&b);
     let chat = tokio::spawn(async move {
         let req = admin.with_token(hearth_proto::v1::ChatRequest {
@@ -454,7 +442,7 @@ async fn a_data_dir_adapter_overrides_the_builtin_and_a_broken_one_is_a_clear_er
         "adapters/openai.lua has no `return adapter`"
     );
     let cfg = "[agent]\nstream = false\n";
-    let mut b = start(
+    let mut b = Broker::with_llm(
         vec![],
         &llm,
         &[("adapters/openai.lua", &custom), ("hearth.toml", cfg)],
@@ -463,7 +451,7 @@ async fn a_data_dir_adapter_overrides_the_builtin_and_a_broken_one_is_a_clear_er
     let f = final_of(&b.chat("hi", "u").await);
     assert_eq!(f.text, "override: from the API");
     drop(b);
-    let mut b = start(
+    let mut b = Broker::with_llm(
         vec![stress("rs", "rsx", "", json!({}))],
         &llm,
         &[("adapters/openai.lua", "local adapter = {\nreturn adapter\n")],

@@ -149,6 +149,25 @@ impl Broker {
         broker
     }
 
+    /// Starts `hearth run --llm-url LLM` with `plugins`, after writing `files` (see
+    /// [`Broker::spawn_with_files`]), and waits until every plugin is ready.
+    pub async fn with_llm(
+        plugins: Vec<PluginDir>,
+        llm: &hearth::scripted::ScriptedLlm,
+        files: &[(&str, &str)],
+    ) -> Broker {
+        let url = llm.base_url();
+        let names: Vec<String> = plugins
+            .iter()
+            .map(|p| p.manifest["name"].as_str().unwrap_or(&p.dir).to_string())
+            .collect();
+        let mut broker = Self::spawn_with_files(plugins, &["--llm-url", &url], files).await;
+        for name in names {
+            broker.wait_ready(&name).await;
+        }
+        broker
+    }
+
     /// Starts `hearth run` with `plugins` without waiting for them.
     pub async fn spawn(plugins: Vec<PluginDir>, args: &[&str]) -> Broker {
         Self::spawn_with_files(plugins, args, &[]).await

@@ -71,19 +71,6 @@ fn test_plugin(name: &str, runtime: &str, file: &str) -> PluginDir {
     }
 }
 
-async fn start(plugins: Vec<PluginDir>, llm: &ScriptedLlm, files: &[(&str, &str)]) -> Broker {
-    let url = llm.base_url();
-    let names: Vec<String> = plugins
-        .iter()
-        .map(|p| p.manifest["name"].as_str().unwrap().to_string())
-        .collect();
-    let mut b = Broker::spawn_with_files(plugins, &["--llm-url", &url], files).await;
-    for n in names {
-        b.wait_ready(&n).await;
-    }
-    b
-}
-
 /// One chat turn answering every ConfirmRequest with `approve` (None: never answer).
 async fn chat_confirming(
     b: &mut Broker,
@@ -173,7 +160,7 @@ async fn ai_tool_policies_are_enforced_by_the_broker() {
         lz("py", "slow", json!({"timeout": 0.5}), json!([])),
     ];
     let toml = "[agent]\nconfirm_timeout_s = 1.5\n";
-    let mut b = start(plugins, &llm, &[("hearth.toml", toml)]).await;
+    let mut b = Broker::with_llm(plugins, &llm, &[("hearth.toml", toml)]).await;
 
     // max_calls: 1 per conversation — the second call of the exchange is not run
     // (calls finish in any order), and a new exchange starts counting again.
@@ -290,7 +277,7 @@ async fn every_trigger_type_reaches_its_plugin() {
             json!([{"type": 4, "pattern": "message"}, {"type": 4, "pattern": "reply"}]),
         ),
     ];
-    let mut b = start(plugins, &llm, &[]).await;
+    let mut b = Broker::with_llm(plugins, &llm, &[]).await;
     assert!(
         b.log().contains("invalid regex"),
         "bad trigger not reported:\n{}",
@@ -383,7 +370,7 @@ async fn inject_round_trip(lang: &str) -> (String, String) {
             ]
         }
     };
-    let mut b = start(plugins, &llm, &[]).await;
+    let mut b = Broker::with_llm(plugins, &llm, &[]).await;
 
     // Typed by the user: the plugin answers, the LLM is not asked.
     let ev = b.chat("/translate 你好 en", "ann").await;

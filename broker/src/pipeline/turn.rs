@@ -270,6 +270,8 @@ impl TurnDeps {
             // `max_calls` counts per conversation (this exchange).
             let mut counts: HashMap<String, u32> = HashMap::new();
 
+            // "none" for the one answer `continue` asks for after a chainable:false tool.
+            let mut tool_choice = "auto";
             let final_text = loop {
                 if iterations == self.settings.max_iterations {
                     break format!(
@@ -278,7 +280,7 @@ impl TurnDeps {
                     );
                 }
                 iterations += 1;
-                let resp = match self.complete(&mut messages, "auto", &emit).await {
+                let resp = match self.complete(&mut messages, tool_choice, &emit).await {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::error!("turn of {key}: {e}");
@@ -289,8 +291,13 @@ impl TurnDeps {
                 ctx.llm_text = resp.content.clone();
                 ctx.reasoning_content = resp.reasoning_content.clone();
                 let registry = self.supervisor.registry();
-                ctx.tool_calls = resp
-                    .tool_calls
+                // Tool calls a `tool_choice: none` answer still makes are ignored.
+                let asked = if tool_choice == "none" {
+                    &[][..]
+                } else {
+                    &resp.tool_calls[..]
+                };
+                ctx.tool_calls = asked
                     .iter()
                     .map(|c| ToolCallInfo {
                         id: c.id.clone(),
@@ -385,19 +392,9 @@ impl TurnDeps {
                     if !carry_on {
                         break unchained.join("\n");
                     }
-                    // `continue`: the LLM answers from the results; tools stay declared
-                    // (APIs want them next to tool messages) but may not be called.
-                    iterations += 1;
-                    let resp = match self.complete(&mut messages, "none", &emit).await {
-                        Ok(r) => r,
-                        Err(e) => {
-                            tracing::error!("turn of {key}: {e}");
-                            return Ending::Failed(e.to_string());
-                        }
-                    };
-                    add_usage(&mut ctx, &resp.token_usage);
-                    ctx.llm_text = resp.content.clone();
-                    break self.run_llm_commands(&resp.content, &sender, &emit).await;
+                    // `continue`: the LLM answers from the results once more; tools stay
+                    // declared (APIs want them next to tool messages) but may not be called.
+                    tool_choice = "none";
                 }
             };
             Ending::Reply(final_text)
