@@ -104,6 +104,12 @@ fn value(method: &str, json: &str) -> Result<Value, Status> {
         .map_err(|e| Status::invalid_argument(format!("{method}: value_json is not JSON: {e}")))
 }
 
+fn value_response(v: Value) -> Response<ValueResponse> {
+    Response::new(ValueResponse {
+        value_json: v.to_string(),
+    })
+}
+
 fn keys(keys: Vec<String>) -> Response<KeysResponse> {
     Response::new(KeysResponse { keys })
 }
@@ -165,9 +171,7 @@ impl SettingsRpc for HostServices {
             .settings
             .get(&Scope::Plugin(me), &r.get_ref().key)
             .await?;
-        Ok(Response::new(ValueResponse {
-            value_json: v.to_string(),
-        }))
+        Ok(value_response(v))
     }
 
     async fn set(&self, r: Request<SetRequest>) -> Result<Response<Empty>, Status> {
@@ -190,9 +194,7 @@ impl SettingsRpc for HostServices {
     async fn get_core(&self, r: Request<KeyRequest>) -> Result<Response<ValueResponse>, Status> {
         self.caller(&r, "Settings.GetCore", None)?;
         let v = self.settings.get(&Scope::Core, &r.get_ref().key).await?;
-        Ok(Response::new(ValueResponse {
-            value_json: v.to_string(),
-        }))
+        Ok(value_response(v))
     }
 
     async fn set_core(&self, r: Request<SetRequest>) -> Result<Response<Empty>, Status> {
@@ -218,9 +220,7 @@ impl SettingsRpc for HostServices {
         let req = r.get_ref();
         let scope = other("Settings.GetPlugin", &req.plugin)?;
         let v = self.settings.get(&scope, &req.key).await?;
-        Ok(Response::new(ValueResponse {
-            value_json: v.to_string(),
-        }))
+        Ok(value_response(v))
     }
 
     async fn set_plugin(&self, r: Request<SetRequest>) -> Result<Response<Empty>, Status> {
