@@ -101,9 +101,11 @@ async fn start_agent(
     let knowledge = Knowledge::open(db.clone(), data_dir)
         .await
         .context("opening the knowledge folder")?;
+    let settings = Settings::new(db.clone());
+    supervisor.set_settings(settings.clone());
     let host = HostServices::new(
         supervisor.clone(),
-        Settings::new(db.clone()),
+        settings,
         memory.clone(),
         text_memory.clone(),
         docs.clone(),

@@ -114,45 +114,6 @@ fn keys(keys: Vec<String>) -> Response<KeysResponse> {
     Response::new(KeysResponse { keys })
 }
 
-fn wire_def(d: ConfigDef) -> WireDef {
-    WireDef {
-        key: d.key,
-        default_json: d.default.map(|v| v.to_string()).unwrap_or_default(),
-        r#type: d.r#type,
-        display_name: d.display_name,
-        description: d.description,
-        category: d.category,
-        options: d.options,
-        min: d.min,
-        max: d.max,
-        step: d.step,
-        required: d.required,
-        secret: d.secret,
-    }
-}
-
-fn from_wire_def(d: WireDef) -> Result<ConfigDef, Status> {
-    let default = if d.default_json.trim().is_empty() {
-        None
-    } else {
-        Some(value("Settings.RegisterDef", &d.default_json)?)
-    };
-    Ok(ConfigDef {
-        key: d.key,
-        default,
-        r#type: d.r#type,
-        display_name: d.display_name,
-        description: d.description,
-        category: d.category,
-        options: d.options,
-        min: d.min,
-        max: d.max,
-        step: d.step,
-        required: d.required,
-        secret: d.secret,
-    })
-}
-
 /// The other plugin a `*_plugin` method names; empty is INVALID_ARGUMENT.
 fn other(method: &str, plugin: &str) -> Result<Scope, Status> {
     if plugin.trim().is_empty() {
@@ -245,7 +206,8 @@ impl SettingsRpc for HostServices {
 
     async fn register_def(&self, r: Request<WireDef>) -> Result<Response<Empty>, Status> {
         let me = self.caller(&r, "Settings.RegisterDef", None)?;
-        let def = from_wire_def(r.into_inner())?;
+        let def = ConfigDef::from_wire(r.into_inner())
+            .map_err(|e| Status::invalid_argument(format!("Settings.RegisterDef: {e}")))?;
         self.settings.register_def(&Scope::Plugin(me), def).await?;
         Ok(Response::new(Empty {}))
     }
@@ -257,7 +219,7 @@ impl SettingsRpc for HostServices {
             .defs(&Scope::Plugin(me), &r.get_ref().prefix)
             .await?;
         Ok(Response::new(DefsResponse {
-            defs: defs.into_iter().map(wire_def).collect(),
+            defs: defs.into_iter().map(ConfigDef::into_wire).collect(),
         }))
     }
 

@@ -113,6 +113,52 @@ pub struct ConfigDef {
     pub secret: bool,
 }
 
+impl ConfigDef {
+    /// The wire `ConfigDef` (`default_json` empty when there is no default).
+    pub fn into_wire(self) -> hearth_proto::v1::ConfigDef {
+        hearth_proto::v1::ConfigDef {
+            key: self.key,
+            default_json: self.default.map(|v| v.to_string()).unwrap_or_default(),
+            r#type: self.r#type,
+            display_name: self.display_name,
+            description: self.description,
+            category: self.category,
+            options: self.options,
+            min: self.min,
+            max: self.max,
+            step: self.step,
+            required: self.required,
+            secret: self.secret,
+        }
+    }
+
+    /// From the wire `ConfigDef`: an empty `default_json` is no default. Errors: a
+    /// `default_json` that is not JSON (the message names the key).
+    pub fn from_wire(d: hearth_proto::v1::ConfigDef) -> Result<ConfigDef, String> {
+        let default = match d.default_json.trim() {
+            "" => None,
+            json => Some(
+                serde_json::from_str(json)
+                    .map_err(|e| format!("def `{}`: default_json is not JSON: {e}", d.key))?,
+            ),
+        };
+        Ok(ConfigDef {
+            key: d.key,
+            default,
+            r#type: d.r#type,
+            display_name: d.display_name,
+            description: d.description,
+            category: d.category,
+            options: d.options,
+            min: d.min,
+            max: d.max,
+            step: d.step,
+            required: d.required,
+            secret: d.secret,
+        })
+    }
+}
+
 /// Settings in a [`Db`]. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Settings {

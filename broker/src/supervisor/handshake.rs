@@ -153,6 +153,28 @@ impl Supervisor {
             &register.triggers,
             register.inject.clone(),
         ));
+        // HomeAgent `RegisterDef`s declared up front: stored before `Registered`, so
+        // the plugin (and others) can read their defaults from then on.
+        for def in &register.config_defs {
+            let outcome = match (
+                self.settings.get(),
+                crate::storage::ConfigDef::from_wire(def.clone()),
+            ) {
+                (_, Err(e)) => Err(e),
+                (None, Ok(_)) => Err("this broker has no settings store".to_string()),
+                (Some(settings), Ok(d)) => settings
+                    .register_def(&crate::storage::Scope::Plugin(name.clone()), d)
+                    .await
+                    .map_err(|e| e.to_string()),
+            };
+            if let Err(reason) = outcome {
+                reg.rejected.push(hearth_proto::v1::RejectedItem {
+                    kind: "config_def".into(),
+                    name: def.key.clone(),
+                    reason,
+                });
+            }
+        }
         for item in &reg.rejected {
             tracing::error!(plugin = %name, item = %item.name, "{} rejected: {}", item.kind, item.reason);
         }

@@ -59,6 +59,8 @@ struct LoadError {
 pub struct Supervisor {
     config: Arc<SupervisorConfig>,
     registry: Arc<Registry>,
+    /// Where `Register.config_defs` are stored (set once storage is open).
+    settings: std::sync::OnceLock<crate::storage::Settings>,
     plugins: RwLock<Vec<Arc<Plugin>>>,
     load_errors: Mutex<Vec<LoadError>>,
 }
@@ -75,6 +77,7 @@ impl Supervisor {
         Supervisor {
             config: Arc::new(config),
             registry,
+            settings: std::sync::OnceLock::new(),
             plugins: RwLock::new(Vec::new()),
             load_errors: Mutex::new(Vec::new()),
         }
@@ -83,6 +86,13 @@ impl Supervisor {
     /// The tool registry.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// Gives the supervisor the settings store, where the `config_defs` of each
+    /// `Register` are written (defaults only where unset). Call it before loading
+    /// plugins; later calls are ignored.
+    pub fn set_settings(&self, settings: crate::storage::Settings) {
+        let _ = self.settings.set(settings);
     }
 
     /// Loads the plugin in `dir` and starts supervising it. A directory that cannot
