@@ -262,13 +262,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 sources.clone(),
                 supervisor.clone(),
             )));
-        let (settings, memory, text_memory, docs, knowledge) = host.servers();
-        router
-            .add_service(settings)
-            .add_service(memory)
-            .add_service(text_memory)
-            .add_service(docs.max_decoding_message_size(MAX_MESSAGE_BYTES))
-            .add_service(knowledge.max_decoding_message_size(MAX_MESSAGE_BYTES))
+        host.add_to(router)
     };
     let mut servers = Vec::new();
     let unix_stop = stop.clone();

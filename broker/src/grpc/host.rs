@@ -64,23 +64,19 @@ impl HostServices {
         }
     }
 
-    /// The five tonic services, ready to add to a router.
-    pub fn servers(
+    /// `router` with the five services added (DocMemory and Knowledge accept
+    /// messages up to [`hearth_proto::MAX_MESSAGE_BYTES`]: documents can be large).
+    pub fn add_to(
         &self,
-    ) -> (
-        SettingsServer<HostServices>,
-        MemoryServer<HostServices>,
-        TextMemoryServer<HostServices>,
-        DocMemoryServer<HostServices>,
-        KnowledgeServer<HostServices>,
-    ) {
-        (
-            SettingsServer::new(self.clone()),
-            MemoryServer::new(self.clone()),
-            TextMemoryServer::new(self.clone()),
-            DocMemoryServer::new(self.clone()),
-            KnowledgeServer::new(self.clone()),
-        )
+        router: tonic::transport::server::Router,
+    ) -> tonic::transport::server::Router {
+        let max = hearth_proto::MAX_MESSAGE_BYTES;
+        router
+            .add_service(SettingsServer::new(self.clone()))
+            .add_service(MemoryServer::new(self.clone()))
+            .add_service(TextMemoryServer::new(self.clone()))
+            .add_service(DocMemoryServer::new(self.clone()).max_decoding_message_size(max))
+            .add_service(KnowledgeServer::new(self.clone()).max_decoding_message_size(max))
     }
 
     fn caller<T>(
