@@ -1,4 +1,4 @@
-//! Helpers shared by the benchmark harnesses (`broker`, `chaos`, `agent`, `adapters`).
+//! Helpers shared by the benchmark harnesses (`broker`, `chaos`, `agent`, `adapters`, `host`).
 // Each harness compiles this file on its own and uses only part of it.
 #![allow(dead_code)]
 
@@ -112,4 +112,42 @@ pub fn thread_cpu_us() -> f64 {
     // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
+}
+
+/// The current time as `YYYY-MM-DD HH:MM UTC` (for the header of a bench's output).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (year, month, day, rest) = hearth::civil::utc_date(secs);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rest / 3_600,
+        rest % 3_600 / 60
+    )
+}
+
+/// Deterministic pseudo-random numbers (SplitMix64): the same sequence for the same
+/// seed on every run, without a dependency.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
