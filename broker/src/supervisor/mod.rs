@@ -300,7 +300,12 @@ impl Supervisor {
         event: HandleEvent,
         texts: tokio::sync::mpsc::UnboundedSender<String>,
     ) -> Result<EventDone, CallError> {
-        let what = "event";
+        // Errors read "plugin P is not ready for tool event handler of `/weather`: …".
+        let what = format!(
+            "event handler of `{}`",
+            event.trigger.as_ref().map_or("", |t| t.pattern.as_str())
+        );
+        let what = what.as_str();
         let p = self.plugin(plugin).ok_or_else(|| CallError::NotReady {
             plugin: plugin.into(),
             tool: what.into(),
