@@ -162,16 +162,21 @@ fn write_admin_token(path: &Path) -> anyhow::Result<String> {
     getrandom::fill(&mut bytes)
         .map_err(|e| anyhow::anyhow!("reading the OS random source: {e}"))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let _ = std::fs::remove_file(path);
+    // Written under a temporary name and renamed: a client never reads a half-written
+    // (empty) token.
+    let tmp = path.with_extension("token.tmp");
+    let _ = std::fs::remove_file(&tmp);
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
     f.write_all(token.as_bytes())?;
+    drop(f);
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(token)
 }
 
