@@ -2,8 +2,11 @@
 //!
 //! `hearth chat MESSAGE` prints one exchange as it streams: tool calls as they start
 //! and finish (`⚙ tool {args}` / `  ↳ result`), the reply's text deltas as they
-//! arrive, plugins' replies (`[plugin] text`, LinkZone `sender.reply`), and the final
-//! text again if hooks rewrote it. A tool whose `ai.tool` policy is `confirm` is
+//! arrive, plugins' replies (`[plugin] text`, LinkZone `sender.reply`; replies that
+//! take the place of an inject command the LLM wrote arrive inside the reply's own
+//! text), and the final text again if hooks rewrote it. When the turn has to wait
+//! (other turns of the conversation ahead, or every turn slot taken), a line on
+//! stderr says so. A tool whose `ai.tool` policy is `confirm` is
 //! asked about on the terminal (`Run tool … ? [y/N]`; `--yes` approves without
 //! asking; no terminal, or no answer in time, is a no). Without MESSAGE it is a REPL
 //! with line editing and history (`<data_dir>/chat_history`); when stdin is not a
@@ -16,7 +19,7 @@ use std::process::ExitCode;
 
 use anyhow::anyhow;
 use hearth_proto::v1::{
-    chat_event::Event, AgentInjectRequest, ChatRequest, ConfirmRequest, ConfirmResponse,
+    chat_event::Event, AgentInjectRequest, ChatRequest, ConfirmRequest, ConfirmResponse, Priority,
 };
 use serde_json::json;
 
@@ -46,6 +49,33 @@ pub struct ChatArgs {
     /// without asking.
     #[arg(long)]
     pub yes: bool,
+    /// Scheduling priority when turns wait for a slot (default: interactive).
+    #[arg(long, value_enum)]
+    pub priority: Option<PriorityArg>,
+}
+
+/// A priority level on the command line (seed levels 1–4).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PriorityArg {
+    /// 1: runs when nothing more urgent waits.
+    Background,
+    /// 2: a message from a chat platform.
+    Message,
+    /// 3: a user waiting at a client.
+    Interactive,
+    /// 4: before everything else.
+    Critical,
+}
+
+impl PriorityArg {
+    fn wire(self) -> i32 {
+        (match self {
+            PriorityArg::Background => Priority::Background,
+            PriorityArg::Message => Priority::Message,
+            PriorityArg::Interactive => Priority::Interactive,
+            PriorityArg::Critical => Priority::Critical,
+        }) as i32
+    }
 }
 
 /// Arguments of `hearth inject`.
@@ -59,12 +89,23 @@ pub struct InjectArgs {
     /// Channel.
     #[arg(long, default_value = "cli")]
     pub channel: String,
-    /// Go ahead of the queue and cancel the LLM request in flight.
+    /// The user whose private conversation (on `--channel`) gets the input
+    /// (default: the source).
+    #[arg(long, default_value = "")]
+    pub user: String,
+    /// The group whose conversation (on `--channel`) gets the input.
+    #[arg(long, default_value = "")]
+    pub group: String,
+    /// Cut into the running turn of that conversation (cancelling its LLM request in
+    /// flight), or go to the front of its queue when none runs.
     #[arg(long)]
     pub interrupt: bool,
     /// Leave it out of TextMemory.
     #[arg(long)]
     pub no_memory: bool,
+    /// Scheduling priority (default: background; an interrupt is critical).
+    #[arg(long, value_enum)]
+    pub priority: Option<PriorityArg>,
 }
 
 /// Runs one exchange; Ok(false) when the turn ended with an error.
@@ -75,6 +116,7 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
         group_id: args.group.clone(),
         channel: args.channel.clone(),
         no_memory: args.no_memory,
+        priority: args.priority.map_or(0, PriorityArg::wire),
     });
     let mut events = conn
         .agent()
@@ -142,6 +184,8 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                 writeln!(out, "\n[interrupted by {}: {}]", i.source, i.text)?;
                 streamed.clear();
             }
+            // Its text arrives in the reply's own stream, in place.
+            Event::PluginReply(r) if r.inline => {}
             Event::PluginReply(r) => {
                 if !streamed.is_empty() && !streamed.ends_with('\n') {
                     writeln!(out)?;
@@ -150,6 +194,13 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                 writeln!(out, "[{}] {}", r.plugin, r.text)?;
                 shown.push('\n');
                 shown.push_str(&r.text);
+            }
+            Event::Queued(q) => {
+                if q.ahead > 0 {
+                    eprintln!("… waiting: {} turn(s) of {} ahead", q.ahead, q.conversation);
+                } else {
+                    eprintln!("… waiting for a free turn slot (max_concurrent_turns)");
+                }
             }
             Event::Final(f) => {
                 let new_text = f
@@ -199,7 +250,10 @@ fn event_json(e: &Event) -> serde_json::Value {
                 "timeout_ms": c.timeout_ms})
         }
         Event::PluginReply(r) => {
-            json!({"type": "plugin_reply", "plugin": r.plugin, "text": r.text})
+            json!({"type": "plugin_reply", "plugin": r.plugin, "text": r.text, "inline": r.inline})
+        }
+        Event::Queued(q) => {
+            json!({"type": "queued", "ahead": q.ahead, "conversation": q.conversation})
         }
     }
 }
@@ -301,6 +355,9 @@ pub async fn inject(conn: &mut AdminConn, args: InjectArgs) -> anyhow::Result<Ex
         text: args.text,
         interrupt: args.interrupt,
         no_memory: args.no_memory,
+        user_id: args.user,
+        group_id: args.group,
+        priority: args.priority.map_or(0, PriorityArg::wire),
     });
     let ack = conn
         .agent()
@@ -308,10 +365,18 @@ pub async fn inject(conn: &mut AdminConn, args: InjectArgs) -> anyhow::Result<Ex
         .await
         .map_err(|s| anyhow!("{}", s.message()))?
         .into_inner();
-    if args.interrupt {
-        println!("interrupt delivered");
+    if ack.interrupted {
+        println!(
+            "interrupt delivered to the running turn of {}",
+            ack.conversation
+        );
+    } else if args.interrupt {
+        println!(
+            "no turn of {} was running; interrupt queued first ({} ahead)",
+            ack.conversation, ack.ahead
+        );
     } else {
-        println!("queued ({} ahead)", ack.ahead);
+        println!("queued in {} ({} ahead)", ack.conversation, ack.ahead);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,9 +1,47 @@
 //! Broker errors and their one mapping to `tonic::Status`.
 
+use std::fmt;
+
+use hearth_proto::v1::Stage;
 use tonic::{Code, Status};
 
-/// Why a tool call did not produce a plugin's result. Every variant names the tool,
-/// and the plugin where there is one.
+/// What a call to a plugin was for, as errors and logs name it: `tool calc_eval`,
+/// `stage pre_action hook h-1`, `event handler of `/weather``.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// A tool call (`InvokeTool`).
+    Tool(String),
+    /// A stage hook (`RunStage`).
+    Hook {
+        /// The stage.
+        stage: Stage,
+        /// The plugin's id of the hook.
+        hook_id: String,
+    },
+    /// A LinkZone trigger's event handler (`HandleEvent`).
+    Event {
+        /// The trigger's pattern (`/weather`, `message`).
+        trigger: String,
+    },
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Tool(name) => write!(f, "tool {name}"),
+            Target::Hook { stage, hook_id } => write!(
+                f,
+                "stage {} hook {hook_id}",
+                hearth_proto::stage_name(*stage)
+            ),
+            Target::Event { trigger } => write!(f, "event handler of `{trigger}`"),
+        }
+    }
+}
+
+/// Why a call to a plugin (tool, stage hook or event handler) did not produce the
+/// plugin's answer. Every variant names what was called, and the plugin where there is
+/// one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
@@ -24,34 +62,47 @@ pub enum CallError {
     },
     /// The plugin is not ready (restarting, failed or stopped) and did not become
     /// ready within the wait bound.
-    #[error("plugin {plugin} is not ready for tool {tool}: {reason}")]
+    #[error("plugin {plugin} is not ready for {target}: {reason}")]
     NotReady {
         /// Plugin name.
         plugin: String,
-        /// Tool name.
-        tool: String,
+        /// What was called.
+        target: Target,
         /// State and cause.
         reason: String,
     },
     /// The plugin's session ended while the call was in flight.
-    #[error("plugin {plugin} {reason} during {tool}")]
+    #[error("plugin {plugin} {reason} during {target}")]
     PluginGone {
         /// Plugin name.
         plugin: String,
-        /// Tool name.
-        tool: String,
+        /// What was called.
+        target: Target,
         /// What happened, e.g. "exited with exit status 1; restarting".
         reason: String,
     },
     /// No result within the call's timeout; the plugin was sent `Cancel`.
-    #[error("plugin {plugin}: tool {tool} timed out after {after_ms} ms")]
+    #[error("plugin {plugin}: {target} timed out after {after_ms} ms")]
     Timeout {
         /// Plugin name.
         plugin: String,
-        /// Tool name.
-        tool: String,
+        /// What was called.
+        target: Target,
         /// The timeout that elapsed, in milliseconds.
         after_ms: u64,
+    },
+    /// The plugin declares `max_concurrency` and that many of its calls stayed in
+    /// flight for the whole timeout: this call was never sent.
+    #[error("plugin {plugin}: {target} was not sent: {max_concurrency} call(s) of the plugin (its max_concurrency) stayed in flight for {waited_ms} ms")]
+    Saturated {
+        /// Plugin name.
+        plugin: String,
+        /// What was called.
+        target: Target,
+        /// The plugin's `max_concurrency`.
+        max_concurrency: u32,
+        /// How long the call waited for a free slot, in milliseconds.
+        waited_ms: u64,
     },
 }
 
@@ -61,7 +112,7 @@ impl From<CallError> for Status {
             CallError::UnknownTool { .. } => Code::NotFound,
             CallError::InvalidArguments { .. } => Code::InvalidArgument,
             CallError::NotReady { .. } | CallError::PluginGone { .. } => Code::Unavailable,
-            CallError::Timeout { .. } => Code::DeadlineExceeded,
+            CallError::Timeout { .. } | CallError::Saturated { .. } => Code::DeadlineExceeded,
         };
         Status::new(code, e.to_string())
     }

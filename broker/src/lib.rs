@@ -12,13 +12,19 @@
 //! - [`schema`]: JSON Schema checks of tool parameters and call arguments; LinkZone
 //!   `ai.tool` parameter lists → JSON Schema.
 //! - [`registry`]: which plugin owns which tool, and every plugin's stage hooks.
+//! - [`router`]: every call to a plugin (tool, stage hook, event handler): lookup,
+//!   argument check, timeout policy, `max_concurrency`, never-sent retry.
 //! - [`triggers`]: LinkZone triggers (types 0–4) and `ai.inject` specs: matching
-//!   messages and LLM-written commands, parameters, the system-prompt section.
-//! - [`pipeline`]: stages in order, the permission matrix, one turn of the agent
-//!   (stage hooks around the LLM tool-calling loop).
-//! - [`agent`]: the input queue (chat, injected input, interrupts), one turn at a time.
-//! - [`llm`]: LLM sources (`hearth.toml`) and the HTTP client (plain and SSE) that
-//!   talks to them through an adapter.
+//!   messages and LLM-written commands, parameters, the system-prompt section, and
+//!   their delivery.
+//! - [`pipeline`]: stages in order, the permission matrix, running a stage's hooks,
+//!   `ai.tool` policies, memory recall.
+//! - [`agent`]: many conversations at once — the scheduler (per-conversation order,
+//!   priorities, round-robin, bounded queues), one turn (stage hooks around the LLM
+//!   tool-calling loop), tool calls with their policies, interrupts, history.
+//! - [`llm`]: LLM sources (`hearth.toml`), their failover and load, the typed
+//!   messages, and the HTTP client (plain and SSE) that talks to them through an
+//!   adapter.
 //! - [`adapters`]: the Lua adapter host — sandboxed Lua 5.4 scripts (built-ins from the
 //!   top-level `adapters/`, overrides from `<data_dir>/adapters/`) that translate between
 //!   the unified completion request/response/stream chunk and each LLM API's JSON.
@@ -49,6 +55,7 @@ pub mod llm;
 pub mod manifest;
 pub mod pipeline;
 pub mod registry;
+pub mod router;
 pub mod schema;
 pub mod scripted;
 pub mod server;

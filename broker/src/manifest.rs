@@ -8,9 +8,14 @@
 //!   "python": "/path/to/python3", "node": "/path/to/node",
 //!   "restart": {"max_restarts": 3, "window_s": 300, "backoff_initial_ms": 200, "backoff_max_ms": 30000},
 //!   "startup_timeout_s": 10, "call_timeout_s": 60, "max_total_s": 600,
-//!   "ping_interval_ms": 2000, "hung_timeout_ms": 10000,
+//!   "ping_interval_ms": 2000, "hung_timeout_ms": 10000, "max_concurrency": 0,
 //!   "capabilities": ["memory", "knowledge", "llm", "input", "settings_cross", "settings_core"] }
 //! ```
+//!
+//! `max_concurrency` caps the plugin's calls in flight at once — tools, stage hooks
+//! and event handlers together, across all conversations; the broker queues calls
+//! beyond it (each waits at most its timeout). 0 or absent = no cap; 1 = one call at a
+//! time, for plugins that are not safe to call concurrently.
 //!
 //! `capabilities` says which host services the plugin may call (see
 //! [`CAPABILITIES`]); without the field a plugin gets [`DEFAULT_CAPABILITIES`].
@@ -83,6 +88,7 @@ struct RawManifest {
     max_total_s: Option<f64>,
     ping_interval_ms: Option<u64>,
     hung_timeout_ms: Option<u64>,
+    max_concurrency: Option<u32>,
     capabilities: Option<Vec<String>>,
 }
 
@@ -160,6 +166,8 @@ pub struct PluginSpec {
     /// Host-service capabilities granted (manifest `capabilities`, else
     /// [`DEFAULT_CAPABILITIES`]); each one of [`CAPABILITIES`].
     pub capabilities: Vec<String>,
+    /// Most calls (tools, stage hooks, event handlers) in flight at once; 0 = no cap.
+    pub max_concurrency: u32,
 }
 
 /// Every capability a manifest may grant, with what it allows. A plugin's own
@@ -367,6 +375,7 @@ impl PluginSpec {
                     .max(50),
             ),
             version: raw.version.unwrap_or_default(),
+            max_concurrency: raw.max_concurrency.unwrap_or(0),
             capabilities: match raw.capabilities {
                 None => DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect(),
                 Some(list) => {

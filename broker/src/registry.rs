@@ -4,9 +4,17 @@
 //!
 //! One lock owns each map. A plugin's registration replaces all of its previous
 //! tools (and hooks) in one step, so callers never see a half-registered plugin.
+//!
+//! What every turn reads is kept ready-made and rebuilt only when a registration
+//! changes it: the tool definitions the LLM is offered ([`Registry::llm_tools`]), the
+//! hooks of each stage in run order ([`Registry::stage_hooks`]) and the trigger sets
+//! in plugin load order ([`Registry::trigger_sets`]). So a turn does no work for a
+//! stage no plugin hooks, and never rebuilds the tool list per LLM round.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+
+use serde_json::{json, Value};
 
 use hearth_proto::v1::{AiTool, InjectSpec, RejectedItem, Stage, StageHook, ToolSpec, Trigger};
 
@@ -94,6 +102,8 @@ pub struct Hook {
     pub hook_id: String,
     /// Sees `before_toolcall`/`after_toolcall` only for its plugin's own tools.
     pub own_tools_only: bool,
+    /// Declared it does not read `context_msgs`: they are not sent to it.
+    pub no_context_msgs: bool,
 }
 
 /// All tools of all plugins, by name, and every plugin's stage hooks.
@@ -104,7 +114,23 @@ pub struct Registry {
     hooks: RwLock<HashMap<String, Vec<Hook>>>,
     /// Triggers and inject spec by plugin.
     triggers: RwLock<HashMap<String, Arc<TriggerSet>>>,
+    /// Plugin names in load order (hooks and triggers run in it).
+    order: RwLock<Vec<String>>,
+    /// Views rebuilt on change; `None` = stale.
+    cache: RwLock<Cache>,
 }
+
+/// Ready-made views of the registry (see the module docs).
+#[derive(Debug, Default)]
+struct Cache {
+    llm_tools: Option<Arc<Value>>,
+    /// Indexed by `Stage as usize`.
+    stage_hooks: Option<Arc<[Arc<[Hook]>; 8]>>,
+    trigger_sets: Option<TriggerSets>,
+}
+
+/// Every plugin's trigger set, in plugin load order.
+pub type TriggerSets = Arc<[(String, Arc<TriggerSet>)]>;
 
 /// Outcome of [`Registry::replace_plugin_tools`].
 #[derive(Debug, Default)]
@@ -116,6 +142,85 @@ pub struct Registration {
 }
 
 impl Registry {
+    fn invalidate(&self, tools: bool, hooks: bool, triggers: bool) {
+        let mut c = self.cache.write().unwrap();
+        if tools {
+            c.llm_tools = None;
+        }
+        if hooks {
+            c.stage_hooks = None;
+        }
+        if triggers {
+            c.trigger_sets = None;
+        }
+    }
+
+    /// Sets the plugin load order (the supervisor's plugin list); hooks and triggers
+    /// run in it.
+    pub fn set_plugin_order(&self, names: Vec<String>) {
+        *self.order.write().unwrap() = names;
+        self.invalidate(false, true, true);
+    }
+
+    /// The tools as the LLM is offered them: a JSON array of
+    /// `{"type": "function", "function": {name, description, parameters}}`, sorted by
+    /// name. Built once per change of the tool set.
+    pub fn llm_tools(&self) -> Arc<Value> {
+        if let Some(t) = &self.cache.read().unwrap().llm_tools {
+            return t.clone();
+        }
+        let tools: Vec<Value> = self
+            .list()
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.schema.schema(),
+                }})
+            })
+            .collect();
+        let tools = Arc::new(Value::Array(tools));
+        self.cache.write().unwrap().llm_tools = Some(tools.clone());
+        tools
+    }
+
+    /// The hooks of `stage` in run order: plugin load order, then each plugin's
+    /// registration order. Empty when no plugin hooks the stage.
+    pub fn stage_hooks(&self, stage: Stage) -> Arc<[Hook]> {
+        if let Some(all) = &self.cache.read().unwrap().stage_hooks {
+            return all[stage as usize].clone();
+        }
+        let order = self.order.read().unwrap().clone();
+        let hooks = self.hooks.read().unwrap();
+        let all: [Arc<[Hook]>; 8] = std::array::from_fn(|i| {
+            order
+                .iter()
+                .filter_map(|p| hooks.get(p))
+                .flat_map(|v| v.iter().filter(|h| h.stage as usize == i).cloned())
+                .collect::<Vec<_>>()
+                .into()
+        });
+        let all = Arc::new(all);
+        let out = all[stage as usize].clone();
+        self.cache.write().unwrap().stage_hooks = Some(all);
+        out
+    }
+
+    /// Every plugin's triggers and inject spec, in plugin load order.
+    pub fn trigger_sets(&self) -> TriggerSets {
+        if let Some(t) = &self.cache.read().unwrap().trigger_sets {
+            return t.clone();
+        }
+        let order = self.order.read().unwrap().clone();
+        let triggers = self.triggers.read().unwrap();
+        let sets: TriggerSets = order
+            .iter()
+            .filter_map(|p| Some((p.clone(), triggers.get(p)?.clone())))
+            .collect::<Vec<_>>()
+            .into();
+        self.cache.write().unwrap().trigger_sets = Some(sets.clone());
+        sets
+    }
+
     /// Looks a tool up by name.
     pub fn get(&self, name: &str) -> Option<Arc<Tool>> {
         self.tools.read().unwrap().get(name).cloned()
@@ -190,6 +295,8 @@ impl Registry {
         }
         tools.retain(|_, t| t.plugin != plugin);
         tools.extend(fresh);
+        drop(tools);
+        self.invalidate(true, false, false);
         out
     }
 
@@ -204,6 +311,8 @@ impl Registry {
             ));
         }
         tools.insert(tool.name.clone(), Arc::new(tool));
+        drop(tools);
+        self.invalidate(true, false, false);
         Ok(())
     }
 
@@ -213,6 +322,8 @@ impl Registry {
         match tools.get(name) {
             Some(t) if t.plugin == plugin => {
                 tools.remove(name);
+                drop(tools);
+                self.invalidate(true, false, false);
                 Ok(())
             }
             Some(t) => Err(format!("tool `{name}` belongs to plugin {}", t.plugin)),
@@ -228,6 +339,7 @@ impl Registry {
             .retain(|_, t| t.plugin != plugin);
         self.hooks.write().unwrap().remove(plugin);
         self.triggers.write().unwrap().remove(plugin);
+        self.invalidate(true, true, true);
     }
 
     /// Replaces `plugin`'s triggers and inject spec; bad items are left out and
@@ -245,6 +357,8 @@ impl Registry {
         } else {
             map.insert(plugin.into(), Arc::new(set));
         }
+        drop(map);
+        self.invalidate(false, false, true);
         rejected
     }
 
@@ -290,9 +404,11 @@ impl Registry {
                 stage,
                 hook_id: h.hook_id.clone(),
                 own_tools_only: h.own_tools_only,
+                no_context_msgs: h.no_context_msgs,
             });
         }
         self.hooks.write().unwrap().insert(plugin.into(), fresh);
+        self.invalidate(false, true, false);
         rejected
     }
 

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::adapters::AdapterSet;
 use crate::agent::Agent;
+use crate::agent::TurnDeps;
 use crate::grpc::{
     AdminService, AgentService, HostServices, InputService, LlmService, PluginHostService,
 };
@@ -24,9 +25,9 @@ use crate::llm::{LlmClient, SourcePool};
 use crate::manifest::discover;
 use crate::pipeline::memory::MemorySources;
 use crate::pipeline::policy::Policies;
-use crate::pipeline::turn::{Interrupts, TurnDeps};
 use crate::pipeline::Hooks;
 use crate::registry::Registry;
+use crate::router::ToolRouter;
 use crate::storage::{
     Conversations, Db, DocMemory, GraphMemory, HistoryBudget, Knowledge, Settings, TextMemory,
 };
@@ -57,7 +58,8 @@ pub struct RunOptions {
     pub shutdown_grace: Duration,
     /// How long calls wait for a restarting plugin.
     pub restart_wait: Duration,
-    /// How long restart, reload and unload let calls in flight finish.
+    /// How long restart, reload and unload let calls in flight finish, and how long
+    /// running turns may finish when the broker stops.
     pub drain_timeout: Duration,
     /// Reload a plugin when files in its directory change.
     pub watch: bool,
@@ -68,6 +70,7 @@ pub struct RunOptions {
 /// What [`start_agent`] started.
 struct Started {
     agent: Agent,
+    router: Arc<ToolRouter>,
     sources: Arc<SourcePool>,
     host: HostServices,
 }
@@ -112,15 +115,15 @@ async fn start_agent(
         knowledge.clone(),
     );
     let top_k = config.agent.memory_top_k;
+    let router = Arc::new(ToolRouter::new(supervisor));
     let deps = TurnDeps {
-        hooks: Hooks::new(supervisor.clone(), config.agent.hook_timeout),
-        supervisor,
+        hooks: Hooks::new(router.clone(), config.agent.hook_timeout),
+        router: router.clone(),
         llm: LlmClient::new(adapters),
         sources: sources.clone(),
         settings: Arc::new(config.agent),
         conversations: Some(Conversations::new(db, budget)),
         text_memory: Some(text_memory),
-        interrupts: Arc::new(Interrupts::default()),
         policies: Arc::new(Policies::default()),
         memory: Some(MemorySources {
             graph: memory,
@@ -131,6 +134,7 @@ async fn start_agent(
     };
     Ok(Started {
         agent: Agent::start(deps),
+        router,
         sources,
         host,
     })
@@ -233,6 +237,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
 
     let Started {
         agent,
+        router,
         sources,
         host,
     } = start_agent(&data_dir, &opts, supervisor.clone()).await?;
@@ -247,7 +252,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             )
             .add_service(
                 AdminServer::new(AdminService::new(
-                    supervisor.clone(),
+                    router.clone(),
                     sources.clone(),
                     admin_token.clone(),
                 ))
@@ -305,6 +310,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     };
 
     stop_signal().await;
+    // Running turns finish (or are cancelled after the grace) while plugins still run
+    // and clients are still connected to receive their final events.
+    agent.shutdown(opts.drain_timeout).await;
     supervisor.shutdown().await;
     stop.cancel();
     for s in servers {

@@ -234,6 +234,7 @@ export namespace hearth {
             stage?: (hearth.v1.Stage|null);
             ownToolsOnly?: (boolean|null);
             hookId?: (string|null);
+            noContextMsgs?: (boolean|null);
         }
 
         class StageHook implements IStageHook {
@@ -241,10 +242,19 @@ export namespace hearth {
             public stage: hearth.v1.Stage;
             public ownToolsOnly: boolean;
             public hookId: string;
+            public noContextMsgs: boolean;
             public static create(properties?: hearth.v1.IStageHook): hearth.v1.StageHook;
             public static encode(message: hearth.v1.IStageHook, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.StageHook;
             public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        enum Priority {
+            PRIORITY_UNSPECIFIED = 0,
+            PRIORITY_BACKGROUND = 1,
+            PRIORITY_MESSAGE = 2,
+            PRIORITY_INTERACTIVE = 3,
+            PRIORITY_CRITICAL = 4
         }
 
         interface IInjectSpec {
@@ -1122,6 +1132,9 @@ export namespace hearth {
             cooldownMs?: (number|Long|null);
             failures?: (number|null);
             lastError?: (string|null);
+            maxConcurrent?: (number|null);
+            inFlight?: (number|null);
+            waiting?: (number|null);
         }
 
         class SourceInfo implements ISourceInfo {
@@ -1136,6 +1149,9 @@ export namespace hearth {
             public cooldownMs: (number|Long);
             public failures: number;
             public lastError: string;
+            public maxConcurrent: number;
+            public inFlight: number;
+            public waiting: number;
             public static create(properties?: hearth.v1.ISourceInfo): hearth.v1.SourceInfo;
             public static encode(message: hearth.v1.ISourceInfo, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.SourceInfo;
@@ -1787,6 +1803,9 @@ export namespace hearth {
             source?: (string|null);
             channel?: (string|null);
             text?: (string|null);
+            userId?: (string|null);
+            groupId?: (string|null);
+            priority?: (hearth.v1.Priority|null);
         }
 
         class InjectRequest implements IInjectRequest {
@@ -1794,6 +1813,9 @@ export namespace hearth {
             public source: string;
             public channel: string;
             public text: string;
+            public userId: string;
+            public groupId: string;
+            public priority: hearth.v1.Priority;
             public static create(properties?: hearth.v1.IInjectRequest): hearth.v1.InjectRequest;
             public static encode(message: hearth.v1.IInjectRequest, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.InjectRequest;
@@ -1826,6 +1848,7 @@ export namespace hearth {
             groupId?: (string|null);
             channel?: (string|null);
             noMemory?: (boolean|null);
+            priority?: (hearth.v1.Priority|null);
         }
 
         class ChatRequest implements IChatRequest {
@@ -1835,6 +1858,7 @@ export namespace hearth {
             public groupId: string;
             public channel: string;
             public noMemory: boolean;
+            public priority: hearth.v1.Priority;
             public static create(properties?: hearth.v1.IChatRequest): hearth.v1.ChatRequest;
             public static encode(message: hearth.v1.IChatRequest, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ChatRequest;
@@ -1850,6 +1874,7 @@ export namespace hearth {
             pluginReply?: (hearth.v1.IPluginReply|null);
             shortCircuit?: (hearth.v1.IShortCircuit|null);
             interrupted?: (hearth.v1.IInterrupted|null);
+            queued?: (hearth.v1.IQueued|null);
         }
 
         class ChatEvent implements IChatEvent {
@@ -1862,10 +1887,26 @@ export namespace hearth {
             public pluginReply?: (hearth.v1.IPluginReply|null);
             public shortCircuit?: (hearth.v1.IShortCircuit|null);
             public interrupted?: (hearth.v1.IInterrupted|null);
-            public event?: ("textDelta"|"toolCallStarted"|"toolCallFinished"|"confirmRequest"|"final"|"pluginReply"|"shortCircuit"|"interrupted");
+            public queued?: (hearth.v1.IQueued|null);
+            public event?: ("textDelta"|"toolCallStarted"|"toolCallFinished"|"confirmRequest"|"final"|"pluginReply"|"shortCircuit"|"interrupted"|"queued");
             public static create(properties?: hearth.v1.IChatEvent): hearth.v1.ChatEvent;
             public static encode(message: hearth.v1.IChatEvent, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ChatEvent;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IQueued {
+            ahead?: (number|null);
+            conversation?: (string|null);
+        }
+
+        class Queued implements IQueued {
+            constructor(properties?: hearth.v1.IQueued);
+            public ahead: number;
+            public conversation: string;
+            public static create(properties?: hearth.v1.IQueued): hearth.v1.Queued;
+            public static encode(message: hearth.v1.IQueued, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.Queued;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 
@@ -1907,6 +1948,9 @@ export namespace hearth {
             text?: (string|null);
             interrupt?: (boolean|null);
             noMemory?: (boolean|null);
+            userId?: (string|null);
+            groupId?: (string|null);
+            priority?: (hearth.v1.Priority|null);
         }
 
         class AgentInjectRequest implements IAgentInjectRequest {
@@ -1916,6 +1960,9 @@ export namespace hearth {
             public text: string;
             public interrupt: boolean;
             public noMemory: boolean;
+            public userId: string;
+            public groupId: string;
+            public priority: hearth.v1.Priority;
             public static create(properties?: hearth.v1.IAgentInjectRequest): hearth.v1.AgentInjectRequest;
             public static encode(message: hearth.v1.IAgentInjectRequest, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.AgentInjectRequest;
@@ -1924,11 +1971,15 @@ export namespace hearth {
 
         interface IInjectAck {
             ahead?: (number|null);
+            conversation?: (string|null);
+            interrupted?: (boolean|null);
         }
 
         class InjectAck implements IInjectAck {
             constructor(properties?: hearth.v1.IInjectAck);
             public ahead: number;
+            public conversation: string;
+            public interrupted: boolean;
             public static create(properties?: hearth.v1.IInjectAck): hearth.v1.InjectAck;
             public static encode(message: hearth.v1.IInjectAck, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.InjectAck;
@@ -2063,12 +2114,14 @@ export namespace hearth {
         interface IPluginReply {
             plugin?: (string|null);
             text?: (string|null);
+            inline?: (boolean|null);
         }
 
         class PluginReply implements IPluginReply {
             constructor(properties?: hearth.v1.IPluginReply);
             public plugin: string;
             public text: string;
+            public inline: boolean;
             public static create(properties?: hearth.v1.IPluginReply): hearth.v1.PluginReply;
             public static encode(message: hearth.v1.IPluginReply, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginReply;

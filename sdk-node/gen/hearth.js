@@ -1059,6 +1059,7 @@ $root.hearth = (function() {
             StageHook.prototype.stage = 0;
             StageHook.prototype.ownToolsOnly = false;
             StageHook.prototype.hookId = "";
+            StageHook.prototype.noContextMsgs = false;
 
             StageHook.create = function create(properties) {
                 return new StageHook(properties);
@@ -1077,6 +1078,8 @@ $root.hearth = (function() {
                     writer.uint32(16).bool(message.ownToolsOnly);
                 if (message.hookId != null && Object.hasOwnProperty.call(message, "hookId"))
                     writer.uint32(26).string(message.hookId);
+                if (message.noContextMsgs != null && Object.hasOwnProperty.call(message, "noContextMsgs"))
+                    writer.uint32(32).bool(message.noContextMsgs);
                 return writer;
             };
 
@@ -1115,6 +1118,10 @@ $root.hearth = (function() {
                             message.hookId = reader.string();
                             break;
                         }
+                    case 4: {
+                            message.noContextMsgs = reader.bool();
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -1136,6 +1143,16 @@ $root.hearth = (function() {
             };
 
             return StageHook;
+        })();
+
+        v1.Priority = (function() {
+            var valuesById = {}, values = Object.create(valuesById);
+            values[valuesById[0] = "PRIORITY_UNSPECIFIED"] = 0;
+            values[valuesById[1] = "PRIORITY_BACKGROUND"] = 1;
+            values[valuesById[2] = "PRIORITY_MESSAGE"] = 2;
+            values[valuesById[3] = "PRIORITY_INTERACTIVE"] = 3;
+            values[valuesById[4] = "PRIORITY_CRITICAL"] = 4;
+            return values;
         })();
 
         v1.InjectSpec = (function() {
@@ -5583,6 +5600,9 @@ $root.hearth = (function() {
             SourceInfo.prototype.cooldownMs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
             SourceInfo.prototype.failures = 0;
             SourceInfo.prototype.lastError = "";
+            SourceInfo.prototype.maxConcurrent = 0;
+            SourceInfo.prototype.inFlight = 0;
+            SourceInfo.prototype.waiting = 0;
 
             SourceInfo.create = function create(properties) {
                 return new SourceInfo(properties);
@@ -5615,6 +5635,12 @@ $root.hearth = (function() {
                     writer.uint32(72).uint32(message.failures);
                 if (message.lastError != null && Object.hasOwnProperty.call(message, "lastError"))
                     writer.uint32(82).string(message.lastError);
+                if (message.maxConcurrent != null && Object.hasOwnProperty.call(message, "maxConcurrent"))
+                    writer.uint32(88).uint32(message.maxConcurrent);
+                if (message.inFlight != null && Object.hasOwnProperty.call(message, "inFlight"))
+                    writer.uint32(96).uint32(message.inFlight);
+                if (message.waiting != null && Object.hasOwnProperty.call(message, "waiting"))
+                    writer.uint32(104).uint32(message.waiting);
                 return writer;
             };
 
@@ -5679,6 +5705,18 @@ $root.hearth = (function() {
                         }
                     case 10: {
                             message.lastError = reader.string();
+                            break;
+                        }
+                    case 11: {
+                            message.maxConcurrent = reader.uint32();
+                            break;
+                        }
+                    case 12: {
+                            message.inFlight = reader.uint32();
+                            break;
+                        }
+                    case 13: {
+                            message.waiting = reader.uint32();
                             break;
                         }
                     default:
@@ -8621,6 +8659,9 @@ $root.hearth = (function() {
             InjectRequest.prototype.source = "";
             InjectRequest.prototype.channel = "";
             InjectRequest.prototype.text = "";
+            InjectRequest.prototype.userId = "";
+            InjectRequest.prototype.groupId = "";
+            InjectRequest.prototype.priority = 0;
 
             InjectRequest.create = function create(properties) {
                 return new InjectRequest(properties);
@@ -8639,6 +8680,12 @@ $root.hearth = (function() {
                     writer.uint32(18).string(message.channel);
                 if (message.text != null && Object.hasOwnProperty.call(message, "text"))
                     writer.uint32(26).string(message.text);
+                if (message.userId != null && Object.hasOwnProperty.call(message, "userId"))
+                    writer.uint32(34).string(message.userId);
+                if (message.groupId != null && Object.hasOwnProperty.call(message, "groupId"))
+                    writer.uint32(42).string(message.groupId);
+                if (message.priority != null && Object.hasOwnProperty.call(message, "priority"))
+                    writer.uint32(48).int32(message.priority);
                 return writer;
             };
 
@@ -8675,6 +8722,18 @@ $root.hearth = (function() {
                         }
                     case 3: {
                             message.text = reader.string();
+                            break;
+                        }
+                    case 4: {
+                            message.userId = reader.string();
+                            break;
+                        }
+                    case 5: {
+                            message.groupId = reader.string();
+                            break;
+                        }
+                    case 6: {
+                            message.priority = reader.int32();
                             break;
                         }
                     default:
@@ -8744,6 +8803,7 @@ $root.hearth = (function() {
             ChatRequest.prototype.groupId = "";
             ChatRequest.prototype.channel = "";
             ChatRequest.prototype.noMemory = false;
+            ChatRequest.prototype.priority = 0;
 
             ChatRequest.create = function create(properties) {
                 return new ChatRequest(properties);
@@ -8766,6 +8826,8 @@ $root.hearth = (function() {
                     writer.uint32(34).string(message.channel);
                 if (message.noMemory != null && Object.hasOwnProperty.call(message, "noMemory"))
                     writer.uint32(40).bool(message.noMemory);
+                if (message.priority != null && Object.hasOwnProperty.call(message, "priority"))
+                    writer.uint32(48).int32(message.priority);
                 return writer;
             };
 
@@ -8812,6 +8874,10 @@ $root.hearth = (function() {
                             message.noMemory = reader.bool();
                             break;
                         }
+                    case 6: {
+                            message.priority = reader.int32();
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -8852,11 +8918,12 @@ $root.hearth = (function() {
             ChatEvent.prototype.pluginReply = null;
             ChatEvent.prototype.shortCircuit = null;
             ChatEvent.prototype.interrupted = null;
+            ChatEvent.prototype.queued = null;
 
             var $oneOfFields;
 
             Object.defineProperty(ChatEvent.prototype, "event", {
-                get: $util.oneOfGetter($oneOfFields = ["textDelta", "toolCallStarted", "toolCallFinished", "confirmRequest", "final", "pluginReply", "shortCircuit", "interrupted"]),
+                get: $util.oneOfGetter($oneOfFields = ["textDelta", "toolCallStarted", "toolCallFinished", "confirmRequest", "final", "pluginReply", "shortCircuit", "interrupted", "queued"]),
                 set: $util.oneOfSetter($oneOfFields)
             });
 
@@ -8887,6 +8954,8 @@ $root.hearth = (function() {
                     $root.hearth.v1.ShortCircuit.encode(message.shortCircuit, writer.uint32(58).fork(), q + 1).ldelim();
                 if (message.interrupted != null && Object.hasOwnProperty.call(message, "interrupted"))
                     $root.hearth.v1.Interrupted.encode(message.interrupted, writer.uint32(66).fork(), q + 1).ldelim();
+                if (message.queued != null && Object.hasOwnProperty.call(message, "queued"))
+                    $root.hearth.v1.Queued.encode(message.queued, writer.uint32(74).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -8945,6 +9014,10 @@ $root.hearth = (function() {
                             message.interrupted = $root.hearth.v1.Interrupted.decode(reader, reader.uint32(), undefined, long + 1);
                             break;
                         }
+                    case 9: {
+                            message.queued = $root.hearth.v1.Queued.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -8966,6 +9039,90 @@ $root.hearth = (function() {
             };
 
             return ChatEvent;
+        })();
+
+        v1.Queued = (function() {
+
+            function Queued(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            Queued.prototype.ahead = 0;
+            Queued.prototype.conversation = "";
+
+            Queued.create = function create(properties) {
+                return new Queued(properties);
+            };
+
+            Queued.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.ahead != null && Object.hasOwnProperty.call(message, "ahead"))
+                    writer.uint32(8).uint32(message.ahead);
+                if (message.conversation != null && Object.hasOwnProperty.call(message, "conversation"))
+                    writer.uint32(18).string(message.conversation);
+                return writer;
+            };
+
+            Queued.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.Queued();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.ahead = reader.uint32();
+                            break;
+                        }
+                    case 2: {
+                            message.conversation = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            Queued.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.Queued";
+            };
+
+            return Queued;
         })();
 
         v1.ShortCircuit = (function() {
@@ -9157,6 +9314,9 @@ $root.hearth = (function() {
             AgentInjectRequest.prototype.text = "";
             AgentInjectRequest.prototype.interrupt = false;
             AgentInjectRequest.prototype.noMemory = false;
+            AgentInjectRequest.prototype.userId = "";
+            AgentInjectRequest.prototype.groupId = "";
+            AgentInjectRequest.prototype.priority = 0;
 
             AgentInjectRequest.create = function create(properties) {
                 return new AgentInjectRequest(properties);
@@ -9179,6 +9339,12 @@ $root.hearth = (function() {
                     writer.uint32(32).bool(message.interrupt);
                 if (message.noMemory != null && Object.hasOwnProperty.call(message, "noMemory"))
                     writer.uint32(40).bool(message.noMemory);
+                if (message.userId != null && Object.hasOwnProperty.call(message, "userId"))
+                    writer.uint32(50).string(message.userId);
+                if (message.groupId != null && Object.hasOwnProperty.call(message, "groupId"))
+                    writer.uint32(58).string(message.groupId);
+                if (message.priority != null && Object.hasOwnProperty.call(message, "priority"))
+                    writer.uint32(64).int32(message.priority);
                 return writer;
             };
 
@@ -9225,6 +9391,18 @@ $root.hearth = (function() {
                             message.noMemory = reader.bool();
                             break;
                         }
+                    case 6: {
+                            message.userId = reader.string();
+                            break;
+                        }
+                    case 7: {
+                            message.groupId = reader.string();
+                            break;
+                        }
+                    case 8: {
+                            message.priority = reader.int32();
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -9258,6 +9436,8 @@ $root.hearth = (function() {
             }
 
             InjectAck.prototype.ahead = 0;
+            InjectAck.prototype.conversation = "";
+            InjectAck.prototype.interrupted = false;
 
             InjectAck.create = function create(properties) {
                 return new InjectAck(properties);
@@ -9272,6 +9452,10 @@ $root.hearth = (function() {
                     throw Error("max depth exceeded");
                 if (message.ahead != null && Object.hasOwnProperty.call(message, "ahead"))
                     writer.uint32(8).uint32(message.ahead);
+                if (message.conversation != null && Object.hasOwnProperty.call(message, "conversation"))
+                    writer.uint32(18).string(message.conversation);
+                if (message.interrupted != null && Object.hasOwnProperty.call(message, "interrupted"))
+                    writer.uint32(24).bool(message.interrupted);
                 return writer;
             };
 
@@ -9300,6 +9484,14 @@ $root.hearth = (function() {
                     switch (tag >>> 3) {
                     case 1: {
                             message.ahead = reader.uint32();
+                            break;
+                        }
+                    case 2: {
+                            message.conversation = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.interrupted = reader.bool();
                             break;
                         }
                     default:
@@ -10022,6 +10214,7 @@ $root.hearth = (function() {
 
             PluginReply.prototype.plugin = "";
             PluginReply.prototype.text = "";
+            PluginReply.prototype.inline = false;
 
             PluginReply.create = function create(properties) {
                 return new PluginReply(properties);
@@ -10038,6 +10231,8 @@ $root.hearth = (function() {
                     writer.uint32(10).string(message.plugin);
                 if (message.text != null && Object.hasOwnProperty.call(message, "text"))
                     writer.uint32(18).string(message.text);
+                if (message.inline != null && Object.hasOwnProperty.call(message, "inline"))
+                    writer.uint32(24).bool(message.inline);
                 return writer;
             };
 
@@ -10070,6 +10265,10 @@ $root.hearth = (function() {
                         }
                     case 2: {
                             message.text = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.inline = reader.bool();
                             break;
                         }
                     default:

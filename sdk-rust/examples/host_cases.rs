@@ -257,7 +257,7 @@ fn check_match(exp: &Value, got: &Value, path: &str) -> Option<String> {
 
 // ---------------------------------------------------------------- calls
 
-fn arg<'a>(args: &'a [Value], i: usize) -> Result<&'a Value, Failure> {
+fn arg(args: &[Value], i: usize) -> Result<&Value, Failure> {
     args.get(i)
         .ok_or_else(|| other(format!("argument {i} missing")))
 }

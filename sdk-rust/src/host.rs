@@ -193,6 +193,7 @@ impl Host {
             source: self.plugin.clone(),
             channel: channel.into(),
             text: text.into(),
+            ..Default::default()
         }
     }
 }

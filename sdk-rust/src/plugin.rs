@@ -266,6 +266,7 @@ impl Registrar {
                 stage: stage.into(),
                 own_tools_only,
                 hook_id,
+                no_context_msgs: false,
             },
             handler,
         });

@@ -404,7 +404,7 @@ async fn an_interrupt_cancels_a_streaming_reply_and_joins_the_turn() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (code, out, err) = b.cli(&["inject", "--interrupt", "STOP"]);
+    let (code, out, err) = b.cli(&["inject", "--interrupt", "--user", "u", "STOP"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("interrupt delivered"), "{out}");
     let events = chat.await.unwrap();

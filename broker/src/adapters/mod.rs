@@ -375,7 +375,10 @@ impl Adapter {
     }
 
     /// The unified CompletionRequest JSON → the body to send to the API.
-    pub fn transform_request(&self, request: &Value) -> Result<Value, AdapterError> {
+    pub fn transform_request<T: serde::Serialize + ?Sized>(
+        &self,
+        request: &T,
+    ) -> Result<Value, AdapterError> {
         let input = serde_json::to_string(request).map_err(|e| AdapterError::Input {
             adapter: self.name.clone(),
             function: TRANSFORM_REQUEST.to_owned(),

@@ -15,21 +15,25 @@ use crate::llm::SourcePool;
 use tonic::{Request, Response, Status};
 
 use crate::error::CallError;
+use crate::router::ToolRouter;
 use crate::supervisor::{PluginSnapshot, Supervisor};
 
 /// `Admin`: what the CLI uses. Every call must carry the admin token.
 #[derive(Debug, Clone)]
 pub struct AdminService {
+    router: Arc<ToolRouter>,
     supervisor: Arc<Supervisor>,
     sources: Arc<SourcePool>,
     token: Arc<str>,
 }
 
 impl AdminService {
-    /// Serves `supervisor` and the LLM `sources`, accepting calls that carry `token`.
-    pub fn new(supervisor: Arc<Supervisor>, sources: Arc<SourcePool>, token: String) -> Self {
+    /// Serves the router's plugins and the LLM `sources`, accepting calls that carry
+    /// `token`.
+    pub fn new(router: Arc<ToolRouter>, sources: Arc<SourcePool>, token: String) -> Self {
         AdminService {
-            supervisor,
+            supervisor: router.supervisor().clone(),
+            router,
             sources,
             token: token.into(),
         }
@@ -51,6 +55,9 @@ impl AdminService {
                 cooldown_ms: s.cooldown.map(|d| d.as_millis() as u64).unwrap_or(0),
                 failures: s.failures,
                 last_error: s.last_error,
+                max_concurrent: s.source.max_concurrent,
+                in_flight: s.in_flight,
+                waiting: s.waiting,
             })
             .collect();
         ListSourcesResponse {
@@ -270,8 +277,8 @@ impl Admin for AdminService {
             session_id: String::new(),
         };
         let outcome = self
-            .supervisor
-            .call_tool(&req.name, &req.args_json, timeout, Some(sender))
+            .router
+            .call_json(&req.name, &req.args_json, timeout, Some(sender))
             .await;
         let elapsed_us = started.elapsed().as_micros() as u64;
         match outcome {

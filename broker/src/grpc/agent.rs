@@ -4,14 +4,13 @@ use hearth_proto::v1::agent_server::Agent as AgentRpc;
 use hearth_proto::v1::input_server::Input;
 use hearth_proto::v1::{
     AgentInjectRequest, ChatEvent, ChatRequest, ConfirmAck, ConfirmResponse, Empty, InjectAck,
-    InjectRequest,
+    InjectRequest, Priority,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
-use crate::agent::Agent;
-use crate::pipeline::turn::TurnInput;
+use crate::agent::{Agent, TurnInput};
 use crate::supervisor::Supervisor;
 
 /// `Agent`: chat turns and injected input for clients (admin token).
@@ -39,6 +38,18 @@ fn or_default(s: String, default: &str) -> String {
     }
 }
 
+/// The priority a request asked for, else `default`. Errors: INVALID_ARGUMENT for a
+/// number that is not a level.
+fn priority(value: i32, default: Priority) -> Result<Priority, Status> {
+    match Priority::try_from(value) {
+        Ok(Priority::Unspecified) => Ok(default),
+        Ok(p) => Ok(p),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "priority {value} is not a level: 1 background, 2 message, 3 interactive, 4 critical"
+        ))),
+    }
+}
+
 #[tonic::async_trait]
 impl AgentRpc for AgentService {
     type ChatStream =
@@ -60,7 +71,8 @@ impl AgentRpc for AgentService {
             channel: or_default(req.channel, "cli"),
             no_memory: req.no_memory,
             can_confirm: true,
-        });
+            priority: priority(req.priority, Priority::Interactive)?,
+        })?;
         Ok(Response::new(Box::pin(
             UnboundedReceiverStream::new(events).map(Ok),
         )))
@@ -94,15 +106,18 @@ impl AgentRpc for AgentService {
         let source = or_default(req.source, "cli");
         let input = TurnInput {
             text: req.text,
-            user_id: source.clone(),
-            group_id: String::new(),
+            user_id: or_default(req.user_id, &source),
+            group_id: req.group_id,
             channel: or_default(req.channel, "cli"),
             no_memory: req.no_memory,
             can_confirm: false,
+            priority: priority(req.priority, Priority::Background)?,
         };
-        let ahead = self.agent.inject(&source, input, req.interrupt);
+        let accepted = self.agent.inject(&source, input, req.interrupt)?;
         Ok(Response::new(InjectAck {
-            ahead: ahead as u32,
+            ahead: accepted.ahead as u32,
+            conversation: accepted.conversation,
+            interrupted: accepted.interrupted,
         }))
     }
 }
@@ -141,13 +156,20 @@ impl InputService {
         let source = or_default(req.source, &plugin);
         let input = TurnInput {
             text: req.text,
-            user_id: source.clone(),
-            group_id: String::new(),
+            user_id: or_default(req.user_id, &source),
+            group_id: req.group_id,
             channel: or_default(req.channel, &plugin),
             no_memory,
             can_confirm: false,
+            priority: priority(req.priority, Priority::Background)?,
         };
-        self.agent.inject(&source, input, interrupt);
+        self.agent.inject(&source, input, interrupt).map_err(|e| {
+            let s = Status::from(e);
+            Status::new(
+                s.code(),
+                format!("plugin {plugin}: inject: {}", s.message()),
+            )
+        })?;
         Ok(Response::new(Empty {}))
     }
 }

@@ -10,6 +10,7 @@
 //! adapter = "openai"
 //! priority = 1                       # lower is tried first
 //! timeout_s = 120
+//! max_concurrent = 8                 # requests in flight to this source (0 = no limit)
 //!
 //! [agent]
 //! system_prompt = "You are a helpful assistant."
@@ -19,6 +20,10 @@
 //! hook_timeout_ms = 5000
 //! confirm_timeout_s = 60             # ai.tool `confirm`: how long the user has to answer
 //! memory_top_k = 3                   # documents and knowledge entries recalled per message
+//! max_concurrent_turns = 64          # turns running at once (different conversations)
+//! queue_per_conversation = 32        # messages waiting per conversation; more = "busy"
+//! source_queue_timeout_ms = 5000     # wait for a source slot before trying the next
+//! turn_timeout_s = 600               # a turn that takes longer is cancelled (0 = none)
 //!
 //! [memory]
 //! text_max_file_mb = 64              # TextMemory: a file never grows past this (0 = no limit)
@@ -52,6 +57,9 @@ pub struct Source {
     pub priority: i64,
     /// Request timeout (whole response, or between streamed chunks).
     pub timeout: Duration,
+    /// Most requests in flight to this source at once (seed provider config
+    /// `max_concurrent`); 0 = no limit. Requests beyond it wait for a slot.
+    pub max_concurrent: u32,
 }
 
 impl Source {
@@ -89,6 +97,18 @@ pub struct AgentSettings {
     /// DocMemory documents and Knowledge entries added to the context per message,
     /// each (0 = none; graph memory is recalled regardless).
     pub memory_top_k: u32,
+    /// Turns (of different conversations) running at once; more wait, scheduled by
+    /// priority and round-robin across conversations.
+    pub max_concurrent_turns: usize,
+    /// Messages that may wait per conversation (the running one not counted); one
+    /// more is refused as "conversation busy".
+    pub queue_per_conversation: usize,
+    /// How long an LLM request waits for a slot of a source at its `max_concurrent`
+    /// before the next source by priority is tried.
+    pub source_queue_timeout: Duration,
+    /// A turn running longer than this is cancelled with a clear error (`None` = no
+    /// limit). Waits for LLM source slots count toward it.
+    pub turn_timeout: Option<Duration>,
 }
 
 impl Default for AgentSettings {
@@ -103,6 +123,10 @@ impl Default for AgentSettings {
             hook_timeout: Duration::from_millis(crate::pipeline::DEFAULT_HOOK_TIMEOUT_MS),
             confirm_timeout: Duration::from_secs(60),
             memory_top_k: 3,
+            max_concurrent_turns: 64,
+            queue_per_conversation: 32,
+            source_queue_timeout: Duration::from_millis(5000),
+            turn_timeout: Some(Duration::from_secs(600)),
         }
     }
 }
@@ -139,6 +163,8 @@ struct RawSource {
     #[serde(default)]
     priority: i64,
     timeout_s: Option<f64>,
+    #[serde(default)]
+    max_concurrent: u32,
 }
 
 fn default_adapter() -> String {
@@ -155,6 +181,10 @@ struct RawAgent {
     hook_timeout_ms: Option<u64>,
     confirm_timeout_s: Option<f64>,
     memory_top_k: Option<u32>,
+    max_concurrent_turns: Option<usize>,
+    queue_per_conversation: Option<usize>,
+    source_queue_timeout_ms: Option<u64>,
+    turn_timeout_s: Option<f64>,
 }
 
 /// Quick-start overrides from flags or environment: one source that goes first.
@@ -215,6 +245,7 @@ impl Config {
                 adapter: s.adapter,
                 priority: s.priority,
                 timeout: Duration::from_secs_f64(timeout),
+                max_concurrent: s.max_concurrent,
             });
         }
         sources.sort_by_key(|s| s.priority);
@@ -230,6 +261,7 @@ impl Config {
                     adapter: quick.adapter.clone().unwrap_or_else(default_adapter),
                     priority: i64::MIN,
                     timeout: Duration::from_secs(120),
+                    max_concurrent: 0,
                 },
             );
         }
@@ -274,6 +306,34 @@ impl Config {
                     .memory_top_k
                     .unwrap_or(d.memory_top_k)
                     .min(crate::storage::MAX_TOP_K),
+                max_concurrent_turns: match a.max_concurrent_turns {
+                    Some(0) => {
+                        return Err(format!(
+                            "{}: [agent] max_concurrent_turns must be >= 1",
+                            path.display()
+                        ))
+                    }
+                    Some(n) => n,
+                    None => d.max_concurrent_turns,
+                },
+                queue_per_conversation: a
+                    .queue_per_conversation
+                    .unwrap_or(d.queue_per_conversation),
+                source_queue_timeout: a
+                    .source_queue_timeout_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or(d.source_queue_timeout),
+                turn_timeout: match a.turn_timeout_s {
+                    Some(0.0) => None,
+                    Some(t) if !(t.is_finite() && t > 0.0) => {
+                        return Err(format!(
+                            "{}: [agent] turn_timeout_s must be >= 0 (0 = no limit)",
+                            path.display()
+                        ))
+                    }
+                    Some(t) => Some(Duration::from_secs_f64(t)),
+                    None => d.turn_timeout,
+                },
             },
         })
     }
@@ -328,17 +388,26 @@ mod tests {
         let file = dir.path().join(CONFIG_FILE);
         std::fs::write(
             &file,
-            "[agent]\nconfirm_timeout_s = 2.5\nmemory_top_k = 7\n[memory]\ntext_max_file_mb = 0.5\ntext_max_age_days = 0\n",
+            "[agent]\nconfirm_timeout_s = 2.5\nmemory_top_k = 7\nmax_concurrent_turns = 3\n\
+             queue_per_conversation = 0\nsource_queue_timeout_ms = 250\nturn_timeout_s = 0\n\
+             [memory]\ntext_max_file_mb = 0.5\ntext_max_age_days = 0\n",
         )
         .unwrap();
         let c = Config::load(dir.path(), &QuickSource::default()).unwrap();
         assert_eq!(c.agent.confirm_timeout, Duration::from_millis(2500));
         assert_eq!(c.agent.memory_top_k, 7);
+        assert_eq!(c.agent.max_concurrent_turns, 3);
+        assert_eq!(c.agent.queue_per_conversation, 0);
+        assert_eq!(c.agent.source_queue_timeout, Duration::from_millis(250));
+        assert_eq!(c.agent.turn_timeout, None);
         assert_eq!(c.text_memory.max_file_bytes, 512 * 1024);
         assert_eq!(c.text_memory.max_age_days, 0);
         std::fs::write(&file, "[agent]\nconfirm_timeout_s = 0\n").unwrap();
         let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
         assert!(err.contains("confirm_timeout_s must be > 0"), "{err}");
+        std::fs::write(&file, "[agent]\nmax_concurrent_turns = 0\n").unwrap();
+        let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
+        assert!(err.contains("max_concurrent_turns must be >= 1"), "{err}");
         std::fs::write(&file, "[memory]\ntext_max_age = 3\n").unwrap();
         let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
         assert!(err.contains("text_max_age"), "{err}");

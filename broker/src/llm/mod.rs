@@ -2,12 +2,16 @@
 //!
 //! - [`config`]: `<data_dir>/hearth.toml` (`[[sources]]`, `[agent]`) and the quick-start
 //!   flags/environment.
-//! - [`pool`]: the sources' health and failover order.
+//! - [`message`]: the unified messages and completion request, typed.
+//! - [`pool`]: the sources' health, failover order and load (`max_concurrent` slots).
+//! - [`failover`]: one completion across the sources in order.
 //! - this module: [`LlmClient::complete`] — unified CompletionRequest → adapter →
 //!   HTTP (plain or SSE) → adapter → unified [`CompletionResponse`], text deltas to
 //!   the caller as they arrive, streamed tool-call fragments assembled by index.
 
 pub mod config;
+pub mod failover;
+pub mod message;
 pub mod pool;
 
 use std::collections::BTreeMap;
@@ -23,7 +27,8 @@ use crate::adapters::{
     AdapterError, AdapterSet, CompletionResponse, StreamChunk, StreamFormat, TokenUsage, ToolCall,
 };
 pub use config::{AgentSettings, Source};
-pub use pool::{SourcePool, SourceStatus};
+pub use message::{CompletionRequest, FunctionCall, Message, MessageToolCall};
+pub use pool::{SourcePool, SourceSlot, SourceStatus};
 
 /// Longest error body quoted in an error, in bytes.
 const MAX_QUOTED_BODY: usize = 2048;
@@ -111,15 +116,10 @@ impl LlmClient {
         &self,
         source: &Source,
         mut request: Value,
-        mut on_delta: impl FnMut(Delta),
+        on_delta: impl FnMut(Delta),
         cancel: &CancellationToken,
     ) -> Result<CompletionResponse, LlmError> {
-        let name = source.name.clone();
-        let adapter_err = |error| LlmError::Adapter {
-            source_name: name.clone(),
-            error,
-        };
-        let adapter = self.adapters.get(&source.adapter).map_err(adapter_err)?;
+        let adapter = self.adapter(source)?;
         if request
             .get("model")
             .is_none_or(|m| m.as_str().is_none_or(str::is_empty))
@@ -132,7 +132,59 @@ impl LlmClient {
             .unwrap_or(false)
             && adapter.supports_streaming();
         request["stream"] = Value::Bool(stream);
-        let body = adapter.transform_request(&request).map_err(adapter_err)?;
+        self.send(source, &adapter, &request, stream, on_delta, cancel)
+            .await
+    }
+
+    /// [`LlmClient::complete`] for a typed request (the tool loop's path): `model`
+    /// empty = the source's, streaming only when the adapter can. The request is
+    /// serialized once, for the adapter.
+    pub async fn complete_request(
+        &self,
+        source: &Source,
+        request: &CompletionRequest<'_>,
+        on_delta: impl FnMut(Delta),
+        cancel: &CancellationToken,
+    ) -> Result<CompletionResponse, LlmError> {
+        let adapter = self.adapter(source)?;
+        let stream = request.stream && adapter.supports_streaming();
+        let request = CompletionRequest {
+            model: if request.model.is_empty() {
+                &source.model
+            } else {
+                request.model
+            },
+            stream,
+            ..*request
+        };
+        self.send(source, &adapter, &request, stream, on_delta, cancel)
+            .await
+    }
+
+    fn adapter(&self, source: &Source) -> Result<Arc<crate::adapters::Adapter>, LlmError> {
+        self.adapters
+            .get(&source.adapter)
+            .map_err(|error| LlmError::Adapter {
+                source_name: source.name.clone(),
+                error,
+            })
+    }
+
+    async fn send<T: serde::Serialize + ?Sized>(
+        &self,
+        source: &Source,
+        adapter: &crate::adapters::Adapter,
+        request: &T,
+        stream: bool,
+        mut on_delta: impl FnMut(Delta),
+        cancel: &CancellationToken,
+    ) -> Result<CompletionResponse, LlmError> {
+        let name = source.name.clone();
+        let adapter_err = |error| LlmError::Adapter {
+            source_name: name.clone(),
+            error,
+        };
+        let body = adapter.transform_request(request).map_err(adapter_err)?;
         // Some APIs stream from another path (Gemini's `:streamGenerateContent`).
         let path = match stream {
             true => adapter.stream_endpoint().unwrap_or(adapter.endpoint()),

@@ -5,9 +5,16 @@
 //! The order of a request: the source chosen with `SetSource` / `hearth llm use`
 //! first, then the others by `priority`; sources taken out are skipped, sources in
 //! cooldown are tried only when no other is left (the one whose cooldown ends first).
+//!
+//! Load: a source with `max_concurrent` N has N slots; a request holds one while it
+//! runs ([`SourcePool::slot`]) and waits, in arrival order, when all are taken. The
+//! pool counts requests in flight and waiting per source for `hearth llm list`.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{LlmError, Source};
 
@@ -40,23 +47,114 @@ pub struct SourceStatus {
     pub failures: u32,
     /// The last error, empty when none.
     pub last_error: String,
+    /// Requests in flight to it.
+    pub in_flight: u32,
+    /// Requests waiting for one of its `max_concurrent` slots.
+    pub waiting: u32,
 }
 
-/// Sources with their health.
+/// One source's load: its slots (when it has `max_concurrent`) and counters.
+#[derive(Debug, Default)]
+struct Load {
+    slots: Option<Arc<Semaphore>>,
+    in_flight: Arc<AtomicU32>,
+    waiting: AtomicU32,
+}
+
+/// A request's hold on a source: counts as in flight until dropped, and holds one of
+/// the source's `max_concurrent` slots when it has a limit.
+#[derive(Debug)]
+pub struct SourceSlot {
+    _permit: Option<OwnedSemaphorePermit>,
+    in_flight: Arc<AtomicU32>,
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a waiter while it lives.
+struct Waiting<'a>(&'a AtomicU32);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Sources with their health and load.
 #[derive(Debug)]
 pub struct SourcePool {
     sources: Vec<Source>,
     state: Mutex<(Option<String>, Vec<Health>)>,
+    load: Vec<Load>,
 }
 
 impl SourcePool {
     /// A pool of `sources` (sorted by priority already).
     pub fn new(sources: Vec<Source>) -> SourcePool {
         let n = sources.len();
+        let load = sources
+            .iter()
+            .map(|s| Load {
+                slots: (s.max_concurrent > 0)
+                    .then(|| Arc::new(Semaphore::new(s.max_concurrent as usize))),
+                ..Load::default()
+            })
+            .collect();
         SourcePool {
             sources,
             state: Mutex::new((None, vec![Health::default(); n])),
+            load,
         }
+    }
+
+    /// A slot of source `name`: at once when it has no limit or a free slot, else the
+    /// first one freed within `wait` (waiters are served in arrival order). `None`
+    /// when `wait` passed (or the source is unknown).
+    pub async fn slot(&self, name: &str, wait: Duration) -> Option<SourceSlot> {
+        let load = &self.load[self.index(name)?];
+        let permit = match &load.slots {
+            None => None,
+            Some(slots) => match slots.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) if wait.is_zero() => return None,
+                Err(_) => {
+                    load.waiting.fetch_add(1, Ordering::Relaxed);
+                    let _waiting = Waiting(&load.waiting);
+                    match tokio::time::timeout(wait, slots.clone().acquire_owned()).await {
+                        Ok(Ok(p)) => Some(p),
+                        _ => return None,
+                    }
+                }
+            },
+        };
+        load.in_flight.fetch_add(1, Ordering::Relaxed);
+        Some(SourceSlot {
+            _permit: permit,
+            in_flight: load.in_flight.clone(),
+        })
+    }
+
+    /// One line per source of `names` on its load, for errors: `a: 4 in flight (max
+    /// 4), 7 waiting`.
+    pub fn load_report(&self, names: &[&str]) -> String {
+        names
+            .iter()
+            .filter_map(|n| {
+                let i = self.index(n)?;
+                let l = &self.load[i];
+                Some(format!(
+                    "{n}: {} in flight (max_concurrent {}), {} waiting",
+                    l.in_flight.load(Ordering::Relaxed),
+                    self.sources[i].max_concurrent,
+                    l.waiting.load(Ordering::Relaxed)
+                ))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// Names of every source, in priority order.
@@ -172,9 +270,12 @@ impl SourcePool {
         self.sources
             .iter()
             .zip(&state.1)
-            .map(|(s, h)| {
+            .zip(&self.load)
+            .map(|((s, h), l)| {
                 let cooldown = h.cooldown_until.filter(|t| *t > now).map(|t| t - now);
                 SourceStatus {
+                    in_flight: l.in_flight.load(Ordering::Relaxed),
+                    waiting: l.waiting.load(Ordering::Relaxed),
                     source: s.clone(),
                     current: state.0.as_deref() == Some(s.name.as_str()),
                     state: if h.out.is_some() {
@@ -207,6 +308,7 @@ mod tests {
             adapter: "openai".into(),
             priority: 0,
             timeout: Duration::from_secs(1),
+            max_concurrent: 0,
         }
     }
 
@@ -244,5 +346,35 @@ mod tests {
         p.set_current("a").unwrap();
         assert_eq!(names(&p)[0], "a");
         assert!(p.set_current("zz").unwrap_err().contains("known: a, b, c"));
+    }
+
+    #[tokio::test]
+    async fn slots_cap_requests_in_flight_and_count_waiters() {
+        let mut limited = source("a");
+        limited.max_concurrent = 2;
+        let p = Arc::new(SourcePool::new(vec![limited, source("b")]));
+        let one = p.slot("a", Duration::ZERO).await.unwrap();
+        let _two = p.slot("a", Duration::ZERO).await.unwrap();
+        assert!(p.slot("a", Duration::ZERO).await.is_none());
+        // A waiter is counted, and served when a slot frees.
+        let waiter = {
+            let p = p.clone();
+            tokio::spawn(async move { p.slot("a", Duration::from_secs(10)).await.is_some() })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let a = &p.statuses()[0];
+        assert_eq!((a.in_flight, a.waiting), (2, 1));
+        drop(one);
+        assert!(waiter.await.unwrap());
+        // The waiter's task ended and let its slot go.
+        let a = &p.statuses()[0];
+        assert_eq!((a.in_flight, a.waiting), (1, 0));
+        let _three = p.slot("a", Duration::ZERO).await.unwrap();
+        // A wait that passes gives no slot; an unlimited source always has one.
+        assert!(p.slot("a", Duration::from_millis(50)).await.is_none());
+        assert_eq!(p.statuses()[0].waiting, 0);
+        let _b: Vec<_> =
+            futures_util::future::join_all((0..10).map(|_| p.slot("b", Duration::ZERO))).await;
+        assert_eq!(p.statuses()[1].in_flight, 10);
     }
 }

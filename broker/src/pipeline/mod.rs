@@ -2,11 +2,12 @@
 //! tool call: `before_toolcall` → execute → `after_toolcall`]* → `before_output` →
 //! `after_output` (DESIGN.md "Pipeline"; seed `homeagent-plugin-sdk-api.md`).
 //!
-//! - [`permissions`]: the permission matrix, enforced after every hook.
+//! - [`permissions`]: the permission matrix, enforced after every hook, and what
+//!   each stage's hooks receive.
 //! - [`memory`]: graph memory, documents and knowledge recalled before `pre_action`.
 //! - [`policy`]: LinkZone `ai.tool` call policies (max_calls, cooldown, confirm).
-//! - [`turn`]: one turn of the agent (stages, the LLM tool-calling loop, history).
-//! - this module: running the hooks of one stage.
+//! - this module: running the hooks of one stage. The turn that drives the stages is
+//!   [`crate::agent::turn`].
 //!
 //! Hooks of one stage run in plugin load order, then registration order, each
 //! seeing the previous one's writes. `after_output` hooks only observe and run
@@ -17,7 +18,6 @@
 pub mod memory;
 pub mod permissions;
 pub mod policy;
-pub mod turn;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +26,8 @@ use hearth_proto::stage_name;
 use hearth_proto::v1::{Stage, StageContext};
 
 use crate::registry::Hook;
-use crate::supervisor::session::InvokeError;
-use crate::supervisor::Supervisor;
+use crate::router::ToolRouter;
+use permissions::Visible;
 
 /// Default time one hook may take, in milliseconds.
 pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5000;
@@ -41,51 +41,48 @@ pub struct ShortCircuit {
     pub plugin: String,
 }
 
-/// Runs stage hooks on plugins.
+/// Runs stage hooks on plugins, through the router (ready session, restart wait,
+/// `max_concurrency`).
 #[derive(Debug, Clone)]
 pub struct Hooks {
-    supervisor: Arc<Supervisor>,
+    router: Arc<ToolRouter>,
     timeout: Duration,
 }
 
 impl Hooks {
-    /// Hooks of `supervisor`'s plugins, each allowed `timeout`.
-    pub fn new(supervisor: Arc<Supervisor>, timeout: Duration) -> Hooks {
-        Hooks {
-            supervisor,
-            timeout,
-        }
+    /// Hooks of the router's plugins, each allowed `timeout`.
+    pub fn new(router: Arc<ToolRouter>, timeout: Duration) -> Hooks {
+        Hooks { router, timeout }
     }
 
     /// Every hook of `stage` in run order; `tool_owner` (the plugin owning the tool
     /// of a `before_toolcall`/`after_toolcall`) filters own-tools hooks.
     fn hooks(&self, stage: Stage, tool_owner: Option<&str>) -> Vec<Hook> {
+        let all = self.router.registry().stage_hooks(stage);
         let toolcall = matches!(stage, Stage::BeforeToolcall | Stage::AfterToolcall);
-        let registry = self.supervisor.registry();
-        self.supervisor
-            .plugins()
-            .iter()
-            .flat_map(|p| registry.hooks(p.name(), stage))
+        all.iter()
             .filter(|h| !(toolcall && h.own_tools_only && tool_owner != Some(h.plugin.as_str())))
+            .cloned()
             .collect()
     }
 
-    /// Sends `ctx` to one hook and returns the context it answered, or `None` (logged)
-    /// when the plugin is not ready, failed, timed out or answered an error.
-    async fn call(&self, hook: &Hook, ctx: &StageContext) -> Option<StageContext> {
+    /// True when some plugin hooks `stage` (for `tool_owner`'s tools, at the
+    /// tool-call stages). Callers skip preparing a stage's context when none does.
+    pub fn any(&self, stage: Stage, tool_owner: Option<&str>) -> bool {
+        let all = self.router.registry().stage_hooks(stage);
+        if !matches!(stage, Stage::BeforeToolcall | Stage::AfterToolcall) {
+            return !all.is_empty();
+        }
+        all.iter()
+            .any(|h| !h.own_tools_only || tool_owner == Some(h.plugin.as_str()))
+    }
+
+    /// Sends `ctx` (what the hook may see of it) to one hook and returns the context
+    /// it answered, or `None` (logged) when the plugin is not ready, failed, timed
+    /// out or answered an error.
+    async fn call(&self, hook: &Hook, ctx: StageContext) -> Option<StageContext> {
         let stage = hook.stage;
-        let plugin = self.supervisor.plugin(&hook.plugin)?;
-        let session = plugin.session.borrow().clone();
-        let Some(session) = session else {
-            tracing::warn!(plugin = %hook.plugin, stage = stage_name(stage), hook = %hook.hook_id, "hook skipped: plugin not ready");
-            return None;
-        };
-        let mut sent = ctx.clone();
-        sent.phase = stage as i32;
-        match session
-            .run_stage(stage, &hook.hook_id, sent, self.timeout)
-            .await
-        {
+        match self.router.run_stage(hook, ctx, self.timeout).await {
             Ok(r) if !r.error.is_empty() => {
                 tracing::warn!(plugin = %hook.plugin, stage = stage_name(stage), hook = %hook.hook_id, "hook failed, its writes skipped: {}", r.error);
                 None
@@ -100,22 +97,18 @@ impl Hooks {
                     None
                 }
             },
-            Err(InvokeError::Failed(e)) => {
+            Err(e) => {
                 tracing::warn!(plugin = %hook.plugin, stage = stage_name(stage), hook = %hook.hook_id, "hook skipped: {e}");
-                None
-            }
-            Err(InvokeError::NotSent(reason)) => {
-                tracing::warn!(plugin = %hook.plugin, stage = stage_name(stage), hook = %hook.hook_id, "hook skipped: plugin {reason}");
                 None
             }
         }
     }
 
-    /// Runs the hooks of `stage` on `ctx` in order, applying each one's permitted
-    /// writes. Stops at the first hook that sets `response` (except in
-    /// `before_toolcall`, where `response` denies only that call and the caller
-    /// decides) and returns who did. `after_output` hooks run concurrently and
-    /// change nothing.
+    /// Runs the hooks of `stage` on `ctx` in order, each receiving what its stage
+    /// may see ([`permissions::view`]) and its permitted writes applied. Stops at the
+    /// first hook that sets `response` (except in `before_toolcall`, where
+    /// `response` denies only that call and the caller decides) and returns who did.
+    /// `after_output` hooks run concurrently and change nothing.
     pub async fn run(
         &self,
         stage: Stage,
@@ -124,22 +117,32 @@ impl Hooks {
     ) -> Option<ShortCircuit> {
         ctx.phase = stage as i32;
         let hooks = self.hooks(stage, tool_owner);
+        if hooks.is_empty() {
+            return None;
+        }
         if stage == Stage::AfterOutput {
-            let seen = ctx.clone();
-            let calls = hooks.iter().map(|h| async {
-                if let Some(answer) = self.call(h, &seen).await {
-                    let dropped = permissions::apply(stage, &mut seen.clone(), answer);
-                    report(h, &dropped);
+            let visible = Visible::of(stage, true);
+            let sent = permissions::view(stage, ctx, visible);
+            let calls = hooks.iter().map(|h| {
+                let sent = sent.clone();
+                async move {
+                    let mut seen = sent.clone();
+                    if let Some(answer) = self.call(h, sent).await {
+                        let dropped = permissions::apply(stage, visible, &mut seen, answer);
+                        report(h, &dropped);
+                    }
                 }
             });
             futures_util::future::join_all(calls).await;
             return None;
         }
         for hook in &hooks {
-            let Some(answer) = self.call(hook, ctx).await else {
+            let visible = Visible::of(stage, !hook.no_context_msgs);
+            let sent = permissions::view(stage, ctx, visible);
+            let Some(answer) = self.call(hook, sent).await else {
                 continue;
             };
-            let dropped = permissions::apply(stage, ctx, answer);
+            let dropped = permissions::apply(stage, visible, ctx, answer);
             report(hook, &dropped);
             if ctx.response.is_some() {
                 if stage != Stage::BeforeToolcall {

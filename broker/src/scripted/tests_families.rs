@@ -128,6 +128,7 @@ fn tool(name: &str, arg: &str) -> Value {
 /// (source, expected family, path of a plain request, of a streamed one)
 fn sources(llm: &ScriptedLlm) -> Vec<(Source, Family, &'static str, &'static str)> {
     let source = |adapter: &str, base_url: String| Source {
+        max_concurrent: 0,
         name: adapter.into(),
         base_url,
         model: "scripted-model".into(),

@@ -14,7 +14,8 @@ use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::Type;
-use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -103,8 +104,12 @@ impl Conversations {
         self.budget
     }
 
-    /// The conversation's messages, oldest first; empty if it has none.
-    pub async fn history(&self, key: &ConversationKey) -> Result<Vec<Value>, StorageError> {
+    /// The conversation's messages, oldest first, as `M` (e.g. [`Value`] or
+    /// [`crate::llm::Message`]); empty if it has none.
+    pub async fn history<M: DeserializeOwned + Send + 'static>(
+        &self,
+        key: &ConversationKey,
+    ) -> Result<Vec<M>, StorageError> {
         let (scope, subject) = self.scope_of(key);
         let channel = key.channel.clone();
         self.db
@@ -115,12 +120,13 @@ impl Conversations {
     }
 
     /// Appends `messages` (in order) in one transaction, then trims the conversation
-    /// to the budget. Each message must be a JSON object with a string `role`;
-    /// otherwise nothing is stored.
-    pub async fn append(
+    /// to the budget. Each message must serialize to a JSON object with a string
+    /// `role`; otherwise nothing is stored. Appends of concurrent turns share one
+    /// commit ([`Db::write`]); this returns once its messages are durable.
+    pub async fn append<M: Serialize>(
         &self,
         key: &ConversationKey,
-        messages: &[Value],
+        messages: &[M],
     ) -> Result<(), StorageError> {
         let rows = messages
             .iter()
@@ -141,13 +147,10 @@ impl Conversations {
         let budget = self.budget;
         let dropped = self
             .db
-            .call(format!("append to conversation {key}"), move |conn| {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let id = conversation_id(&tx, scope, &channel, &subject)?;
-                insert(&tx, id, &rows)?;
-                let dropped = trim(&tx, id, budget)?;
-                tx.commit()?;
-                Ok(dropped)
+            .write(format!("append to conversation {key}"), move |conn| {
+                let id = conversation_id(conn, scope, &channel, &subject)?;
+                insert(conn, id, &rows)?;
+                trim(conn, id, budget)
             })
             .await?;
         if dropped > 0 {
@@ -184,17 +187,18 @@ struct Row {
     chars: usize,
 }
 
-fn encode(message: &Value) -> Result<Row, String> {
+fn encode<M: Serialize>(message: &M) -> Result<Row, String> {
+    let message = serde_json::to_value(message).map_err(|e| e.to_string())?;
     let object = message
         .as_object()
-        .ok_or_else(|| format!("expected a JSON object, got {}", kind(message)))?;
+        .ok_or_else(|| format!("expected a JSON object, got {}", kind(&message)))?;
     let role = match object.get("role") {
         Some(Value::String(role)) if !role.is_empty() => role.clone(),
         Some(Value::String(_)) => return Err("`role` is empty".into()),
         Some(other) => return Err(format!("`role`: expected string, got {}", kind(other))),
         None => return Err("missing `role`".into()),
     };
-    let json = serde_json::to_string(message).map_err(|e| e.to_string())?;
+    let json = serde_json::to_string(&message).map_err(|e| e.to_string())?;
     let chars = json.chars().count();
     Ok(Row { role, json, chars })
 }
@@ -210,12 +214,12 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-fn read_history(
+fn read_history<M: DeserializeOwned>(
     conn: &Connection,
     scope: &str,
     channel: &str,
     subject: &str,
-) -> rusqlite::Result<Vec<Value>> {
+) -> rusqlite::Result<Vec<M>> {
     let mut stmt = conn.prepare_cached(
         "SELECT m.message FROM conversation_messages m
          JOIN conversations c ON c.id = m.conversation
@@ -231,7 +235,7 @@ fn read_history(
 }
 
 fn conversation_id(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     scope: &str,
     channel: &str,
     subject: &str,
@@ -250,7 +254,7 @@ fn conversation_id(
     Ok(tx.last_insert_rowid())
 }
 
-fn insert(tx: &Transaction<'_>, conversation: i64, rows: &[Row]) -> rusqlite::Result<()> {
+fn insert(tx: &Connection, conversation: i64, rows: &[Row]) -> rusqlite::Result<()> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
@@ -321,7 +325,7 @@ fn units_to_drop(units: &[Unit], budget: HistoryBudget) -> usize {
 }
 
 /// Trims the conversation to `budget`; returns how many messages were deleted.
-fn trim(tx: &Transaction<'_>, conversation: i64, budget: HistoryBudget) -> rusqlite::Result<usize> {
+fn trim(tx: &Connection, conversation: i64, budget: HistoryBudget) -> rusqlite::Result<usize> {
     let units = {
         let mut stmt = tx.prepare_cached(
             "SELECT id, role = 'tool', chars FROM conversation_messages
@@ -394,11 +398,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conversations = open(dir.path(), unlimited()).await;
         let k = key("alice", None, "cli");
-        assert!(conversations.history(&k).await.unwrap().is_empty());
+        assert!(conversations.history::<Value>(&k).await.unwrap().is_empty());
         let messages = tool_exchange();
         conversations.append(&k, &messages[..2]).await.unwrap();
         conversations.append(&k, &messages[2..]).await.unwrap();
-        assert_eq!(conversations.history(&k).await.unwrap(), messages);
+        assert_eq!(conversations.history::<Value>(&k).await.unwrap(), messages);
     }
 
     #[tokio::test]
@@ -431,22 +435,25 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            contents(conversations.history(&alice).await.unwrap()),
+            contents(conversations.history::<Value>(&alice).await.unwrap()),
             ["a"]
         );
-        assert_eq!(contents(conversations.history(&bob).await.unwrap()), ["b"]);
         assert_eq!(
-            contents(conversations.history(&alice_qq).await.unwrap()),
+            contents(conversations.history::<Value>(&bob).await.unwrap()),
+            ["b"]
+        );
+        assert_eq!(
+            contents(conversations.history::<Value>(&alice_qq).await.unwrap()),
             ["aq"]
         );
         assert_eq!(
-            contents(conversations.history(&group_by_bob).await.unwrap()),
+            contents(conversations.history::<Value>(&group_by_bob).await.unwrap()),
             ["g-alice", "g-bob"]
         );
         assert_eq!(
             contents(
                 conversations
-                    .history(&same_group_other_channel)
+                    .history::<Value>(&same_group_other_channel)
                     .await
                     .unwrap()
             ),
@@ -459,12 +466,12 @@ mod tests {
 
         conversations.clear(&group_by_alice).await.unwrap();
         assert!(conversations
-            .history(&group_by_bob)
+            .history::<Value>(&group_by_bob)
             .await
             .unwrap()
             .is_empty());
         assert_eq!(
-            contents(conversations.history(&alice).await.unwrap()),
+            contents(conversations.history::<Value>(&alice).await.unwrap()),
             ["a"]
         );
         // A cleared conversation starts again.
@@ -476,7 +483,12 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            contents(conversations.history(&group_by_alice).await.unwrap()),
+            contents(
+                conversations
+                    .history::<Value>(&group_by_alice)
+                    .await
+                    .unwrap()
+            ),
             ["again"]
         );
     }
@@ -490,7 +502,10 @@ mod tests {
             conversations.append(&k, &tool_exchange()).await.unwrap();
         }
         let conversations = open(dir.path(), unlimited()).await;
-        assert_eq!(conversations.history(&k).await.unwrap(), tool_exchange());
+        assert_eq!(
+            conversations.history::<Value>(&k).await.unwrap(),
+            tool_exchange()
+        );
     }
 
     #[tokio::test]
@@ -504,10 +519,10 @@ mod tests {
         let k = key("alice", None, "cli");
         // 4 messages: user, assistant+tool_calls, tool, assistant.
         conversations.append(&k, &tool_exchange()).await.unwrap();
-        assert_eq!(conversations.history(&k).await.unwrap().len(), 4);
+        assert_eq!(conversations.history::<Value>(&k).await.unwrap().len(), 4);
         // 8 messages → over 5: drop "user" (7), then the 2-message tool exchange (5).
         conversations.append(&k, &tool_exchange()).await.unwrap();
-        let history = conversations.history(&k).await.unwrap();
+        let history = conversations.history::<Value>(&k).await.unwrap();
         let mut expected = vec![tool_exchange()[3].clone()];
         expected.extend(tool_exchange());
         assert_eq!(history, expected);
@@ -522,10 +537,16 @@ mod tests {
         let exchange = tool_exchange();
         conversations.append(&k, &exchange[..3]).await.unwrap();
         // user + (assistant, tool): 3 > 2 → drop user; the exchange is the newest unit.
-        assert_eq!(conversations.history(&k).await.unwrap(), exchange[1..3]);
+        assert_eq!(
+            conversations.history::<Value>(&k).await.unwrap(),
+            exchange[1..3]
+        );
         conversations.append(&k, &exchange[3..]).await.unwrap();
         // (assistant, tool) + assistant: 3 > 2 → the exchange goes whole, not just its half.
-        assert_eq!(conversations.history(&k).await.unwrap(), exchange[3..]);
+        assert_eq!(
+            conversations.history::<Value>(&k).await.unwrap(),
+            exchange[3..]
+        );
     }
 
     #[tokio::test]
@@ -547,13 +568,13 @@ mod tests {
             .append(&k, std::slice::from_ref(&user))
             .await
             .unwrap();
-        assert_eq!(conversations.history(&k).await.unwrap().len(), 2);
+        assert_eq!(conversations.history::<Value>(&k).await.unwrap().len(), 2);
         conversations
             .append(&k, std::slice::from_ref(&user))
             .await
             .unwrap();
         // Each is 128 chars of JSON; 3 × 128 > 300: the oldest goes.
-        assert_eq!(conversations.history(&k).await.unwrap().len(), 2);
+        assert_eq!(conversations.history::<Value>(&k).await.unwrap().len(), 2);
 
         // The newest unit stays even alone over the budget.
         let huge = json!({"role": "user", "content": "x".repeat(1000)});
@@ -561,7 +582,7 @@ mod tests {
             .append(&k, std::slice::from_ref(&huge))
             .await
             .unwrap();
-        assert_eq!(conversations.history(&k).await.unwrap(), [huge]);
+        assert_eq!(conversations.history::<Value>(&k).await.unwrap(), [huge]);
 
         // Tool results with no call before them are never the start of history.
         let k = key("carol", None, "cli");
@@ -570,12 +591,12 @@ mod tests {
             .append(&k, std::slice::from_ref(&orphan))
             .await
             .unwrap();
-        assert!(conversations.history(&k).await.unwrap().is_empty());
+        assert!(conversations.history::<Value>(&k).await.unwrap().is_empty());
         conversations
             .append(&k, &[orphan, user.clone()])
             .await
             .unwrap();
-        assert_eq!(conversations.history(&k).await.unwrap(), [user]);
+        assert_eq!(conversations.history::<Value>(&k).await.unwrap(), [user]);
     }
 
     #[test]
@@ -635,7 +656,7 @@ mod tests {
                 .ends_with("expected a JSON object, got string"),
             "{err}"
         );
-        assert!(conversations.history(&k).await.unwrap().is_empty());
-        conversations.append(&k, &[]).await.unwrap();
+        assert!(conversations.history::<Value>(&k).await.unwrap().is_empty());
+        conversations.append::<Value>(&k, &[]).await.unwrap();
     }
 }

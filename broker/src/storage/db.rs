@@ -13,9 +13,15 @@
 //! WAL mode with `synchronous=FULL`: every commit fsyncs the WAL before the call
 //! returns, so a write the broker acknowledged survives power loss, not only a crash
 //! of the process. (`NORMAL` in WAL mode may lose the last commits on power loss.) The
-//! price is one fsync per transaction; the writes here (a conversation turn, a config
-//! change) are few and small, so that is cheap, and it matches TextMemory, which
-//! fsyncs every append.
+//! price is one fsync per transaction; it matches TextMemory, which fsyncs every
+//! append.
+//!
+//! # Group commit ([`Db::write`])
+//! Writes that queue up while the thread is busy (many turns ending at once, each
+//! appending its history) are run together in one transaction and one commit — one
+//! fsync for all of them — each inside a savepoint of its own, so a write that fails
+//! rolls back alone and the others still commit. Every caller is answered only after
+//! the commit that made its write durable.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -32,7 +38,23 @@ use super::StorageError;
 /// same file) before failing with `SQLITE_BUSY`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// Most writes committed together.
+const MAX_WRITE_BATCH: usize = 256;
+
+/// Answers a write's caller once its batch committed (`None`) or failed to.
+type Completion = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+
+/// A write: runs inside the batch's transaction; true = it succeeded (else its
+/// savepoint is rolled back).
+type WriteFn = Box<dyn FnOnce(&Connection) -> (bool, Completion) + Send>;
+
+enum Job {
+    /// Runs on its own (it may open its own transaction).
+    Call(Box<dyn FnOnce(&mut Connection) + Send>),
+    /// Runs inside the batch's transaction; true = it succeeded (else its savepoint is
+    /// rolled back).
+    Write(WriteFn),
+}
 
 /// Handle to `<data_dir>/hearth.db`. Cheap to clone; every clone talks to the same
 /// connection thread.
@@ -88,9 +110,44 @@ impl Db {
         F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let (reply, result) = oneshot::channel();
-        let job: Job = Box::new(move |conn| {
+        let job = Job::Call(Box::new(move |conn| {
             let _ = reply.send(f(conn));
-        });
+        }));
+        self.send(op, job, result).await
+    }
+
+    /// Runs `f` inside a transaction shared with the writes queued beside it (group
+    /// commit, see the module docs) and returns its result once that transaction
+    /// committed. `f` must not begin or end transactions itself. A failing `f` rolls
+    /// back only its own changes.
+    pub(crate) async fn write<T, F>(&self, op: impl Into<String>, f: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (reply, result) = oneshot::channel();
+        let job = Job::Write(Box::new(move |conn| {
+            let outcome = f(conn);
+            let ok = outcome.is_ok();
+            let done: Completion = Box::new(move |commit: Option<&rusqlite::Error>| {
+                let answer = match (outcome, commit) {
+                    (Ok(t), None) => Ok(t),
+                    (Err(e), _) => Err(e),
+                    (Ok(_), Some(e)) => Err(copy_sqlite_error(e)),
+                };
+                let _ = reply.send(answer);
+            });
+            (ok, done)
+        }));
+        self.send(op, job, result).await
+    }
+
+    async fn send<T>(
+        &self,
+        op: impl Into<String>,
+        job: Job,
+        result: oneshot::Receiver<rusqlite::Result<T>>,
+    ) -> Result<T, StorageError> {
         let closed = || StorageError::Closed {
             path: self.path.to_path_buf(),
         };
@@ -106,13 +163,96 @@ impl Db {
     }
 }
 
+/// A copy of `e` for each caller of a failed commit (rusqlite errors are not Clone).
+fn copy_sqlite_error(e: &rusqlite::Error) -> rusqlite::Error {
+    match e {
+        rusqlite::Error::SqliteFailure(code, msg) => {
+            rusqlite::Error::SqliteFailure(*code, msg.clone())
+        }
+        other => rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(other.to_string()),
+        ),
+    }
+}
+
 /// Runs jobs until every [`Db`] is dropped. A job that panics is logged and its caller
 /// gets [`StorageError::Closed`]; an open transaction rolls back as it unwinds, and the
-/// thread goes on serving the others.
+/// thread goes on serving the others. Writes waiting together are committed together.
 fn serve(mut conn: Connection, queue: mpsc::Receiver<Job>, path: &Path) {
-    for job in queue {
-        if catch_unwind(AssertUnwindSafe(|| job(&mut conn))).is_err() {
-            tracing::error!(db = %path.display(), "storage operation panicked; rolled back");
+    let mut next = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match queue.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        match job {
+            Job::Call(f) => {
+                if catch_unwind(AssertUnwindSafe(|| f(&mut conn))).is_err() {
+                    tracing::error!(db = %path.display(), "storage operation panicked; rolled back");
+                }
+            }
+            Job::Write(first) => {
+                let mut batch = vec![first];
+                while batch.len() < MAX_WRITE_BATCH {
+                    match queue.try_recv() {
+                        Ok(Job::Write(w)) => batch.push(w),
+                        Ok(call) => {
+                            next = Some(call);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                write_batch(&mut conn, batch, path);
+            }
+        }
+    }
+}
+
+/// Runs `batch` in one IMMEDIATE transaction, each write in a savepoint, commits once
+/// and answers every caller.
+fn write_batch(conn: &mut Connection, batch: Vec<WriteFn>, path: &Path) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        tracing::error!(db = %path.display(), "begin a write batch: {e}");
+        // Each write runs and is undone at once; its caller gets the error.
+        for w in batch {
+            let _ = conn.execute_batch("SAVEPOINT w");
+            let (_, done) = w(conn);
+            let _ = conn.execute_batch("ROLLBACK TO w; RELEASE w");
+            done(Some(&e));
+        }
+        return;
+    }
+    let mut done = Vec::with_capacity(batch.len());
+    for w in batch {
+        if let Err(e) = conn.execute_batch("SAVEPOINT w") {
+            tracing::error!(db = %path.display(), "savepoint: {e}");
+        }
+        match catch_unwind(AssertUnwindSafe(|| w(conn))) {
+            Ok((true, d)) => {
+                let _ = conn.execute_batch("RELEASE w");
+                done.push(d);
+            }
+            Ok((false, d)) => {
+                let _ = conn.execute_batch("ROLLBACK TO w; RELEASE w");
+                done.push(d);
+            }
+            Err(_) => {
+                tracing::error!(db = %path.display(), "storage write panicked; its changes rolled back");
+                let _ = conn.execute_batch("ROLLBACK TO w; RELEASE w");
+            }
+        }
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => done.into_iter().for_each(|d| d(None)),
+        Err(e) => {
+            tracing::error!(db = %path.display(), "commit of {} write(s) failed: {e}", done.len());
+            let _ = conn.execute_batch("ROLLBACK");
+            done.into_iter().for_each(|d| d(Some(&e)));
         }
     }
 }
@@ -291,6 +431,58 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(n, 0);
+    }
+
+    #[tokio::test]
+    async fn concurrent_writes_commit_together_and_a_failing_one_alone_rolls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).await.unwrap();
+        // Hold the thread so the writes queue up and form one batch.
+        let (gate, wait) = std::sync::mpsc::channel::<()>();
+        let blocker = db.call("hold", move |_| {
+            let _ = wait.recv();
+            Ok(())
+        });
+        let insert = |subject: &'static str, fail: bool| {
+            db.write(format!("insert {subject}"), move |conn| {
+                conn.execute(
+                    "INSERT INTO conversations (scope, channel, subject) VALUES ('user', 'c', ?1)",
+                    [subject],
+                )?;
+                if fail {
+                    conn.execute("INSERT INTO missing VALUES (1)", [])?;
+                }
+                Ok(subject)
+            })
+        };
+        let writes = futures_util::future::join_all([
+            insert("a", false),
+            insert("b", true),
+            insert("c", false),
+        ]);
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            gate.send(()).unwrap();
+        };
+        let (held, results, ()) = tokio::join!(blocker, writes, release);
+        held.unwrap();
+        assert_eq!(results[0].as_ref().unwrap(), &"a");
+        assert!(results[1]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("insert b"));
+        assert_eq!(results[2].as_ref().unwrap(), &"c");
+        let subjects: Vec<String> = db
+            .call("read", |conn| {
+                let mut stmt =
+                    conn.prepare("SELECT subject FROM conversations ORDER BY subject")?;
+                let rows = stmt.query_map([], |r| r.get(0))?;
+                rows.collect()
+            })
+            .await
+            .unwrap();
+        assert_eq!(subjects, ["a", "c"]);
     }
 
     /// Later issues index memory and knowledge with FTS5; the bundled SQLite has it.

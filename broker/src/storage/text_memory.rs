@@ -85,8 +85,9 @@ pub struct TextMemory {
     appends: mpsc::Sender<Append>,
 }
 
+/// One caller's lines, written in order and answered together.
 struct Append {
-    line: Vec<u8>,
+    lines: Vec<Vec<u8>>,
     done: oneshot::Sender<Result<(), StorageError>>,
 }
 
@@ -134,22 +135,40 @@ impl TextMemory {
 
     /// Appends one line for `event` and returns once it is written and fsynced.
     pub async fn append(&self, event: &TextEvent) -> Result<(), StorageError> {
-        let mut line = if event.timestamp == 0 {
-            let mut stamped = event.clone();
-            stamped.timestamp = unix_now();
-            serde_json::to_vec(&stamped)
-        } else {
-            serde_json::to_vec(event)
+        self.append_all(std::slice::from_ref(event)).await
+    }
+
+    /// Appends one line per event, in order and next to each other, and returns once
+    /// all are written and fsynced (one write and one sync for all of them, shared
+    /// with whatever else is queued). On an error some leading lines may have been
+    /// written (to earlier files of a rotation), never a part of a line.
+    pub async fn append_all(&self, events: &[TextEvent]) -> Result<(), StorageError> {
+        if events.is_empty() {
+            return Ok(());
         }
-        .expect("a TextEvent serializes");
-        // serde_json escapes control characters, so the line has no newline of its own.
-        line.push(b'\n');
+        let now = unix_now();
+        let lines = events
+            .iter()
+            .map(|event| {
+                let mut line = if event.timestamp == 0 {
+                    let mut stamped = event.clone();
+                    stamped.timestamp = now;
+                    serde_json::to_vec(&stamped)
+                } else {
+                    serde_json::to_vec(event)
+                }
+                .expect("a TextEvent serializes");
+                // serde_json escapes control characters: no newline of its own.
+                line.push(b'\n');
+                line
+            })
+            .collect();
         let (done, result) = oneshot::channel();
         let closed = || StorageError::Closed {
             path: self.dir.to_path_buf(),
         };
         self.appends
-            .send(Append { line, done })
+            .send(Append { lines, done })
             .map_err(|_| closed())?;
         result.await.map_err(|_| closed())?
     }
@@ -193,23 +212,33 @@ impl Writer {
                 }
             };
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
+            let mut count = batch[0].lines.len();
+            while count < MAX_BATCH {
                 match queue.try_recv() {
-                    Ok(next) => batch.push(next),
+                    Ok(next) => {
+                        count += next.lines.len();
+                        batch.push(next);
+                    }
                     Err(_) => break,
                 }
             }
-            let lines: Vec<&[u8]> = batch.iter().map(|a| a.line.as_slice()).collect();
+            let lines: Vec<&[u8]> = batch
+                .iter()
+                .flat_map(|a| a.lines.iter().map(Vec::as_slice))
+                .collect();
             let (written, failed) = match self.write(&lines) {
-                Ok(()) => (batch.len(), None),
+                Ok(()) => (lines.len(), None),
                 Err((written, e)) => {
                     tracing::error!(error = %e, "TextMemory append failed");
                     (written, Some(e))
                 }
             };
-            for (i, append) in batch.into_iter().enumerate() {
+            // An append succeeded when all of its lines are among the written ones.
+            let mut end = 0;
+            for append in batch {
+                end += append.lines.len();
                 let result = match &failed {
-                    Some(e) if i >= written => Err(copy_error(e)),
+                    Some(e) if end > written => Err(copy_error(e)),
                     _ => Ok(()),
                 };
                 let _ = append.done.send(result);

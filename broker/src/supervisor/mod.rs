@@ -7,6 +7,10 @@
 //! talks to it through a control channel. Plugin state sits behind one lock per
 //! plugin; the live session is published on a `watch` channel that callers wait on
 //! while a plugin restarts.
+//!
+//! The supervisor only runs processes. Calls to plugins — tools, stage hooks, event
+//! handlers — are routed by [`crate::router::ToolRouter`], which reaches a plugin's
+//! session through [`Plugin::ready_session`].
 
 mod handshake;
 pub mod plugin;
@@ -18,9 +22,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use hearth_proto::v1::{EventDone, HandleEvent, PluginState, Sender, ToolResult};
+use hearth_proto::v1::PluginState;
 
-use crate::error::{CallError, PluginError};
+use crate::error::PluginError;
 use crate::manifest::PluginSpec;
 use crate::registry::Registry;
 pub use handshake::same_secret;
@@ -28,7 +32,6 @@ use plugin::{state_reason, Control, TERM_GRACE};
 pub use plugin::{Plugin, PluginSnapshot};
 use process::Interpreters;
 use reaper::Reaper;
-use session::InvokeError;
 
 /// Broker-wide supervisor settings.
 #[derive(Debug)]
@@ -134,8 +137,15 @@ impl Supervisor {
             .retain(|e| e.dir != spec.dir.display().to_string());
         let (plugin, control) = Plugin::new(spec, self.registry.clone());
         plugins.push(plugin.clone());
+        self.registry
+            .set_plugin_order(plugins.iter().map(|p| p.name().to_string()).collect());
         plugin.start(self.config.clone(), control);
         Ok(plugin)
+    }
+
+    /// How long a call waits for a restarting plugin to be ready again.
+    pub fn restart_wait(&self) -> Duration {
+        self.config.restart_wait
     }
 
     /// The plugin named `name`.
@@ -197,138 +207,6 @@ impl Supervisor {
                 }),
         );
         out
-    }
-
-    /// Routes one tool call: looks the tool up, validates `args_json` against its
-    /// schema (without calling the plugin on a violation), waits up to
-    /// `restart_wait` for a restarting plugin, and calls it with the timeout
-    /// `timeout` (else the tool's `ai.tool` timeout, else the plugin's
-    /// `call_timeout_s`). A call that never reached a plugin process is retried on
-    /// its next process; a call that reached one is never sent twice.
-    pub async fn call_tool(
-        &self,
-        name: &str,
-        args_json: &str,
-        timeout: Option<Duration>,
-        sender: Option<Sender>,
-    ) -> Result<(String, ToolResult), CallError> {
-        let tool = self
-            .registry
-            .get(name)
-            .ok_or_else(|| CallError::UnknownTool { tool: name.into() })?;
-        let invalid = |message: String| CallError::InvalidArguments {
-            tool: name.into(),
-            message,
-        };
-        let args_text = if args_json.trim().is_empty() {
-            "{}"
-        } else {
-            args_json
-        };
-        let args: serde_json::Value = serde_json::from_str(args_text)
-            .map_err(|e| invalid(format!("arguments are not valid JSON: {e}")))?;
-        if !args.is_object() {
-            return Err(invalid(format!(
-                "arguments must be a JSON object, got {args}"
-            )));
-        }
-        tool.schema.validate(&args).map_err(invalid)?;
-        let plugin = self
-            .plugin(&tool.plugin)
-            .ok_or_else(|| CallError::UnknownTool { tool: name.into() })?;
-        let spec = plugin.spec();
-        let timeout = timeout.unwrap_or_else(|| {
-            let policy = tool
-                .ai_tool
-                .as_ref()
-                .map(|a| a.timeout_s)
-                .filter(|t| *t > 0.0);
-            Duration::from_secs_f64(policy.unwrap_or(spec.call_timeout_s))
-        });
-        let max_total = Duration::from_secs_f64(spec.max_total_s);
-        let wait_until = tokio::time::Instant::now() + self.config.restart_wait;
-        loop {
-            let wait = wait_until.saturating_duration_since(tokio::time::Instant::now());
-            let session = plugin.ready_session(name, wait).await?;
-            match session
-                .invoke(
-                    name,
-                    args_text.to_string(),
-                    sender.clone(),
-                    timeout,
-                    max_total,
-                )
-                .await
-            {
-                Ok(result) => return Ok((tool.plugin.clone(), result)),
-                Err(InvokeError::Failed(e)) => return Err(e),
-                Err(InvokeError::NotSent(reason)) => {
-                    tracing::debug!(plugin = %tool.plugin, tool = name, "not sent ({reason}); waiting for the next process");
-                    // The published session is cleared as the old one closes; wait
-                    // for its replacement (bounded by restart_wait).
-                    let mut rx = plugin.session.subscribe();
-                    let stale = session.generation();
-                    let _ = tokio::time::timeout(
-                        wait_until.saturating_duration_since(tokio::time::Instant::now()),
-                        rx.wait_for(|s| s.as_ref().is_none_or(|s| s.generation() != stale)),
-                    )
-                    .await;
-                    if tokio::time::Instant::now() >= wait_until {
-                        return Err(CallError::NotReady {
-                            plugin: tool.plugin.clone(),
-                            tool: name.into(),
-                            reason: format!(
-                                "{reason}, and no new process was ready within {} ms",
-                                self.config.restart_wait.as_millis()
-                            ),
-                        });
-                    }
-                }
-            }
-        }
-    }
-
-    /// Delivers a matched trigger to `plugin` as `HandleEvent` (LinkZone
-    /// `handleEvent`): waits up to `restart_wait` for a restarting plugin, forwards
-    /// each `sender.reply` text to `texts` as it arrives, and returns the plugin's
-    /// `EventDone` (whose `error` is the handler's failure, if any). The timeout is the
-    /// plugin's `call_timeout_s`, extended by each reply or `Progress` up to
-    /// `max_total_s`. Errors: unknown plugin, not ready, timeout, plugin gone.
-    pub async fn handle_event(
-        &self,
-        plugin: &str,
-        event: HandleEvent,
-        texts: tokio::sync::mpsc::UnboundedSender<String>,
-    ) -> Result<EventDone, CallError> {
-        // Errors read "plugin P is not ready for tool event handler of `/weather`: …".
-        let what = format!(
-            "event handler of `{}`",
-            event.trigger.as_ref().map_or("", |t| t.pattern.as_str())
-        );
-        let what = what.as_str();
-        let p = self.plugin(plugin).ok_or_else(|| CallError::NotReady {
-            plugin: plugin.into(),
-            tool: what.into(),
-            reason: "it is not loaded".into(),
-        })?;
-        let spec = p.spec();
-        let session = p.ready_session(what, self.config.restart_wait).await?;
-        session
-            .handle_event(
-                event,
-                texts,
-                Duration::from_secs_f64(spec.call_timeout_s),
-                Duration::from_secs_f64(spec.max_total_s),
-            )
-            .await
-            .map_err(|e| match e {
-                InvokeError::Failed(e) => e,
-                InvokeError::NotSent(reason) => CallError::NotReady {
-                    plugin: plugin.into(),
-                    tool: what.into(),
-                    reason,
-                },
-            })
     }
 
     /// Waits until `plugin` has a session newer than `generation`, or `wait` passes.
@@ -423,10 +301,12 @@ impl Supervisor {
         let plugin = self.existing(name)?;
         self.send(&plugin, Control::Stop)?;
         plugin.join().await;
-        self.plugins
-            .write()
-            .unwrap()
-            .retain(|p| !Arc::ptr_eq(p, &plugin));
+        let order = {
+            let mut plugins = self.plugins.write().unwrap();
+            plugins.retain(|p| !Arc::ptr_eq(p, &plugin));
+            plugins.iter().map(|p| p.name().to_string()).collect()
+        };
+        self.registry.set_plugin_order(order);
         self.registry.remove_plugin(name);
         Ok(plugin.snapshot())
     }

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use super::process::{self, LogRing};
 use super::session::Session;
 use super::SupervisorConfig;
-use crate::error::CallError;
+use crate::error::{CallError, Target};
 use crate::manifest::{PluginSpec, RestartPolicy};
 use crate::registry::Registry;
 
@@ -67,7 +67,9 @@ pub struct Plugin {
     name: String,
     spec: RwLock<Arc<PluginSpec>>,
     pub(crate) status: Mutex<Inner>,
-    pub(crate) session: watch::Sender<Option<Arc<Session>>>,
+    /// The registered session, published for callers; only the supervisor writes it,
+    /// and callers reach it through [`Plugin::ready_session`].
+    pub(super) session: watch::Sender<Option<Arc<Session>>>,
     pub(crate) control: mpsc::UnboundedSender<Control>,
     logs: Arc<LogRing>,
     registry: Arc<Registry>,
@@ -248,11 +250,11 @@ impl Plugin {
         }
     }
 
-    /// Waits up to `wait` for a registered session. Failed and stopped plugins are
-    /// refused at once.
+    /// Waits up to `wait` for a registered session to call `target` on. Failed and
+    /// stopped plugins are refused at once.
     pub(crate) async fn ready_session(
         &self,
-        tool: &str,
+        target: &Target,
         wait: Duration,
     ) -> Result<Arc<Session>, CallError> {
         let mut rx = self.session.subscribe();
@@ -261,7 +263,7 @@ impl Plugin {
         }
         let not_ready = |reason: String| CallError::NotReady {
             plugin: self.name.clone(),
-            tool: tool.into(),
+            target: target.clone(),
             reason,
         };
         {
@@ -285,6 +287,17 @@ impl Plugin {
                 )))
             }
         }
+    }
+
+    /// Waits until the published session is no longer generation `stale` (the old
+    /// one closed: cleared, or replaced by the next process), at most until `until`.
+    pub(crate) async fn session_replaced(&self, stale: u64, until: tokio::time::Instant) {
+        let mut rx = self.session.subscribe();
+        let _ = tokio::time::timeout_at(
+            until,
+            rx.wait_for(|s| s.as_ref().is_none_or(|s| s.generation() != stale)),
+        )
+        .await;
     }
 
     /// The supervision loop: spawn, watch, restart within the crash budget, until

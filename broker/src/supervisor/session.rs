@@ -13,7 +13,7 @@ use hearth_proto::v1::{
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
-use crate::error::CallError;
+use crate::error::{CallError, Target};
 
 /// Outbound messages to the plugin (the server side of the response stream).
 pub type Outbound = mpsc::Sender<Result<HostMessage, Status>>;
@@ -49,8 +49,8 @@ impl Reply {
 }
 
 struct Pending {
-    /// What the call is, for errors: a tool name or `stage <name> hook <id>`.
-    what: String,
+    /// What the call is, for errors and logs.
+    what: Target,
     reply: oneshot::Sender<Result<Reply, String>>,
     /// Where `sender.reply` texts of an event go.
     texts: Option<mpsc::UnboundedSender<String>>,
@@ -221,10 +221,14 @@ impl Session {
                 timeout_ms,
             })
         };
-        match self.request(tool, build, None, timeout, max_total).await? {
+        let what = Target::Tool(tool.into());
+        match self
+            .request(what.clone(), build, None, timeout, max_total)
+            .await?
+        {
             Reply::Tool(r) => Ok(r),
             other => Err(InvokeError::Failed(
-                self.gone(tool, format!("answered a tool call with {}", other.kind())),
+                self.gone(what, format!("answered a tool call with {}", other.kind())),
             )),
         }
     }
@@ -238,7 +242,10 @@ impl Session {
         context: StageContext,
         timeout: Duration,
     ) -> Result<StageResult, InvokeError> {
-        let what = format!("stage {} hook {hook_id}", hearth_proto::stage_name(stage));
+        let what = Target::Hook {
+            stage,
+            hook_id: hook_id.into(),
+        };
         let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
         let build = |call_id| {
             Msg::RunStage(RunStage {
@@ -249,12 +256,14 @@ impl Session {
                 timeout_ms,
             })
         };
-        match self.request(&what, build, None, timeout, timeout).await? {
+        match self
+            .request(what.clone(), build, None, timeout, timeout)
+            .await?
+        {
             Reply::Stage(r) => Ok(*r),
-            other => Err(InvokeError::Failed(self.gone(
-                &what,
-                format!("answered a stage hook with {}", other.kind()),
-            ))),
+            other => Err(InvokeError::Failed(
+                self.gone(what, format!("answered a stage hook with {}", other.kind())),
+            )),
         }
     }
 
@@ -269,26 +278,25 @@ impl Session {
         timeout: Duration,
         max_total: Duration,
     ) -> Result<EventDone, InvokeError> {
-        let what = format!(
-            "event (trigger `{}`)",
-            event
+        let what = Target::Event {
+            trigger: event
                 .trigger
                 .as_ref()
-                .map(|t| t.pattern.as_str())
-                .unwrap_or("")
-        );
+                .map(|t| t.pattern.clone())
+                .unwrap_or_default(),
+        };
         event.timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
         let build = |call_id| {
             event.call_id = call_id;
             Msg::HandleEvent(event)
         };
         match self
-            .request(&what, build, Some(texts), timeout, max_total)
+            .request(what.clone(), build, Some(texts), timeout, max_total)
             .await?
         {
             Reply::Event(r) => Ok(r),
             other => Err(InvokeError::Failed(
-                self.gone(&what, format!("answered an event with {}", other.kind())),
+                self.gone(what, format!("answered an event with {}", other.kind())),
             )),
         }
     }
@@ -318,7 +326,7 @@ impl Session {
     /// Sends the message `build(call_id)` and waits for the plugin's reply to it.
     async fn request(
         &self,
-        what: &str,
+        what: Target,
         build: impl FnOnce(u64) -> Msg,
         texts: Option<mpsc::UnboundedSender<String>>,
         timeout: Duration,
@@ -334,7 +342,7 @@ impl Session {
             calls.map.insert(
                 call_id,
                 Pending {
-                    what: what.into(),
+                    what: what.clone(),
                     reply: tx,
                     texts,
                     progress_at: None,
@@ -374,7 +382,7 @@ impl Session {
                             guard.reason = "timeout";
                             return Err(InvokeError::Failed(CallError::Timeout {
                                 plugin: self.plugin.clone(),
-                                tool: what.into(),
+                                target: what,
                                 after_ms: (deadline - started).as_millis() as u64,
                             }));
                         }
@@ -392,10 +400,10 @@ impl Session {
         }
     }
 
-    fn gone(&self, tool: &str, reason: String) -> CallError {
+    fn gone(&self, target: Target, reason: String) -> CallError {
         CallError::PluginGone {
             plugin: self.plugin.clone(),
-            tool: tool.into(),
+            target,
             reason,
         }
     }

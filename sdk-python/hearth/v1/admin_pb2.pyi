@@ -195,7 +195,7 @@ class ListSourcesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SourceInfo(_message.Message):
-    __slots__ = ("name", "base_url", "model", "adapter", "priority", "current", "state", "cooldown_ms", "failures", "last_error")
+    __slots__ = ("name", "base_url", "model", "adapter", "priority", "current", "state", "cooldown_ms", "failures", "last_error", "max_concurrent", "in_flight", "waiting")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BASE_URL_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +206,9 @@ class SourceInfo(_message.Message):
     COOLDOWN_MS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     name: str
     base_url: str
     model: str
@@ -216,7 +219,10 @@ class SourceInfo(_message.Message):
     cooldown_ms: int
     failures: int
     last_error: str
-    def __init__(self, name: _Optional[str] = ..., base_url: _Optional[str] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ..., current: _Optional[bool] = ..., state: _Optional[str] = ..., cooldown_ms: _Optional[int] = ..., failures: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
+    max_concurrent: int
+    in_flight: int
+    waiting: int
+    def __init__(self, name: _Optional[str] = ..., base_url: _Optional[str] = ..., model: _Optional[str] = ..., adapter: _Optional[str] = ..., priority: _Optional[int] = ..., current: _Optional[bool] = ..., state: _Optional[str] = ..., cooldown_ms: _Optional[int] = ..., failures: _Optional[int] = ..., last_error: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., in_flight: _Optional[int] = ..., waiting: _Optional[int] = ...) -> None: ...
 
 class ListSourcesResponse(_message.Message):
     __slots__ = ("sources", "current")

@@ -1,3 +1,4 @@
+from hearth.v1 import plugin_pb2 as _plugin_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -7,21 +8,23 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ChatRequest(_message.Message):
-    __slots__ = ("message", "user_id", "group_id", "channel", "no_memory")
+    __slots__ = ("message", "user_id", "group_id", "channel", "no_memory", "priority")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     NO_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     message: str
     user_id: str
     group_id: str
     channel: str
     no_memory: bool
-    def __init__(self, message: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., channel: _Optional[str] = ..., no_memory: _Optional[bool] = ...) -> None: ...
+    priority: _plugin_pb2.Priority
+    def __init__(self, message: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., channel: _Optional[str] = ..., no_memory: _Optional[bool] = ..., priority: _Optional[_Union[_plugin_pb2.Priority, str]] = ...) -> None: ...
 
 class ChatEvent(_message.Message):
-    __slots__ = ("text_delta", "tool_call_started", "tool_call_finished", "confirm_request", "final", "plugin_reply", "short_circuit", "interrupted")
+    __slots__ = ("text_delta", "tool_call_started", "tool_call_finished", "confirm_request", "final", "plugin_reply", "short_circuit", "interrupted", "queued")
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +33,7 @@ class ChatEvent(_message.Message):
     PLUGIN_REPLY_FIELD_NUMBER: _ClassVar[int]
     SHORT_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
     text_delta: TextDelta
     tool_call_started: ToolCallStarted
     tool_call_finished: ToolCallFinished
@@ -38,7 +42,16 @@ class ChatEvent(_message.Message):
     plugin_reply: PluginReply
     short_circuit: ShortCircuit
     interrupted: Interrupted
-    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ..., short_circuit: _Optional[_Union[ShortCircuit, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ...) -> None: ...
+    queued: Queued
+    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ..., short_circuit: _Optional[_Union[ShortCircuit, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ...) -> None: ...
+
+class Queued(_message.Message):
+    __slots__ = ("ahead", "conversation")
+    AHEAD_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    ahead: int
+    conversation: str
+    def __init__(self, ahead: _Optional[int] = ..., conversation: _Optional[str] = ...) -> None: ...
 
 class ShortCircuit(_message.Message):
     __slots__ = ("stage", "plugin", "text")
@@ -59,24 +72,34 @@ class Interrupted(_message.Message):
     def __init__(self, source: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class AgentInjectRequest(_message.Message):
-    __slots__ = ("source", "channel", "text", "interrupt", "no_memory")
+    __slots__ = ("source", "channel", "text", "interrupt", "no_memory", "user_id", "group_id", "priority")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     INTERRUPT_FIELD_NUMBER: _ClassVar[int]
     NO_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     source: str
     channel: str
     text: str
     interrupt: bool
     no_memory: bool
-    def __init__(self, source: _Optional[str] = ..., channel: _Optional[str] = ..., text: _Optional[str] = ..., interrupt: _Optional[bool] = ..., no_memory: _Optional[bool] = ...) -> None: ...
+    user_id: str
+    group_id: str
+    priority: _plugin_pb2.Priority
+    def __init__(self, source: _Optional[str] = ..., channel: _Optional[str] = ..., text: _Optional[str] = ..., interrupt: _Optional[bool] = ..., no_memory: _Optional[bool] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., priority: _Optional[_Union[_plugin_pb2.Priority, str]] = ...) -> None: ...
 
 class InjectAck(_message.Message):
-    __slots__ = ("ahead",)
+    __slots__ = ("ahead", "conversation", "interrupted")
     AHEAD_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
     ahead: int
-    def __init__(self, ahead: _Optional[int] = ...) -> None: ...
+    conversation: str
+    interrupted: bool
+    def __init__(self, ahead: _Optional[int] = ..., conversation: _Optional[str] = ..., interrupted: _Optional[bool] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("text", "reasoning")
@@ -162,9 +185,11 @@ class Final(_message.Message):
     def __init__(self, text: _Optional[str] = ..., token_usage: _Optional[_Mapping[str, int]] = ..., iterations: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class PluginReply(_message.Message):
-    __slots__ = ("plugin", "text")
+    __slots__ = ("plugin", "text", "inline")
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    INLINE_FIELD_NUMBER: _ClassVar[int]
     plugin: str
     text: str
-    def __init__(self, plugin: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+    inline: bool
+    def __init__(self, plugin: _Optional[str] = ..., text: _Optional[str] = ..., inline: _Optional[bool] = ...) -> None: ...

@@ -70,8 +70,10 @@ class AgentServicer:
 
     def Inject(self, request, context):
         """Queues input as if a plugin had called the Input host service (`hearth inject`):
-        normal input waits its turn; `interrupt` goes ahead of the queue and cancels an
-        in-flight LLM request, whose turn restarts with the text as a system message.
+        normal input waits its turn in its conversation; `interrupt` cuts into the
+        running turn of that conversation (cancelling its LLM request in flight, which is
+        asked again with the text as a system message) or, when none runs there, goes to
+        the front of that conversation's queue.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -241,11 +241,17 @@ class SourceRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class InjectRequest(_message.Message):
-    __slots__ = ("source", "channel", "text")
+    __slots__ = ("source", "channel", "text", "user_id", "group_id", "priority")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     source: str
     channel: str
     text: str
-    def __init__(self, source: _Optional[str] = ..., channel: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+    user_id: str
+    group_id: str
+    priority: _plugin_pb2.Priority
+    def __init__(self, source: _Optional[str] = ..., channel: _Optional[str] = ..., text: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., priority: _Optional[_Union[_plugin_pb2.Priority, str]] = ...) -> None: ...

@@ -18,6 +18,14 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_BEFORE_OUTPUT: _ClassVar[Stage]
     STAGE_AFTER_OUTPUT: _ClassVar[Stage]
 
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_BACKGROUND: _ClassVar[Priority]
+    PRIORITY_MESSAGE: _ClassVar[Priority]
+    PRIORITY_INTERACTIVE: _ClassVar[Priority]
+    PRIORITY_CRITICAL: _ClassVar[Priority]
+
 class TriggerType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRIGGER_COMMAND: _ClassVar[TriggerType]
@@ -33,6 +41,11 @@ STAGE_BEFORE_TOOLCALL: Stage
 STAGE_AFTER_TOOLCALL: Stage
 STAGE_BEFORE_OUTPUT: Stage
 STAGE_AFTER_OUTPUT: Stage
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_BACKGROUND: Priority
+PRIORITY_MESSAGE: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_CRITICAL: Priority
 TRIGGER_COMMAND: TriggerType
 TRIGGER_KEYWORD: TriggerType
 TRIGGER_REGEX: TriggerType
@@ -184,14 +197,16 @@ class AiToolParameter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., description: _Optional[str] = ..., required: _Optional[bool] = ..., default_json: _Optional[str] = ..., enum_json: _Optional[str] = ..., example: _Optional[str] = ...) -> None: ...
 
 class StageHook(_message.Message):
-    __slots__ = ("stage", "own_tools_only", "hook_id")
+    __slots__ = ("stage", "own_tools_only", "hook_id", "no_context_msgs")
     STAGE_FIELD_NUMBER: _ClassVar[int]
     OWN_TOOLS_ONLY_FIELD_NUMBER: _ClassVar[int]
     HOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    NO_CONTEXT_MSGS_FIELD_NUMBER: _ClassVar[int]
     stage: Stage
     own_tools_only: bool
     hook_id: str
-    def __init__(self, stage: _Optional[_Union[Stage, str]] = ..., own_tools_only: _Optional[bool] = ..., hook_id: _Optional[str] = ...) -> None: ...
+    no_context_msgs: bool
+    def __init__(self, stage: _Optional[_Union[Stage, str]] = ..., own_tools_only: _Optional[bool] = ..., hook_id: _Optional[str] = ..., no_context_msgs: _Optional[bool] = ...) -> None: ...
 
 class InjectSpec(_message.Message):
     __slots__ = ("usage", "format", "args")

@@ -27,6 +27,11 @@
 //! a line of the LLM's reply that starts with the command of an inject format (its
 //! text up to the first `{`, e.g. `/weather`) is taken as a command and matched
 //! against that plugin's triggers ([`TriggerSet::match_llm_line`]).
+//!
+//! [`delivery`] hands matched messages, events and LLM-written commands to the
+//! plugins (through the router) and filters command lines out of a streamed reply.
+
+pub mod delivery;
 
 use std::collections::BTreeMap;
 

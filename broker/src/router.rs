@@ -1,0 +1,304 @@
+//! The tool router: every call the broker makes to a plugin — a tool, a stage hook, a
+//! LinkZone event handler — goes through here, between the agent (or the Admin
+//! service) and the supervisor, which only runs processes.
+//!
+//! For each call the router
+//! - looks the tool up and checks its arguments against the tool's schema once
+//!   ([`ToolRouter::prepare`]); a violation is an error naming the argument, and the
+//!   plugin is not called;
+//! - applies the timeout policy: the caller's timeout, else the tool's `ai.tool`
+//!   `timeout`, else the plugin's `call_timeout_s`;
+//! - respects the plugin's `max_concurrency` (manifest): beyond it a call waits for a
+//!   free slot, at most its timeout ([`CallError::Saturated`]);
+//! - waits up to `restart_wait` (hooks: their timeout, if shorter) for a restarting
+//!   plugin, and sends a call that never reached the old process to the next one — a
+//!   call that reached a process is never sent twice.
+//!
+//! Errors name the plugin and what was called ([`crate::error::Target`]).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hearth_proto::v1::{EventDone, HandleEvent, Sender, StageContext, StageResult, ToolResult};
+use serde_json::Value;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::error::{CallError, Target};
+use crate::registry::{Hook, Registry, Tool};
+use crate::supervisor::plugin::Plugin;
+use crate::supervisor::session::{InvokeError, Session};
+use crate::supervisor::Supervisor;
+
+/// A plugin's `max_concurrency` slots (absent when it has no cap).
+#[derive(Debug)]
+struct Slots {
+    max: u32,
+    semaphore: Arc<Semaphore>,
+}
+
+/// Routes calls to plugins (see the module docs). Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct ToolRouter {
+    supervisor: Arc<Supervisor>,
+    /// Per plugin, by name; rebuilt when its `max_concurrency` changes (a reload).
+    slots: Mutex<HashMap<String, Arc<Slots>>>,
+}
+
+impl ToolRouter {
+    /// A router for `supervisor`'s plugins.
+    pub fn new(supervisor: Arc<Supervisor>) -> ToolRouter {
+        ToolRouter {
+            supervisor,
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The supervisor whose plugins are called.
+    pub fn supervisor(&self) -> &Arc<Supervisor> {
+        &self.supervisor
+    }
+
+    /// The registry of tools, hooks and triggers.
+    pub fn registry(&self) -> &Arc<Registry> {
+        self.supervisor.registry()
+    }
+
+    /// Looks `name` up and checks `args` (must be a JSON object) against its schema.
+    /// Errors: [`CallError::UnknownTool`], [`CallError::InvalidArguments`] naming the
+    /// argument.
+    pub fn prepare(&self, name: &str, args: &Value) -> Result<Arc<Tool>, CallError> {
+        let tool = self
+            .registry()
+            .get(name)
+            .ok_or_else(|| CallError::UnknownTool { tool: name.into() })?;
+        if !args.is_object() {
+            return Err(CallError::InvalidArguments {
+                tool: name.into(),
+                message: format!("arguments must be a JSON object, got {args}"),
+            });
+        }
+        tool.schema
+            .validate(args)
+            .map_err(|message| CallError::InvalidArguments {
+                tool: name.into(),
+                message,
+            })?;
+        Ok(tool)
+    }
+
+    /// Parses `args_json` (empty = `{}`), [`ToolRouter::prepare`]s and
+    /// [`ToolRouter::call`]s tool `name`: the Admin service's path. Returns the
+    /// owning plugin's name with the result.
+    pub async fn call_json(
+        &self,
+        name: &str,
+        args_json: &str,
+        timeout: Option<Duration>,
+        sender: Option<Sender>,
+    ) -> Result<(String, ToolResult), CallError> {
+        let text = if args_json.trim().is_empty() {
+            "{}"
+        } else {
+            args_json
+        };
+        let args: Value = serde_json::from_str(text).map_err(|e| CallError::InvalidArguments {
+            tool: name.into(),
+            message: format!("arguments are not valid JSON: {e}"),
+        })?;
+        let tool = self.prepare(name, &args)?;
+        let result = self.call(&tool, text.to_string(), timeout, sender).await?;
+        Ok((tool.plugin.clone(), result))
+    }
+
+    /// Calls a prepared `tool` with `args_json` (its checked arguments as JSON
+    /// text). `timeout`: else the tool's `ai.tool` `timeout`, else the plugin's
+    /// `call_timeout_s`; `Progress` extends it up to the plugin's `max_total_s`.
+    pub async fn call(
+        &self,
+        tool: &Tool,
+        args_json: String,
+        timeout: Option<Duration>,
+        sender: Option<Sender>,
+    ) -> Result<ToolResult, CallError> {
+        let target = Target::Tool(tool.name.clone());
+        let plugin = self.plugin(&tool.plugin, &target)?;
+        let spec = plugin.spec();
+        let timeout = timeout.unwrap_or_else(|| {
+            let policy = tool
+                .ai_tool
+                .as_ref()
+                .map(|a| a.timeout_s)
+                .filter(|t| *t > 0.0 && t.is_finite());
+            Duration::from_secs_f64(policy.unwrap_or(spec.call_timeout_s))
+        });
+        let max_total = Duration::from_secs_f64(spec.max_total_s);
+        let wait = self.supervisor.restart_wait();
+        let name = tool.name.as_str();
+        self.dispatch(&plugin, &target, timeout, wait, |session| {
+            let args_json = args_json.clone();
+            let sender = sender.clone();
+            async move {
+                session
+                    .invoke(name, args_json, sender, timeout, max_total)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// Runs stage hook `hook` on `context` within `timeout` (which also bounds the
+    /// wait for a restarting plugin and for a `max_concurrency` slot).
+    pub async fn run_stage(
+        &self,
+        hook: &Hook,
+        context: StageContext,
+        timeout: Duration,
+    ) -> Result<StageResult, CallError> {
+        let target = Target::Hook {
+            stage: hook.stage,
+            hook_id: hook.hook_id.clone(),
+        };
+        let plugin = self.plugin(&hook.plugin, &target)?;
+        let wait = self.supervisor.restart_wait().min(timeout);
+        self.dispatch(&plugin, &target, timeout, wait, |session| {
+            let context = context.clone();
+            async move {
+                session
+                    .run_stage(hook.stage, &hook.hook_id, context, timeout)
+                    .await
+            }
+        })
+        .await
+    }
+
+    /// Delivers a matched trigger to `plugin` as `HandleEvent` (LinkZone
+    /// `handleEvent`), forwarding each `sender.reply` text to `texts` as it arrives;
+    /// returns the plugin's `EventDone` (whose `error` is the handler's failure, if
+    /// any). The timeout is the plugin's `call_timeout_s`, extended by each reply or
+    /// `Progress` up to `max_total_s`.
+    pub async fn handle_event(
+        &self,
+        plugin: &str,
+        event: HandleEvent,
+        texts: mpsc::UnboundedSender<String>,
+    ) -> Result<EventDone, CallError> {
+        let target = Target::Event {
+            trigger: event
+                .trigger
+                .as_ref()
+                .map(|t| t.pattern.clone())
+                .unwrap_or_default(),
+        };
+        let p = self.plugin(plugin, &target)?;
+        let spec = p.spec();
+        let timeout = Duration::from_secs_f64(spec.call_timeout_s);
+        let max_total = Duration::from_secs_f64(spec.max_total_s);
+        let wait = self.supervisor.restart_wait();
+        self.dispatch(&p, &target, timeout, wait, |session| {
+            let event = event.clone();
+            let texts = texts.clone();
+            async move { session.handle_event(event, texts, timeout, max_total).await }
+        })
+        .await
+    }
+
+    fn plugin(&self, name: &str, target: &Target) -> Result<Arc<Plugin>, CallError> {
+        self.supervisor
+            .plugin(name)
+            .ok_or_else(|| CallError::NotReady {
+                plugin: name.into(),
+                target: target.clone(),
+                reason: "it is not loaded".into(),
+            })
+    }
+
+    /// A `max_concurrency` slot of `plugin`, waiting at most `timeout`; `None` when
+    /// the plugin has no cap.
+    async fn slot(
+        &self,
+        plugin: &Plugin,
+        target: &Target,
+        timeout: Duration,
+    ) -> Result<Option<OwnedSemaphorePermit>, CallError> {
+        let max = plugin.spec().max_concurrency;
+        if max == 0 {
+            return Ok(None);
+        }
+        let slots = {
+            let mut map = self.slots.lock().unwrap();
+            let entry = map.entry(plugin.name().to_string()).or_insert_with(|| {
+                Arc::new(Slots {
+                    max,
+                    semaphore: Arc::new(Semaphore::new(max as usize)),
+                })
+            });
+            if entry.max != max {
+                *entry = Arc::new(Slots {
+                    max,
+                    semaphore: Arc::new(Semaphore::new(max as usize)),
+                });
+            }
+            entry.clone()
+        };
+        if let Ok(permit) = slots.semaphore.clone().try_acquire_owned() {
+            return Ok(Some(permit));
+        }
+        let started = Instant::now();
+        match tokio::time::timeout(timeout, slots.semaphore.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            // The semaphore is never closed; treat it like a timeout all the same.
+            Ok(Err(_)) | Err(_) => Err(CallError::Saturated {
+                plugin: plugin.name().into(),
+                target: target.clone(),
+                max_concurrency: max,
+                waited_ms: started.elapsed().as_millis() as u64,
+            }),
+        }
+    }
+
+    /// Takes a slot, then runs `send` on the plugin's ready session; a call that was
+    /// never sent (the session had just ended) is sent again on the next process, as
+    /// long as one is ready within `wait`.
+    async fn dispatch<T, F, Fut>(
+        &self,
+        plugin: &Plugin,
+        target: &Target,
+        timeout: Duration,
+        wait: Duration,
+        send: F,
+    ) -> Result<T, CallError>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: Future<Output = Result<T, InvokeError>>,
+    {
+        let _slot = self.slot(plugin, target, timeout).await?;
+        let wait_until = Instant::now() + wait;
+        loop {
+            let left = wait_until.saturating_duration_since(Instant::now());
+            let session = plugin.ready_session(target, left).await?;
+            match send(session.clone()).await {
+                Ok(reply) => return Ok(reply),
+                Err(InvokeError::Failed(e)) => return Err(e),
+                Err(InvokeError::NotSent(reason)) => {
+                    tracing::debug!(plugin = %plugin.name(), %target, "not sent ({reason}); waiting for the next process");
+                    plugin
+                        .session_replaced(session.generation(), wait_until)
+                        .await;
+                    if Instant::now() >= wait_until {
+                        return Err(CallError::NotReady {
+                            plugin: plugin.name().into(),
+                            target: target.clone(),
+                            reason: format!(
+                                "{reason}, and no new process was ready within {} ms",
+                                wait.as_millis()
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
