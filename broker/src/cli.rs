@@ -456,6 +456,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                             "name": s.name, "base_url": s.base_url, "model": s.model, "adapter": s.adapter,
                             "priority": s.priority, "current": s.name == r.current, "state": s.state,
                             "cooldown_ms": s.cooldown_ms, "failures": s.failures, "last_error": s.last_error,
+                            "max_concurrent": s.max_concurrent, "in_flight": s.in_flight, "waiting": s.waiting,
                         })).collect();
                         println!("{}", serde_json::to_string_pretty(&v)?);
                         return Ok(ExitCode::SUCCESS);
@@ -472,14 +473,19 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 }
             };
             println!(
-                "  {:<16} {:<9} {:<8} {:<24} URL",
-                "NAME", "STATE", "ADAPTER", "MODEL"
+                "  {:<16} {:<9} {:<9} {:>7} {:<8} {:<24} URL",
+                "NAME", "STATE", "IN FLIGHT", "WAITING", "ADAPTER", "MODEL"
             );
             for s in &resp.sources {
                 let mark = if s.name == resp.current { "*" } else { " " };
+                let in_flight = if s.max_concurrent > 0 {
+                    format!("{}/{}", s.in_flight, s.max_concurrent)
+                } else {
+                    s.in_flight.to_string()
+                };
                 println!(
-                    "{mark} {:<16} {:<9} {:<8} {:<24} {}",
-                    s.name, s.state, s.adapter, s.model, s.base_url
+                    "{mark} {:<16} {:<9} {:<9} {:>7} {:<8} {:<24} {}",
+                    s.name, s.state, in_flight, s.waiting, s.adapter, s.model, s.base_url
                 );
                 if !s.last_error.is_empty() && s.state != "ok" {
                     println!("  {:<16} └ {}", "", s.last_error);

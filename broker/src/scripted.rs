@@ -30,6 +30,9 @@
 //!   "tool_calls": [{"id", "name"}]}` (path with query; header names lower-case;
 //!   `tool_calls`: the calls the server answered with, `id` null where the family's wire
 //!   has none).
+//! - `GET /stats`: `{"requests", "in_flight", "peak_in_flight"}` — completions being
+//!   answered now (a streamed one until its last event is sent) and the most at once
+//!   so far (also [`ScriptedLlm::peak_in_flight`]), for tests of concurrency limits.
 //!
 //! # Script format
 //! A JSON object (`"_comment"` keys are allowed and ignored; other unknown keys are
@@ -559,6 +562,25 @@ struct Shared {
     exchanges: Mutex<Vec<Exchange>>,
     next_call: AtomicU64,
     next_completion: AtomicU64,
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
+}
+
+/// Counts one completion being answered while it lives.
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn start(shared: &Arc<Shared>) -> InFlight {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(shared.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Shared {
@@ -568,6 +590,8 @@ impl Shared {
             exchanges: Mutex::new(Vec::new()),
             next_call: AtomicU64::new(1),
             next_completion: AtomicU64::new(1),
+            in_flight: AtomicU64::new(0),
+            peak_in_flight: AtomicU64::new(0),
         }
     }
 
@@ -618,6 +642,7 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/requests", get(list_requests))
         .route("/exchanges", get(list_exchanges))
+        .route("/stats", get(stats))
         .fallback(answer)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(shared)
@@ -687,6 +712,16 @@ impl ScriptedLlm {
     pub fn exchanges(&self) -> Vec<Exchange> {
         self.shared.exchanges().clone()
     }
+
+    /// Completions being answered now (a streamed one until its last event is sent).
+    pub fn in_flight(&self) -> u64 {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most completions answered at once so far.
+    pub fn peak_in_flight(&self) -> u64 {
+        self.shared.peak_in_flight.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for ScriptedLlm {
@@ -701,6 +736,15 @@ async fn list_requests(State(shared): State<Arc<Shared>>) -> Response {
     json_response(StatusCode::OK, &Value::Array(shared.requests()))
 }
 
+async fn stats(State(shared): State<Arc<Shared>>) -> Response {
+    let stats = json!({
+        "requests": shared.exchanges().len(),
+        "in_flight": shared.in_flight.load(Ordering::SeqCst),
+        "peak_in_flight": shared.peak_in_flight.load(Ordering::SeqCst),
+    });
+    json_response(StatusCode::OK, &stats)
+}
+
 async fn list_exchanges(State(shared): State<Arc<Shared>>) -> Response {
     let all = serde_json::to_value(&*shared.exchanges()).unwrap_or_default();
     json_response(StatusCode::OK, &all)
@@ -711,7 +755,7 @@ fn not_found() -> Response {
         StatusCode::NOT_FOUND,
         "hearth scripted LLM: unknown route (POST …/chat/completions, …/v1/messages, \
          …/models/{model}:generateContent, …/models/{model}:streamGenerateContent, \
-         …/api/chat; GET /requests, /exchanges)",
+         …/api/chat; GET /requests, /exchanges, /stats)",
         "invalid_request_error",
         "not_found",
     )
@@ -728,6 +772,7 @@ async fn answer(
     let Some(route) = Route::of(&uri) else {
         return not_found();
     };
+    let in_flight = InFlight::start(&shared);
     let family = route.family;
     if method != Method::POST {
         return error_response(
@@ -789,7 +834,7 @@ async fn answer(
         })
         .collect();
     if route.streams(&request) {
-        stream_response(reply.stream(&route, &request))
+        stream_response(reply.stream(&route, &request), in_flight)
     } else {
         json_response(StatusCode::OK, &reply.body())
     }
@@ -1028,9 +1073,10 @@ struct Frames {
 
 /// Sends `frames`, pausing before each as scripted; a client that goes away ends the
 /// sending task.
-fn stream_response(frames: Frames) -> Response {
+fn stream_response(frames: Frames, in_flight: InFlight) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(16);
     tokio::spawn(async move {
+        let _in_flight = in_flight;
         for (pause, frame) in frames.frames {
             if !pause.is_zero() {
                 tokio::time::sleep(pause).await;

@@ -42,6 +42,9 @@ use hearth_proto::v1::llm_server::LlmServer;
 pub const MAX_SOCKET_PATH: usize = 107;
 /// Socket file name inside the data dir.
 pub const SOCKET_FILE: &str = "hearth.sock";
+/// Concurrent gRPC streams one client connection may open (chats waiting for their
+/// turn included).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 16_384;
 /// Admin token file name inside the data dir (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
@@ -245,6 +248,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let make_router = || {
         let router = tonic::transport::Server::builder()
+            // Every waiting chat is a stream: allow as many as conversations can queue
+            // (hyper's default is 200 per connection).
+            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
             .add_service(
                 PluginHostServer::new(PluginHostService::new(supervisor.clone()))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)

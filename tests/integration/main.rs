@@ -3,6 +3,7 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod agent;
+mod concurrency;
 mod families;
 mod harness;
 mod host;
