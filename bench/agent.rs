@@ -18,6 +18,16 @@
 //!    baseline (difference of medians) is the hooks' cost. Also the scripted server's own
 //!    answer time (direct HTTP requests from this process).
 //!
+//! 2. **Hook cost beside the raw round trip** (`bench/agent_load.rs`): per plugin
+//!    language, the cost of one no-op stage hook (Δ of a plain message's p50 over a
+//!    hook-less broker, per invocation) beside the raw `RunStage` round trip of a
+//!    minimal plugin of that language (`bench/raw.rs`), measured interleaved.
+//! 3. **Many conversations at once**: C = 1, 10, 100, 1000 conversations in a closed
+//!    loop against a 1 s model, without and with hooks in three plugins: turns/s,
+//!    latency, broker CPU per turn, RSS.
+//! 4. **Fairness**: one user floods 500 messages, another sends one.
+//! 5. **Memory per waiting conversation**.
+//!
 //! Run (release; the Rust hooks plugin must be built first, next to the bench's `hearth`):
 //!
 //! ```text
@@ -32,14 +42,24 @@
 //!   message is the same size) or `keep` (one conversation per broker and kind; history
 //!   grows to the budget of 100 messages)
 //! - `HEARTH_BENCH_LLM` `nodelay` (default: the scripted server on a listener with
-//!   TCP_NODELAY) or `stock` (`ScriptedLlm` as is, Nagle on: ~40 ms stalls)
+//!   TCP_NODELAY) or `stock` (`ScriptedLlm` as is)
+//! - `HEARTH_BENCH_PART` comma-separated subset of `pipeline,hooks,concurrency,fairness,memory`
+//!   (default all)
+//! - `HEARTH_BENCH_CONVERSATIONS` sizes of part 3 (default `1,10,100,1000`),
+//!   `HEARTH_BENCH_SECS` its measured seconds per row (default 10),
+//!   `HEARTH_BENCH_FLOOD` part 4's flood (default 500), `HEARTH_BENCH_WAITING` part 5's
+//!   waiting conversations (default 1000)
 #![allow(unreachable_pub, missing_docs)]
 
+#[path = "agent_load.rs"]
+mod agent_load;
 #[path = "common.rs"]
 mod common;
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
+#[path = "raw.rs"]
+mod raw;
 
 use common::{cpu_us, env_num, loadavg, machine, summarize, Summary};
 
@@ -529,6 +549,10 @@ async fn pipeline(messages: usize, warmup: usize, keep_history: bool, stock_llm:
 }
 
 fn main() {
+    if std::env::var_os(raw::RAW_PLUGIN_ENV).is_some() {
+        raw::raw_plugin_main();
+        return;
+    }
     let messages = env_num("HEARTH_BENCH_MESSAGES", 500) as usize;
     let warmup = env_num("HEARTH_BENCH_WARMUP", 50) as usize;
     let keep_history = match std::env::var("HEARTH_BENCH_HISTORY").as_deref() {
@@ -541,12 +565,27 @@ fn main() {
         Ok("nodelay") | Err(_) => false,
         Ok(other) => panic!("HEARTH_BENCH_LLM={other:?}: use nodelay or stock"),
     };
-    if std::env::var("HEARTH_BENCH_PART").as_deref() == Ok("adapter") {
+    let parts = std::env::var("HEARTH_BENCH_PART")
+        .unwrap_or_else(|_| "pipeline,hooks,concurrency,fairness,memory".into());
+    if parts == "adapter" {
         eprintln!(
             "the adapter part moved to its own bench: cargo bench -p hearth --bench adapters"
         );
         std::process::exit(2);
     }
+    let part = |p: &str| parts.split(',').any(|x| x.trim() == p);
+    let sizes: Vec<usize> = std::env::var("HEARTH_BENCH_CONVERSATIONS")
+        .unwrap_or_else(|_| "1,10,100,1000".into())
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("HEARTH_BENCH_CONVERSATIONS: numbers")
+        })
+        .collect();
+    let secs = env_num("HEARTH_BENCH_SECS", 10);
+    let flood = env_num("HEARTH_BENCH_FLOOD", 500) as usize;
+    let waiting = env_num("HEARTH_BENCH_WAITING", 1000) as usize;
     assert!(messages > 0, "HEARTH_BENCH_MESSAGES must be > 0");
 
     println!("# Hearth agent benchmark\n");
@@ -563,7 +602,29 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let clean = rt.block_on(pipeline(messages, warmup, keep_history, stock_llm));
+    let rust_hooks = std::path::Path::new(env!("CARGO_BIN_EXE_hearth"))
+        .parent()
+        .unwrap()
+        .join("examples/hooks");
+    let clean = rt.block_on(async {
+        let mut clean = true;
+        if part("pipeline") {
+            clean &= pipeline(messages, warmup, keep_history, stock_llm).await;
+        }
+        if part("hooks") {
+            agent_load::hook_cost(messages, warmup, &rust_hooks).await;
+        }
+        if part("concurrency") {
+            agent_load::concurrency(&rust_hooks, &sizes, Duration::from_secs(secs)).await;
+        }
+        if part("fairness") {
+            agent_load::fairness(flood).await;
+        }
+        if part("memory") {
+            agent_load::memory(waiting).await;
+        }
+        clean
+    });
     drop(rt);
     if !clean {
         std::process::exit(1);

@@ -3,6 +3,7 @@
 //!
 //! - Tool `P_ping` (no parameters) answers `pong from P`.
 //! - `$HOOKS`, comma-separated directives, registered in the order given:
+//!   - `noop`: a hook at every stage that changes nothing (the benchmarks' hook cost).
 //!   - `trace`: a plain hook at every stage. `on_input` … `before_output` append
 //!     `"P:<stage>"` to `extra.trace` (`extra_json` becomes an object and `trace` an
 //!     array if they are not); `after_output` (read-only) prints
@@ -89,7 +90,14 @@ impl Plugin for Hooks {
         )?;
 
         for d in &self.directives {
-            if d == "trace" {
+            if d == "noop" {
+                for stage in STAGES {
+                    host.register_stage(
+                        stage,
+                        |ctx: StageContext| async move { Ok::<_, String>(ctx) },
+                    );
+                }
+            } else if d == "trace" {
                 for stage in STAGES {
                     let name = name.clone();
                     if stage == Stage::AfterOutput {

@@ -3,6 +3,7 @@
 //
 // - Tool `P_ping` (no parameters) answers "pong from P".
 // - $HOOKS, comma-separated directives, registered in the order given:
+//   - `noop`: a hook at every stage that changes nothing (the benchmarks' hook cost).
 //   - `trace`: a plain hook at every stage. on_input … before_output append "P:<stage>"
 //     to `extra.trace` (extra becomes an object and trace an array if they are not);
 //     after_output (read-only) prints `TRACE P after_output final=<final_text>`.
@@ -32,7 +33,9 @@ class HooksPlugin {
     }, async () => `pong from ${NAME}`);
 
     for (const d of directives) {
-      if (d === 'trace') {
+      if (d === 'noop') {
+        for (const stage of STAGES) sdk.registerStage(stage, () => {});
+      } else if (d === 'trace') {
         for (const stage of STAGES) {
           if (stage === 'after_output') {
             sdk.registerStage(stage, (ctx) => { say(`TRACE ${NAME} after_output final=${ctx.finalText}`); });

@@ -1,6 +1,8 @@
 """Stage-hook test plugin (Python, HomeAgent style), driven by env HOOKS.
 
 P = $HEARTH_PLUGIN. Registers tool `P_ping` ("pong from P"). Directives (comma list):
+- `noop` / `noop_async`: a hook at every stage that changes nothing (plain `def` /
+  `async def`; the benchmarks' hook cost).
 - `trace`: a hook at every stage appending "P:<stage>" to extra["trace"]; at
   after_output it prints `TRACE P after_output final=<final_text, newlines as \\n> trace=<json>`.
 - `deny=<tool>`: before_toolcall denies calls of <tool> ("not allowed by P").
@@ -32,6 +34,14 @@ def directives():
     return out
 
 
+def noop(ctx):
+    pass
+
+
+async def noop_async(ctx):
+    pass
+
+
 def write_all(ctx):
     ctx.raw_message = "changed"
     ctx.user_id = "mallory"
@@ -57,7 +67,10 @@ class Hooks(Plugin):
         sdk.register_tool(f"{P}_ping", {"description": f"Answers pong from {P}.",
                                         "parameters": {"type": "object"}}, lambda args: f"pong from {P}")
         for key, value in directives():
-            if key == "trace":
+            if key in ("noop", "noop_async"):
+                for stage in STAGES:
+                    sdk.register_stage(stage, noop_async if key == "noop_async" else noop)
+            elif key == "trace":
                 for stage in STAGES:
                     sdk.register_stage(stage, self.tracer(stage))
             elif key == "deny":

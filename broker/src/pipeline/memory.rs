@@ -7,7 +7,8 @@
 //!   relation touching a matched entity scores 1.0, one a step further 0.5 (role
 //!   `memory`);
 //! - DocMemory and Knowledge: the best documents and entries for the message, with
-//!   their search scores (roles `document`, `knowledge`).
+//!   their search scores (roles `document`, `knowledge`). The knowledge folder is
+//!   re-read for recall at most once a second.
 //!
 //! A store that fails is logged and skipped; recall never fails a turn.
 
@@ -21,6 +22,10 @@ const MAX_KEYWORDS: usize = 16;
 const MAX_RELATIONS: usize = 20;
 /// Most characters of one document or entry added.
 const MAX_DOC_CHARS: usize = 1000;
+/// The knowledge folder is re-read for recall at most this often (a file dropped or
+/// edited by hand is recalled at most this much later; `Knowledge.Search` always
+/// re-reads it).
+const RECALL_SYNC_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The stores a turn recalls from.
 #[derive(Debug, Clone)]
@@ -93,7 +98,11 @@ impl MemorySources {
             })),
             Err(e) => tracing::warn!("memory: document query failed: {e}"),
         }
-        match self.knowledge.search(text, self.top_k).await {
+        match self
+            .knowledge
+            .search_synced_within(text, self.top_k, RECALL_SYNC_AGE)
+            .await
+        {
             Ok(found) => items.extend(found.into_iter().map(|k| MemItem {
                 role: "knowledge".into(),
                 content: format!("{}: {}", k.name, clip(&k.content)),

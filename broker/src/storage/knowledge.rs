@@ -91,6 +91,8 @@ struct SyncState {
     /// Versions of files (name, size, mtime) already warned about as too big or
     /// unreadable.
     warned: HashSet<(String, u64, i64)>,
+    /// When the folder was last synced.
+    synced_at: Option<std::time::Instant>,
 }
 
 /// A `*.md` file of the folder, as listed.
@@ -279,9 +281,22 @@ impl Knowledge {
         query: &str,
         top_k: u32,
     ) -> Result<Vec<KnowledgeEntry>, StorageError> {
+        self.search_synced_within(query, top_k, Duration::ZERO)
+            .await
+    }
+
+    /// [`Knowledge::search`], syncing the folder first only when the last sync is
+    /// older than `max_age` (the agent's memory recall, which runs for every message,
+    /// uses one second: a file edited by hand is recalled at most that much later).
+    pub async fn search_synced_within(
+        &self,
+        query: &str,
+        top_k: u32,
+        max_age: Duration,
+    ) -> Result<Vec<KnowledgeEntry>, StorageError> {
         let query = query.to_string();
         let limit = search::limit(top_k);
-        self.synced("search knowledge", move |conn| {
+        self.synced_within("search knowledge", max_age, move |conn| {
             let hits = FtsTable::KNOWLEDGE.search(conn, &query, limit)?;
             let mut row =
                 conn.prepare_cached("SELECT name, content FROM knowledge WHERE seq = ?1")?;
@@ -310,7 +325,27 @@ impl Knowledge {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
+        self.synced_within(op, Duration::ZERO, f).await
+    }
+
+    /// [`Knowledge::synced`], skipping the sync when the last one is younger than
+    /// `max_age`.
+    async fn synced_within<T, F>(
+        &self,
+        op: &str,
+        max_age: Duration,
+        f: F,
+    ) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
         let mut state = self.inner.state.lock().await;
+        if !max_age.is_zero() && state.synced_at.is_some_and(|t| t.elapsed() < max_age) {
+            drop(state);
+            return self.inner.db.call(op, move |conn| f(conn)).await;
+        }
+        state.synced_at = Some(std::time::Instant::now());
         let dir = self.inner.dir.clone();
         let listed = search::blocking(&self.inner.dir, move || list_dir(&dir)).await??;
         let first = self

@@ -1,0 +1,334 @@
+//! The raw floor of a broker↔plugin round trip, for the benchmarks: a minimal tonic
+//! host (this process) serving `PluginHost.Attach` on a Unix socket, and minimal
+//! plugins that speak the stream with the generated stubs only — Python (grpc.aio,
+//! `bench/raw/raw_plugin.py`), Node (grpc-js, `bench/raw/raw_plugin.js`) and Rust
+//! (tonic; this bench binary run again with `HEARTH_BENCH_RAW_PLUGIN=1`). A plugin
+//! answers `RunStage` with the context it got and `InvokeTool` with its arguments.
+//! Everything a real broker and SDK add on top of this is overhead.
+// Each harness compiles this file on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hearth_proto::v1::plugin_host_client::PluginHostClient;
+use hearth_proto::v1::plugin_host_server::{PluginHost, PluginHostServer};
+use hearth_proto::v1::{
+    host_message::Msg as HostMsg, plugin_message::Msg as PluginMsg, HostMessage, InvokeTool,
+    PluginMessage, Pong, RunStage, Stage, StageContext, StageResult, ToolResult,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+/// Environment variable that makes the bench binary run as the raw Rust plugin.
+pub const RAW_PLUGIN_ENV: &str = "HEARTH_BENCH_RAW_PLUGIN";
+
+type Session = (
+    Streaming<PluginMessage>,
+    mpsc::Sender<Result<HostMessage, Status>>,
+);
+
+struct Host {
+    sessions: mpsc::UnboundedSender<Session>,
+}
+
+#[tonic::async_trait]
+impl PluginHost for Host {
+    type AttachStream = Pin<Box<dyn Stream<Item = Result<HostMessage, Status>> + Send + 'static>>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<PluginMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let (tx, rx) = mpsc::channel(1024);
+        let _ = self.sessions.send((request.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// A raw plugin process attached to the raw host.
+pub struct RawPlugin {
+    inbound: Streaming<PluginMessage>,
+    out: mpsc::Sender<Result<HostMessage, Status>>,
+    child: Child,
+    _dir: tempfile::TempDir,
+    next: u64,
+    /// The hook id a `RunStage` names (an SDK plugin's pre_action hook).
+    hook_id: String,
+}
+
+/// Which plugin to start on the raw host.
+pub enum Peer<'a> {
+    /// The minimal plugin of a language (`Python`, `Node`, `Rust`).
+    Raw(&'a str),
+    /// A plugin of an SDK: `runtime` `python` / `node` / `exec` and its entry, with its
+    /// environment. It registers; `RunStage` goes to its first pre_action hook.
+    Sdk {
+        /// `python`, `node` or `exec`.
+        runtime: &'a str,
+        /// Entry file or binary.
+        entry: PathBuf,
+        /// Extra environment.
+        env: Vec<(&'a str, &'a str)>,
+    },
+}
+
+/// The raw plugin languages: label and how to start one.
+pub const RAW_LANGS: [&str; 3] = ["Python", "Node", "Rust"];
+
+impl RawPlugin {
+    /// Starts the raw host on a fresh socket and the raw plugin of `lang` (`Python`,
+    /// `Node`, `Rust`), and waits until it attached.
+    pub async fn start(lang: &str, python: &str, repo: &std::path::Path) -> RawPlugin {
+        Self::start_peer(Peer::Raw(lang), python, repo).await
+    }
+
+    /// Starts the raw host and `peer`, and waits until it attached (and registered,
+    /// for an SDK plugin).
+    pub async fn start_peer(peer: Peer<'_>, python: &str, repo: &std::path::Path) -> RawPlugin {
+        let dir = tempfile::Builder::new()
+            .prefix("hearth-raw")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let socket = dir.path().join("raw.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let (sessions, mut attached) = mpsc::unbounded_channel();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    PluginHostServer::new(Host { sessions })
+                        .max_decoding_message_size(64 << 20)
+                        .max_encoding_message_size(64 << 20),
+                )
+                .serve_with_incoming(UnixListenerStream::new(listener)),
+        );
+        let addr = format!("unix://{}", socket.display());
+        let (lang, mut cmd) = match &peer {
+            Peer::Raw(lang) => (*lang, raw_command(lang, python, repo)),
+            Peer::Sdk {
+                runtime,
+                entry,
+                env,
+            } => {
+                let mut c = match *runtime {
+                    "python" => {
+                        let mut c = Command::new(python);
+                        c.args(["-m", "hearth", "run"]).arg(entry);
+                        c
+                    }
+                    "node" => {
+                        let mut c =
+                            Command::new(std::env::var("HEARTH_NODE").unwrap_or("node".into()));
+                        c.args(["-e", "require(process.argv[1]).main(process.argv[2])"])
+                            .arg(repo.join("sdk-node/runner.js"))
+                            .arg(entry)
+                            .env("NODE_PATH", repo.join("node_modules"));
+                        c
+                    }
+                    _ => Command::new(entry),
+                };
+                c.env("HEARTH_PLUGIN", "sdk");
+                for (k, v) in env {
+                    c.env(k, v);
+                }
+                ("SDK", c)
+            }
+        };
+        let child = cmd
+            .env("HEARTH_ADDR", &addr)
+            .env("HEARTH_TOKEN", "raw")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting the raw {lang} plugin: {e}"));
+        let (mut inbound, out) = tokio::time::timeout(Duration::from_secs(30), attached.recv())
+            .await
+            .unwrap_or_else(|_| panic!("the raw {lang} plugin did not attach"))
+            .unwrap();
+        let mut hook_id = "raw".to_string();
+        if let Peer::Sdk { .. } = peer {
+            // Hello, then Register: answer Registered and remember the pre_action hook.
+            loop {
+                let m = inbound.message().await.unwrap().expect("SDK plugin ended");
+                if let Some(PluginMsg::Register(r)) = m.msg {
+                    hook_id = r
+                        .stages
+                        .iter()
+                        .find(|h| h.stage == Stage::PreAction as i32)
+                        .map(|h| h.hook_id.clone())
+                        .expect("the SDK plugin has no pre_action hook");
+                    let registered = hearth_proto::v1::Registered {
+                        plugin: "sdk".into(),
+                        protocol_version: hearth_proto::PROTOCOL_VERSION.into(),
+                        ..Default::default()
+                    };
+                    out.send(Ok(HostMessage {
+                        msg: Some(HostMsg::Registered(registered)),
+                    }))
+                    .await
+                    .unwrap();
+                    break;
+                }
+            }
+        }
+        RawPlugin {
+            inbound,
+            out,
+            child,
+            _dir: dir,
+            next: 1,
+            hook_id,
+        }
+    }
+}
+
+/// The command of the minimal plugin of `lang`.
+fn raw_command(lang: &str, python: &str, repo: &std::path::Path) -> Command {
+    match lang {
+        "Python" => {
+            let mut c = Command::new(python);
+            c.arg(repo.join("bench/raw/raw_plugin.py"));
+            c
+        }
+        "Node" => {
+            let mut c = Command::new(std::env::var("HEARTH_NODE").unwrap_or("node".into()));
+            c.arg(repo.join("bench/raw/raw_plugin.js"))
+                .env("NODE_PATH", repo.join("node_modules"));
+            c
+        }
+        "Rust" => {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.env(RAW_PLUGIN_ENV, "1");
+            c
+        }
+        other => panic!("unknown raw plugin language {other}"),
+    }
+}
+
+impl RawPlugin {
+    /// The plugin process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn round_trip(&mut self, msg: HostMsg) -> PluginMsg {
+        self.out
+            .send(Ok(HostMessage { msg: Some(msg) }))
+            .await
+            .expect("raw plugin gone");
+        loop {
+            let m = self
+                .inbound
+                .message()
+                .await
+                .expect("raw plugin stream")
+                .expect("raw plugin ended its stream");
+            match m.msg {
+                Some(PluginMsg::Pong(_)) | None => continue,
+                Some(other) => return other,
+            }
+        }
+    }
+
+    /// One `RunStage` of `context` answered; µs.
+    pub async fn stage_trip(&mut self, context: &StageContext) -> f64 {
+        let call_id = self.next;
+        self.next += 1;
+        let msg = HostMsg::RunStage(RunStage {
+            call_id,
+            stage: Stage::PreAction as i32,
+            hook_id: self.hook_id.clone(),
+            context: Some(context.clone()),
+            timeout_ms: 5000,
+        });
+        let started = Instant::now();
+        match self.round_trip(msg).await {
+            PluginMsg::StageResult(r) => assert_eq!(r.call_id, call_id),
+            other => panic!("raw plugin answered {other:?}"),
+        }
+        started.elapsed().as_secs_f64() * 1e6
+    }
+
+    /// One `InvokeTool` with `args_json` answered; µs.
+    pub async fn tool_trip(&mut self, args_json: &str) -> f64 {
+        let call_id = self.next;
+        self.next += 1;
+        let msg = HostMsg::InvokeTool(InvokeTool {
+            call_id,
+            tool: "raw_echo".into(),
+            args_json: args_json.into(),
+            sender: None,
+            timeout_ms: 5000,
+        });
+        let started = Instant::now();
+        match self.round_trip(msg).await {
+            PluginMsg::ToolResult(r) => assert_eq!(r.call_id, call_id),
+            other => panic!("raw plugin answered {other:?}"),
+        }
+        started.elapsed().as_secs_f64() * 1e6
+    }
+}
+
+impl Drop for RawPlugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The raw Rust plugin (this binary with [`RAW_PLUGIN_ENV`] set): a current-thread
+/// runtime, like the Rust SDK's.
+pub fn raw_plugin_main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let addr = std::env::var("HEARTH_ADDR").unwrap();
+        let path = PathBuf::from(addr.trim_start_matches("unix://"));
+        let channel = tonic::transport::Endpoint::try_from("http://localhost")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .unwrap();
+        let mut client = PluginHostClient::new(channel)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20);
+        let (tx, rx) = mpsc::channel::<PluginMessage>(1024);
+        let mut req = Request::new(ReceiverStream::new(rx));
+        req.metadata_mut()
+            .insert("x-hearth-token", "raw".parse().unwrap());
+        let mut inbound = client.attach(req).await.unwrap().into_inner();
+        while let Some(Ok(m)) = inbound.next().await {
+            let reply = match m.msg {
+                Some(HostMsg::RunStage(rs)) => PluginMsg::StageResult(StageResult {
+                    call_id: rs.call_id,
+                    context: rs.context,
+                    error: String::new(),
+                }),
+                Some(HostMsg::InvokeTool(it)) => PluginMsg::ToolResult(ToolResult {
+                    call_id: it.call_id,
+                    success: true,
+                    content: it.args_json,
+                    ..Default::default()
+                }),
+                Some(HostMsg::Ping(p)) => PluginMsg::Pong(Pong { nonce: p.nonce }),
+                Some(HostMsg::Shutdown(_)) => return,
+                _ => continue,
+            };
+            if tx.send(PluginMessage { msg: Some(reply) }).await.is_err() {
+                return;
+            }
+        }
+    });
+}
