@@ -611,6 +611,9 @@ fn main() {
         if part("pipeline") {
             clean &= pipeline(messages, warmup, keep_history, stock_llm).await;
         }
+        if part("sdk") {
+            agent_load::sdk_trips(messages * 5, &rust_hooks).await;
+        }
         if part("hooks") {
             agent_load::hook_cost(messages, warmup, &rust_hooks).await;
         }

@@ -186,20 +186,16 @@ pub async fn hook_cost(messages: usize, warmup: usize, rust_hooks: &std::path::P
                 samples[k].push(t);
             }
         }
-        for (k, (_, r)) in raws.iter_mut().enumerate() {
-            for _ in 0..5 {
-                let t = r.stage_trip(&ctx).await;
-                if i >= warmup {
-                    raw_samples[k].push(t);
-                }
+        for (k, (_, r)) in raws.iter().enumerate() {
+            let t = r.stage_trips(5, &ctx).await;
+            if i >= warmup {
+                raw_samples[k].extend(t);
             }
         }
-        for (k, (_, r)) in sdks.iter_mut().enumerate() {
-            for _ in 0..5 {
-                let t = r.stage_trip(&ctx).await;
-                if i >= warmup {
-                    sdk_samples[k].push(t);
-                }
+        for (k, (_, r)) in sdks.iter().enumerate() {
+            let t = r.stage_trips(5, &ctx).await;
+            if i >= warmup {
+                sdk_samples[k].extend(t);
             }
         }
     }
@@ -312,6 +308,13 @@ pub async fn concurrency(rust_hooks: &std::path::Path, sizes: &[usize], measure:
     println!("Closed loop: C conversations (users), each sending its next message as soon as the previous reply arrived; the scripted model answers every request after {delay_ms} ms (streamed). 3 s warm-up, then {} s measured: turns/s = replies that arrived in the window / window; latency (of those replies) from sending to the Final event; broker CPU from /proc over the window; RSS at its end. The bench process (clients and the scripted server) shares the machine. Hooks: one Python (plain `def`), one Node and one Rust plugin, each with a no-op hook at all seven stages (15 invocations per message).\n", measure.as_secs());
     println!("| hooks | C | max_concurrent_turns | turns/s | p50 ms | p99 ms | max ms | broker CPU µs/turn | broker RSS MiB | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // HEARTH_BENCH_HOOKS: which languages' hook plugins the hooked rows use.
+    let hook_langs: Vec<String> = std::env::var("HEARTH_BENCH_HOOKS")
+        .unwrap_or_else(|_| "Python,Node,Rust".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let only_hooked = std::env::var("HEARTH_BENCH_ONLY_HOOKED").is_ok();
     let mut rows: Vec<(bool, usize, usize)> = Vec::new();
     for &c in sizes {
         rows.push((false, c, 1000));
@@ -320,13 +323,15 @@ pub async fn concurrency(rust_hooks: &std::path::Path, sizes: &[usize], measure:
     for &c in sizes.iter().filter(|c| **c <= 1000) {
         rows.push((true, c, 1000));
     }
+    if only_hooked {
+        rows.retain(|r| r.0);
+    }
     for (hooked, c, slots) in rows {
         let plugins = if hooked {
-            vec![
-                hooks_plugin("Python", "hk_py", "noop", rust_hooks),
-                hooks_plugin("Node", "hk_nd", "noop", rust_hooks),
-                hooks_plugin("Rust", "hk_rs", "noop", rust_hooks),
-            ]
+            hook_langs
+                .iter()
+                .map(|l| hooks_plugin(l, &format!("hk_{l}"), "noop", rust_hooks))
+                .collect()
         } else {
             vec![]
         };
@@ -362,7 +367,11 @@ pub async fn concurrency(rust_hooks: &std::path::Path, sizes: &[usize], measure:
         };
         println!(
             "| {} | {c} | {slots} | {:.1} | {} | {} | {} | {:.0} | {:.1} | {errors} |",
-            if hooked { "py + node + rust" } else { "none" },
+            if hooked {
+                hook_langs.join(" + ")
+            } else {
+                "none".into()
+            },
             turns as f64 / measure.as_secs_f64(),
             s.map_or("–".into(), |s| format!("{:.0}", s.p50 / 1e3)),
             s.map_or("–".into(), |s| format!("{:.0}", s.p99 / 1e3)),
@@ -489,4 +498,73 @@ pub async fn memory(waiting: usize) {
     drop(conns);
     drop(b);
     assert!(wait_gone(&[pid], Duration::from_secs(15)).is_empty());
+}
+
+// ---------------------------------------------------------------------------------
+// The SDKs alone: stage round trips of the SDK plugins on the raw host
+// ---------------------------------------------------------------------------------
+
+/// `RunStage` round trips, raw plugin vs SDK plugin of each language on the raw host,
+/// interleaved (no broker): what each SDK adds to a hook.
+pub async fn sdk_trips(trips: usize, rust_hooks: &std::path::Path) {
+    println!("## SDK stage round trips on the raw host (no broker)\n");
+    let mut peers: Vec<(String, RawPlugin)> = Vec::new();
+    for lang in RAW_LANGS {
+        peers.push((
+            format!("raw {lang}"),
+            RawPlugin::start(lang, &python(), &repo()).await,
+        ));
+    }
+    let sdk_peers: [(&str, &str, std::path::PathBuf, &str); 4] = [
+        (
+            "SDK Python, plain `def`",
+            "python",
+            repo().join("tests/plugins/hooks.py"),
+            "noop",
+        ),
+        (
+            "SDK Python, `async def`",
+            "python",
+            repo().join("tests/plugins/hooks.py"),
+            "noop_async",
+        ),
+        (
+            "SDK Node",
+            "node",
+            repo().join("tests/plugins/hooks.js"),
+            "noop",
+        ),
+        ("SDK Rust", "exec", rust_hooks.to_path_buf(), "noop"),
+    ];
+    for (label, runtime, entry, hooks) in sdk_peers {
+        let peer = Peer::Sdk {
+            runtime,
+            entry,
+            env: vec![("HOOKS", hooks)],
+        };
+        peers.push((
+            label.into(),
+            RawPlugin::start_peer(peer, &python(), &repo()).await,
+        ));
+    }
+    let ctx = typical_context();
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];
+    let warm = trips / 10;
+    // Batches of 10, interleaved.
+    for i in 0..(trips + warm) / 10 {
+        for (k, (_, p)) in peers.iter().enumerate() {
+            let t = p.stage_trips(10, &ctx).await;
+            if i * 10 >= warm {
+                samples[k].extend(t);
+            }
+        }
+    }
+    println!("{trips} round trips each after {warm} warm-up, interleaved; µs.\n");
+    println!("| peer | p50 | p90 | p99 |");
+    println!("|---|---:|---:|---:|");
+    for (k, (label, _)) in peers.iter().enumerate() {
+        let s = summarize(samples[k].clone());
+        println!("| {label} | {:.0} | {:.0} | {:.0} |", s.p50, s.p90, s.p99);
+    }
+    println!();
 }

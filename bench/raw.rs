@@ -50,8 +50,22 @@ impl PluginHost for Host {
     }
 }
 
-/// A raw plugin process attached to the raw host.
+/// A raw plugin (or an SDK plugin) on the raw host. The host has a runtime of its own
+/// (multi-thread, a worker per core, as `hearth run` has), so the bench's other work
+/// does not share its threads.
 pub struct RawPlugin {
+    jobs: mpsc::UnboundedSender<Job>,
+    pid: u32,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+enum Job {
+    Stage(usize, StageContext, tokio::sync::oneshot::Sender<Vec<f64>>),
+    Tool(usize, String, tokio::sync::oneshot::Sender<Vec<f64>>),
+}
+
+/// The host's side of one attached plugin (lives on the host thread).
+struct Attached {
     inbound: Streaming<PluginMessage>,
     out: mpsc::Sender<Result<HostMessage, Status>>,
     child: Child,
@@ -87,9 +101,136 @@ impl RawPlugin {
         Self::start_peer(Peer::Raw(lang), python, repo).await
     }
 
-    /// Starts the raw host and `peer`, and waits until it attached (and registered,
-    /// for an SDK plugin).
+    /// Starts the raw host (on its own thread) and `peer`, and waits until it attached
+    /// (and registered, for an SDK plugin).
     pub async fn start_peer(peer: Peer<'_>, python: &str, repo: &std::path::Path) -> RawPlugin {
+        let (jobs, mut queue) = mpsc::unbounded_channel::<Job>();
+        let (ready, started) = tokio::sync::oneshot::channel();
+        let peer = peer.owned();
+        let (python, repo) = (python.to_string(), repo.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            // The runtime the broker runs on (multi-thread, a worker per core), with
+            // the measuring loop as one of its tasks, like a broker's turn.
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let host = rt.spawn(async move {
+                let mut a = Attached::start(peer.borrowed(), &python, &repo).await;
+                let _ = ready.send(a.child.id());
+                while let Some(job) = queue.recv().await {
+                    match job {
+                        Job::Stage(n, ctx, reply) => {
+                            let mut out = Vec::with_capacity(n);
+                            for _ in 0..n {
+                                out.push(a.stage_trip(&ctx).await);
+                            }
+                            let _ = reply.send(out);
+                        }
+                        Job::Tool(n, args, reply) => {
+                            let mut out = Vec::with_capacity(n);
+                            for _ in 0..n {
+                                out.push(a.tool_trip(&args).await);
+                            }
+                            let _ = reply.send(out);
+                        }
+                    }
+                }
+            });
+            let _ = rt.block_on(host);
+        });
+        let pid = started.await.expect("the raw host thread failed");
+        RawPlugin {
+            jobs,
+            pid,
+            thread: Some(thread),
+        }
+    }
+
+    /// The plugin process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// `n` `RunStage` round trips of `context`, one after another; µs each.
+    pub async fn stage_trips(&self, n: usize, context: &StageContext) -> Vec<f64> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = self.jobs.send(Job::Stage(n, context.clone(), tx));
+        rx.await.expect("raw host")
+    }
+
+    /// `n` `InvokeTool` round trips with `args_json`; µs each.
+    pub async fn tool_trips(&self, n: usize, args_json: &str) -> Vec<f64> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = self.jobs.send(Job::Tool(n, args_json.into(), tx));
+        rx.await.expect("raw host")
+    }
+
+    /// One `RunStage` round trip; µs.
+    pub async fn stage_trip(&self, context: &StageContext) -> f64 {
+        self.stage_trips(1, context).await[0]
+    }
+}
+
+impl Drop for RawPlugin {
+    fn drop(&mut self) {
+        let (jobs, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.jobs, jobs));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// [`Peer`] with owned data, to move to the host thread.
+enum OwnedPeer {
+    Raw(String),
+    Sdk {
+        runtime: String,
+        entry: PathBuf,
+        env: Vec<(String, String)>,
+    },
+}
+
+impl Peer<'_> {
+    fn owned(&self) -> OwnedPeer {
+        match self {
+            Peer::Raw(l) => OwnedPeer::Raw(l.to_string()),
+            Peer::Sdk {
+                runtime,
+                entry,
+                env,
+            } => OwnedPeer::Sdk {
+                runtime: runtime.to_string(),
+                entry: entry.clone(),
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            },
+        }
+    }
+}
+
+impl OwnedPeer {
+    fn borrowed(&self) -> Peer<'_> {
+        match self {
+            OwnedPeer::Raw(l) => Peer::Raw(l),
+            OwnedPeer::Sdk {
+                runtime,
+                entry,
+                env,
+            } => Peer::Sdk {
+                runtime,
+                entry: entry.clone(),
+                env: env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            },
+        }
+    }
+}
+
+impl Attached {
+    async fn start(peer: Peer<'_>, python: &str, repo: &std::path::Path) -> Attached {
         let dir = tempfile::Builder::new()
             .prefix("hearth-raw")
             .tempdir_in("/tmp")
@@ -174,7 +315,7 @@ impl RawPlugin {
                 }
             }
         }
-        RawPlugin {
+        Attached {
             inbound,
             out,
             child,
@@ -208,12 +349,7 @@ fn raw_command(lang: &str, python: &str, repo: &std::path::Path) -> Command {
     }
 }
 
-impl RawPlugin {
-    /// The plugin process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
+impl Attached {
     async fn round_trip(&mut self, msg: HostMsg) -> PluginMsg {
         self.out
             .send(Ok(HostMessage { msg: Some(msg) }))
@@ -272,7 +408,7 @@ impl RawPlugin {
     }
 }
 
-impl Drop for RawPlugin {
+impl Drop for Attached {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
