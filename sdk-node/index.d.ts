@@ -311,6 +311,28 @@ export interface ToolDef {
 export type ToolHandler = (args: any, ctx: CallContext) => unknown | Promise<unknown>;
 
 /** The SDK object HomeAgent-style plugins receive in `start(sdk)`. */
+/** Input priority (seed levels): background 1, message 2, interactive 3, critical 4. */
+export type Priority = 'background' | 'message' | 'interactive' | 'critical' | 1 | 2 | 3 | 4;
+
+/** Which conversation injected input goes to, and how urgent it is. */
+export interface InjectOptions {
+  /** The user whose private chat on the channel gets the input (default: the plugin). */
+  userId?: string;
+  /** The group whose conversation on the channel gets the input. */
+  groupId?: string;
+  /** Default `'background'`. */
+  priority?: Priority;
+}
+
+/** Options of a stage hook. */
+export interface StageOptions {
+  /**
+   * `false`: the hook does not read the conversation; at pre_action it gets
+   * `contextMsgs` empty and what it leaves there is ignored (saves sending the history).
+   */
+  contextMsgs?: boolean;
+}
+
 export interface HomeAgentSdk {
   /** The plugin's name. */
   readonly pluginName: string;
@@ -328,12 +350,23 @@ export interface HomeAgentSdk {
   knowledge(): KnowledgeAPI;
   /** HomeAgent `LLM()`. */
   llm(): LLMAPI;
-  /** HomeAgent InjectText: queue text as input (source = this plugin). */
-  injectText(channel: string, text: string): Promise<void>;
-  /** HomeAgent InjectTextNoMemory. */
-  injectTextNoMemory(channel: string, text: string): Promise<void>;
-  /** HomeAgent InjectInterruptText: ahead of the queue, interrupting the LLM. */
-  injectInterruptText(channel: string, text: string): Promise<void>;
+  /**
+   * HomeAgent InjectText: queue text as input (source = this plugin) in a conversation:
+   * the group `opts.groupId` on `channel`, else the private chat of `opts.userId`
+   * (default: the plugin's name) on `channel`. Its turns run in order; other
+   * conversations run at the same time. `opts.priority` orders inputs waiting for a turn
+   * slot (default `'background'`). Rejects with a HostError (code RESOURCE_EXHAUSTED)
+   * when that conversation already has `[agent] queue_per_conversation` inputs waiting.
+   */
+  injectText(channel: string, text: string, opts?: InjectOptions): Promise<void>;
+  /** HomeAgent InjectTextNoMemory: like injectText, left out of memory. */
+  injectTextNoMemory(channel: string, text: string, opts?: InjectOptions): Promise<void>;
+  /**
+   * HomeAgent InjectInterruptText: cuts into the running turn of the conversation (its LLM
+   * request in flight is cancelled and asked again with the text as a system message);
+   * when none runs, the text goes to the front of that conversation's queue.
+   */
+  injectInterruptText(channel: string, text: string, opts?: Omit<InjectOptions, 'priority'>): Promise<void>;
   /**
    * Registers a tool. During start() it goes out with Register; later, as RegisterTool.
    * Throws synchronously on an invalid declaration; the promise settles when the broker
@@ -351,9 +384,9 @@ export interface HomeAgentSdk {
    * Registers a pipeline stage hook (HomeAgent `RegisterStage`); only inside start().
    * Hooks of one plugin and stage run in registration order.
    */
-  registerStage(stage: StageName | number, handler: StageHandler): void;
+  registerStage(stage: StageName | number, handler: StageHandler, opts?: StageOptions): void;
   /** Like registerStage, but before/after_toolcall see only this plugin's own tools. */
-  registerStageOwnTools(stage: StageName | number, handler: StageHandler): void;
+  registerStageOwnTools(stage: StageName | number, handler: StageHandler, opts?: StageOptions): void;
   /** Writes a line to the plugin's log (stderr), prefixed with the plugin name. */
   log(...args: unknown[]): void;
 }

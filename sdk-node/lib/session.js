@@ -274,8 +274,17 @@ class Session {
    */
   sdk() {
     const session = this;
-    const inject = (/** @type {string} */ method) => (/** @type {string} */ channel, /** @type {string} */ text) =>
-      session.host.input[method]({ source: session.name, channel, text }).then(() => undefined);
+    const inject = (/** @type {string} */ method) => (
+      /** @type {string} */ channel,
+      /** @type {string} */ text,
+      /** @type {{userId?: string, groupId?: string, priority?: string | number}} */ opts = {},
+    ) => {
+      const o = opts || {};
+      const priority = method === 'injectInterruptText' ? 0 : stages.priorityNumber(o.priority, session.name);
+      return session.host.input[method]({
+        source: session.name, channel, text, userId: String(o.userId || ''), groupId: String(o.groupId || ''), priority,
+      }).then(() => undefined);
+    };
     const apis = require('./apis').createApis(() => session.host, session);
     return {
       pluginName: this.name,
@@ -287,8 +296,8 @@ class Session {
       registerTool: (name, def, handler) => this.registerTool(name, def, handler),
       unregisterTool: (name) => this.unregisterTool(name),
       registerDef: (def) => this.registerDef(def),
-      registerStage: (stage, handler) => this.registerStage(stage, handler, false),
-      registerStageOwnTools: (stage, handler) => this.registerStage(stage, handler, true),
+      registerStage: (stage, handler, opts) => this.registerStage(stage, handler, false, opts),
+      registerStageOwnTools: (stage, handler, opts) => this.registerStage(stage, handler, true, opts),
       log: (...args) => this.log(...args),
     };
   }
@@ -341,14 +350,16 @@ class Session {
    * @param {string | number} stage
    * @param {Function} handler
    * @param {boolean} ownToolsOnly
+   * @param {{contextMsgs?: boolean}} [opts] `contextMsgs: false`: the hook does not read the conversation
    */
-  registerStage(stage, handler, ownToolsOnly) {
+  registerStage(stage, handler, ownToolsOnly, opts) {
     const num = stages.stageNumber(stage, this.name);
     const what = `plugin ${this.name}: stage hook ${stages.STAGES[num - 1]}`;
     if (typeof handler !== 'function') throw new spec.DeclarationError(`${what}: handler must be a function`);
     if (this.registerSent) throw new spec.DeclarationError(`${what}: stage hooks can only be registered in start()`);
     const hookId = `${stages.STAGES[num - 1]}#${this.stageHooks.size}`;
-    this.stageHooks.set(hookId, { wire: { stage: num, ownToolsOnly, hookId }, handler });
+    const noContextMsgs = opts != null && opts.contextMsgs === false;
+    this.stageHooks.set(hookId, { wire: { stage: num, ownToolsOnly, hookId, noContextMsgs }, handler });
   }
 
   /**

@@ -101,4 +101,21 @@ function toWire(c) {
   return w;
 }
 
-module.exports = { STAGES, Stage, stageNumber, fromWire, toWire };
+/** Input priority levels (seed): background 1, message 2, interactive 3, critical 4. */
+const PRIORITIES = ['background', 'message', 'interactive', 'critical'];
+
+/**
+ * undefined/null → 0 (the default of the path); a level name or 1..4 → its wire number.
+ * @param {unknown} priority
+ * @param {string} plugin
+ * @returns {number}
+ */
+function priorityNumber(priority, plugin) {
+  if (priority == null) return 0;
+  if (typeof priority === 'number' && Number.isInteger(priority) && priority >= 1 && priority <= 4) return priority;
+  const i = typeof priority === 'string' ? PRIORITIES.indexOf(priority.toLowerCase()) : -1;
+  if (i < 0) throw new DeclarationError(`plugin ${plugin}: unknown priority ${JSON.stringify(priority)} (expected one of ${PRIORITIES.join(', ')} or 1-4)`);
+  return i + 1;
+}
+
+module.exports = { STAGES, Stage, PRIORITIES, stageNumber, priorityNumber, fromWire, toWire };

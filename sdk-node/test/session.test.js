@@ -40,8 +40,9 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.equal(echo.aiTool, null);
     const fail = p.register.tools.find((t) => t.name === 'ha_fail');
     assert.deepEqual(JSON.parse(fail.parametersJson), { type: 'object', properties: {} }, 'missing parameters default to an empty object schema');
-    assert.deepEqual(p.register.stages.map((h) => [h.stage, h.ownToolsOnly, h.hookId]), [
-      [1, false, 'on_input#0'], [4, true, 'before_toolcall#1'], [6, false, 'before_output#2'],
+    assert.deepEqual(p.register.stages.map((h) => [h.stage, h.ownToolsOnly, h.hookId, h.noContextMsgs]), [
+      [1, false, 'on_input#0', false], [4, true, 'before_toolcall#1', false], [6, false, 'before_output#2', false],
+      [2, false, 'pre_action#3', true],
     ]);
     assert.deepEqual(p.register.configDefs.map((d) => ({ ...d })), [
       { key: 'provider_key', defaultJson: '', type: 'string', displayName: 'API Key', description: '第三方服务 API 密钥', category: '', options: [], required: true, secret: true },
@@ -183,7 +184,12 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.equal(missing.error, 'HostError: plugin homeagent: settings.get: NOT_FOUND: no setting nope');
     const inj = await p.session.call1(7002, 'ha_inject', { text: '提醒：喝水' });
     assert.equal(inj.content, 'injected');
-    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: '提醒：喝水' });
+    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: '提醒：喝水', userId: '', groupId: '', priority: 0 });
+    // The conversation and priority travel with the input.
+    await p.session.call1(7003, 'ha_inject', { text: 'to the group', group: 'g1' });
+    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: 'to the group', userId: '', groupId: 'g1', priority: 2 });
+    await p.session.call1(7004, 'ha_inject', { text: 'to ann', user: 'ann' });
+    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: 'to ann', userId: 'ann', groupId: '', priority: 4 });
   });
 
   it('keeps working when the plugin floods stdout', async () => {

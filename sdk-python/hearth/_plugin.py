@@ -297,23 +297,33 @@ class PluginSDK:
 
     # ---------------------------------------------------------------- stage hooks
 
-    def register_stage(self, stage: Any, handler: Callable[[Any], Any]) -> None:
+    def register_stage(self, stage: Any, handler: Callable[[Any], Any], *,
+                       context_msgs: bool = True) -> None:
         """Run `handler(ctx)` at pipeline stage `stage` (HomeAgent `RegisterStage`).
 
         `stage` is "on_input" … "after_output" or a `hearth.Stage`. The handler (sync or
-        async) gets a `hearth.StageContext` and changes it in place (or returns a new
-        one); raising fails the hook with the exception's text. Hooks of one stage run
-        in registration order. Only in `start()`: hooks travel in `Register`.
-        """
-        self._add_stage(stage, handler, False)
+        async) gets a `hearth.StageContext` with the fields its stage may read (see the
+        README's permission matrix) and changes it in place (or returns a new one);
+        raising fails the hook with the exception's text. Hooks of one stage run in
+        registration order. Only in `start()`: hooks travel in `Register`.
 
-    def register_stage_own_tools(self, stage: Any, handler: Callable[[Any], Any]) -> None:
+        `context_msgs=False` declares that a pre_action hook does not read the
+        conversation (`ctx.context_msgs` arrives empty and what it holds afterwards is
+        ignored), which saves sending the whole history to it. `async def` handlers run
+        on the plugin's event loop; plain `def` ones in a thread pool (one thread hop,
+        ~0.1 ms, per call).
+        """
+        self._add_stage(stage, handler, False, context_msgs)
+
+    def register_stage_own_tools(self, stage: Any, handler: Callable[[Any], Any], *,
+                                 context_msgs: bool = True) -> None:
         """Like `register_stage`, but in before_toolcall / after_toolcall the hook sees only
         calls of this plugin's own tools (HomeAgent `RegisterStageOwnTools`); at other
         stages it is a plain `register_stage`."""
-        self._add_stage(stage, handler, True)
+        self._add_stage(stage, handler, True, context_msgs)
 
-    def _add_stage(self, stage: Any, handler: Callable[[Any], Any], own_tools_only: bool) -> None:
+    def _add_stage(self, stage: Any, handler: Callable[[Any], Any], own_tools_only: bool,
+                   context_msgs: bool = True) -> None:
         from ._stages import StageHookEntry, stage_of
         st = stage_of(stage, self._plugin_name)
         what = f"plugin {self._plugin_name}: stage hook {st.value}"
@@ -323,7 +333,8 @@ class PluginSDK:
             if self._started:
                 raise RuntimeError(f"{what}: stage hooks can only be registered in start()")
             hook_id = f"{st.value}#{len(self._stages)}"
-            self._stages.append(StageHookEntry(hook_id, st, own_tools_only, handler))
+            self._stages.append(StageHookEntry(hook_id, st, own_tools_only, handler,
+                                               no_context_msgs=not context_msgs))
 
     # ---------------------------------------------------------------- host services
 
@@ -391,22 +402,42 @@ class PluginSDK:
         """`Input` service: `inject_text`, `inject_text_no_memory`, `inject_interrupt_text`."""
         return self._client("input")
 
-    def _inject(self, method: str, source: Optional[str], channel: str, text: str) -> Any:
+    def _inject(self, method: str, source: Optional[str], channel: str, text: str,
+                user_id: str, group_id: str, priority: Any) -> Any:
+        from ._stages import priority_number
         call = getattr(self.input(), method)
-        return call(source=source or self._plugin_name, channel=str(channel), text=str(text))
+        return call(source=source or self._plugin_name, channel=str(channel), text=str(text),
+                    user_id=str(user_id or ""), group_id=str(group_id or ""),
+                    priority=priority_number(priority, self._plugin_name))
 
-    def inject_text(self, source: Optional[str], channel: str, text: str) -> Any:
+    def inject_text(self, source: Optional[str], channel: str, text: str, *,
+                    user_id: str = "", group_id: str = "", priority: Any = None) -> Any:
         """Queue `text` as input on `channel` (HomeAgent `InjectText`); `source` empty or
-        None = this plugin's name. Blocks in plain code; in async code `await` it."""
-        return self._inject("inject_text", source, channel, text)
+        None = this plugin's name. Blocks in plain code; in async code `await` it.
 
-    def inject_text_no_memory(self, source: Optional[str], channel: str, text: str) -> Any:
+        The input goes to a conversation: the group `group_id` on `channel` when given,
+        else the private chat of `user_id` (default: `source`) on `channel`. Its turns
+        run in order; other conversations run at the same time. `priority`
+        (`"background"` (default), `"message"`, `"interactive"`, `"critical"` or 1–4)
+        orders inputs waiting for a free turn slot. Raises `HostError` with code
+        `RESOURCE_EXHAUSTED` when that conversation already has too many waiting
+        (`[agent] queue_per_conversation`).
+        """
+        return self._inject("inject_text", source, channel, text, user_id, group_id, priority)
+
+    def inject_text_no_memory(self, source: Optional[str], channel: str, text: str, *,
+                              user_id: str = "", group_id: str = "", priority: Any = None) -> Any:
         """Like `inject_text`, without recording the message in memory."""
-        return self._inject("inject_text_no_memory", source, channel, text)
+        return self._inject("inject_text_no_memory", source, channel, text, user_id, group_id,
+                            priority)
 
-    def inject_interrupt_text(self, source: Optional[str], channel: str, text: str) -> Any:
-        """Put `text` ahead of the queue and interrupt the LLM request in flight."""
-        return self._inject("inject_interrupt_text", source, channel, text)
+    def inject_interrupt_text(self, source: Optional[str], channel: str, text: str, *,
+                              user_id: str = "", group_id: str = "") -> Any:
+        """Cut into the running turn of the conversation (as in `inject_text`): its LLM
+        request in flight is cancelled and asked again with `text` as a system message.
+        When no turn of that conversation runs, `text` goes to the front of its queue."""
+        return self._inject("inject_interrupt_text", source, channel, text, user_id, group_id,
+                            None)
 
 
 class Plugin:

@@ -197,7 +197,7 @@ def register_message(a: Assembled) -> pb.Register:
         reg.triggers.add(type=ttype, pattern=str(t.get("pattern") or ""))
     for hook in a.sdk._stages:
         reg.stages.add(stage=STAGES.index(hook.stage.value) + 1, own_tools_only=hook.own_tools_only,
-                       hook_id=hook.hook_id)
+                       hook_id=hook.hook_id, no_context_msgs=hook.no_context_msgs)
     return reg
 
 

@@ -153,13 +153,31 @@ class StageContext(_Record):
 class StageHookEntry:
     """One registered hook (internal)."""
 
-    __slots__ = ("hook_id", "stage", "own_tools_only", "handler")
+    __slots__ = ("hook_id", "stage", "own_tools_only", "handler", "no_context_msgs")
 
-    def __init__(self, hook_id: str, stage: Stage, own_tools_only: bool, handler: Callable) -> None:
+    def __init__(self, hook_id: str, stage: Stage, own_tools_only: bool, handler: Callable,
+                 no_context_msgs: bool = False) -> None:
         self.hook_id = hook_id
         self.stage = stage
         self.own_tools_only = own_tools_only
         self.handler = handler
+        self.no_context_msgs = no_context_msgs
+
+
+#: Input priority levels (seed): background 1, message 2, interactive 3, critical 4.
+PRIORITIES = ("background", "message", "interactive", "critical")
+
+
+def priority_number(priority: Any, plugin: str) -> int:
+    """None → 0 (the default of the path); a level name or 1–4 → its wire number."""
+    if priority is None:
+        return 0
+    if isinstance(priority, int) and not isinstance(priority, bool) and 1 <= priority <= 4:
+        return priority
+    if isinstance(priority, str) and priority.lower() in PRIORITIES:
+        return PRIORITIES.index(priority.lower()) + 1
+    raise ValueError(f"plugin {plugin}: unknown priority {priority!r} "
+                     f"(expected one of {', '.join(PRIORITIES)} or 1-4)")
 
 
 # ---------------------------------------------------------------- wire conversion

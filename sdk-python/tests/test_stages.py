@@ -27,6 +27,7 @@ class Hooks(Plugin):
         sdk.register_stage_own_tools(Stage.BEFORE_TOOLCALL, self.deny)
         sdk.register_stage("post_action", self.boom)
         sdk.register_stage("before_output", self.replace)
+        sdk.register_stage("pre_action", self.quiet, context_msgs=False)
 
     def on_input(self, ctx):
         assert threading.current_thread() is not threading.main_thread()
@@ -48,6 +49,9 @@ class Hooks(Plugin):
     def boom(self, ctx):
         raise ValueError("bad llm text")
 
+    async def quiet(self, ctx):
+        pass
+
     async def replace(self, ctx):
         new = StageContext(final_text=ctx.final_text + "!", phase=ctx.phase, response=None)
         return new
@@ -62,7 +66,13 @@ class Hooks(Plugin):
 
     async def async_tool(self, args):
         await self.sdk.inject_interrupt_text("alarm", "cli", args["text"])
-        return "ok"
+        await self.sdk.inject_text("bot", "qq", "to the group", group_id="g1", priority="message")
+        await self.sdk.inject_text("bot", "qq", "to ann", user_id="ann", priority=4)
+        try:
+            await self.sdk.inject_text("bot", "qq", "x", priority="urgent")
+        except ValueError as e:
+            return str(e)
+        return "no error"
 '''
 
 
@@ -77,10 +87,12 @@ async def run_stage(s, call_id, stage, hook_id, **ctx):
 def test_stage_hooks_register_and_round_trip(tmp_path):
     async def body(broker):
         proc, s = await broker.start_plugin(HOOKS)
-        assert [(h.stage, h.own_tools_only, h.hook_id) for h in s.register.stages] == [
-            (pb.STAGE_ON_INPUT, False, "on_input#0"), (pb.STAGE_PRE_ACTION, False, "pre_action#1"),
-            (pb.STAGE_BEFORE_TOOLCALL, True, "before_toolcall#2"),
-            (pb.STAGE_POST_ACTION, False, "post_action#3"), (pb.STAGE_BEFORE_OUTPUT, False, "before_output#4")]
+        assert [(h.stage, h.own_tools_only, h.hook_id, h.no_context_msgs) for h in s.register.stages] == [
+            (pb.STAGE_ON_INPUT, False, "on_input#0", False), (pb.STAGE_PRE_ACTION, False, "pre_action#1", False),
+            (pb.STAGE_BEFORE_TOOLCALL, True, "before_toolcall#2", False),
+            (pb.STAGE_POST_ACTION, False, "post_action#3", False),
+            (pb.STAGE_BEFORE_OUTPUT, False, "before_output#4", False),
+            (pb.STAGE_PRE_ACTION, False, "pre_action#5", True)]
 
         # on_input: block a user by setting response; raw_message rewritten
         r = await run_stage(s, 1, pb.STAGE_ON_INPUT, "on_input#0", raw_message="hi", user_id="blocked_user",
@@ -148,10 +160,15 @@ def test_inject_text_reaches_the_input_service_with_the_token(tmp_path):
         assert data["error"].startswith("plugin hooks: settings.get (hearth.v1.Settings/Get): UNIMPLEMENTED")
 
         r = await s.call("hooks_async", {"text": "wake up"})
-        assert (r.success, r.content) == (True, "ok")
+        assert r.success and "unknown priority 'urgent'" in r.content, r
         method, token, req = await asyncio.wait_for(broker.injected.get(), 10)
         assert (method, token, req.source, req.channel, req.text) == (
             "InjectInterruptText", broker.token, "alarm", "cli", "wake up")
+        # The conversation and priority travel with the input.
+        _, _, req = await asyncio.wait_for(broker.injected.get(), 10)
+        assert (req.text, req.group_id, req.user_id, req.priority) == ("to the group", "g1", "", 2)
+        _, _, req = await asyncio.wait_for(broker.injected.get(), 10)
+        assert (req.text, req.group_id, req.user_id, req.priority) == ("to ann", "", "ann", 4)
 
     run(tmp_path, body)
 

@@ -150,7 +150,7 @@ impl Host {
     /// `InjectText`).
     pub async fn inject_text(&self, channel: &str, text: &str) -> Result<(), HostError> {
         self.input()
-            .inject_text(self.inject(channel, text))
+            .inject_text(self.inject_request(channel, text))
             .await
             .map(drop)
             .map_err(|s| HostError::new(&self.plugin, "input.inject_text", s.code(), s.message()))
@@ -159,7 +159,7 @@ impl Host {
     /// Like [`inject_text`](Self::inject_text), without recording it in memory.
     pub async fn inject_text_no_memory(&self, channel: &str, text: &str) -> Result<(), HostError> {
         self.input()
-            .inject_text_no_memory(self.inject(channel, text))
+            .inject_text_no_memory(self.inject_request(channel, text))
             .await
             .map(drop)
             .map_err(|s| {
@@ -175,7 +175,7 @@ impl Host {
     /// Puts `text` ahead of the queue and interrupts the LLM request in flight.
     pub async fn inject_interrupt_text(&self, channel: &str, text: &str) -> Result<(), HostError> {
         self.input()
-            .inject_interrupt_text(self.inject(channel, text))
+            .inject_interrupt_text(self.inject_request(channel, text))
             .await
             .map(drop)
             .map_err(|s| {
@@ -188,7 +188,7 @@ impl Host {
             })
     }
 
-    fn inject(&self, channel: &str, text: &str) -> pb::InjectRequest {
+    fn inject_request(&self, channel: &str, text: &str) -> pb::InjectRequest {
         pb::InjectRequest {
             source: self.plugin.clone(),
             channel: channel.into(),
@@ -196,4 +196,57 @@ impl Host {
             ..Default::default()
         }
     }
+
+    /// Queues `input` in its conversation (the group `group_id` on `channel`, else the
+    /// private chat of `user_id`, default this plugin, on `channel`): HomeAgent
+    /// `InjectText`, `InjectTextNoMemory` (`no_memory`) or `InjectInterruptText`
+    /// (`interrupt`: cuts into the running turn of that conversation, or goes to the
+    /// front of its queue). Errors: `RESOURCE_EXHAUSTED` when the conversation already
+    /// has `[agent] queue_per_conversation` inputs waiting.
+    pub async fn inject(&self, input: Inject<'_>) -> Result<(), HostError> {
+        let req = pb::InjectRequest {
+            source: self.plugin.clone(),
+            channel: input.channel.into(),
+            text: input.text.into(),
+            user_id: input.user_id.into(),
+            group_id: input.group_id.into(),
+            priority: input.priority as i32,
+        };
+        let mut client = self.input();
+        let (method, outcome) = if input.interrupt {
+            (
+                "input.inject_interrupt_text",
+                client.inject_interrupt_text(req).await,
+            )
+        } else if input.no_memory {
+            (
+                "input.inject_text_no_memory",
+                client.inject_text_no_memory(req).await,
+            )
+        } else {
+            ("input.inject_text", client.inject_text(req).await)
+        };
+        outcome
+            .map(drop)
+            .map_err(|s| HostError::new(&self.plugin, method, s.code(), s.message()))
+    }
+}
+
+/// Input for [`Host::inject`]: the text, its conversation and how urgent it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Inject<'a> {
+    /// Channel (with `user_id` or `group_id`, the conversation).
+    pub channel: &'a str,
+    /// The message.
+    pub text: &'a str,
+    /// The user whose private chat gets it (empty: this plugin's name).
+    pub user_id: &'a str,
+    /// The group whose conversation gets it (empty: a private chat).
+    pub group_id: &'a str,
+    /// Scheduling priority when turns wait for a slot; `Unspecified` = background.
+    pub priority: pb::Priority,
+    /// Leave it out of memory (`InjectTextNoMemory`).
+    pub no_memory: bool,
+    /// Cut into the running turn (`InjectInterruptText`).
+    pub interrupt: bool,
 }

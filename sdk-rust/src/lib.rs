@@ -136,8 +136,9 @@ pub use apis::{
     Memory, Relation, Settings, TextEvent, TextMemory, Triple,
 };
 pub use error::{BoxError, Error};
-pub use host::{Host, HostChannel, TokenInterceptor};
-pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, ToolDef};
+pub use hearth_proto::v1::Priority;
+pub use host::{Host, HostChannel, Inject, TokenInterceptor};
+pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, StageOptions, ToolDef};
 pub use serve::{
     serve, serve_async, serve_configured, serve_with, ServeConfig, FEATURES, SDK_NAME,
 };

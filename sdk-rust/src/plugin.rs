@@ -101,6 +101,24 @@ pub(crate) struct StageEntry {
     pub(crate) handler: Arc<StageHandler>,
 }
 
+/// Options of a stage hook ([`Registrar::register_stage_with`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StageOptions {
+    /// `before_toolcall` / `after_toolcall` see only this plugin's own tools.
+    pub own_tools_only: bool,
+    /// The hook reads `context_msgs` (default true).
+    pub context_msgs: bool,
+}
+
+impl Default for StageOptions {
+    fn default() -> Self {
+        StageOptions {
+            own_tools_only: false,
+            context_msgs: true,
+        }
+    }
+}
+
 /// Where a plugin registers tools in [`Plugin::start`] (HomeAgent's `PluginSDK`).
 pub struct Registrar {
     plugin: String,
@@ -250,7 +268,36 @@ impl Registrar {
         self.add_stage(stage, true, handler)
     }
 
+    /// [`register_stage`](Self::register_stage) with [`StageOptions`]: own-tools scope,
+    /// and whether the hook reads `context_msgs` (a pre_action hook that does not gets
+    /// them empty, and what it leaves there is ignored: the history is not sent).
+    pub fn register_stage_with<F, Fut, E>(
+        &mut self,
+        stage: Stage,
+        options: StageOptions,
+        handler: F,
+    ) where
+        F: Fn(StageContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<StageContext, E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        self.add_stage_with(stage, options, handler)
+    }
+
     fn add_stage<F, Fut, E>(&mut self, stage: Stage, own_tools_only: bool, handler: F)
+    where
+        F: Fn(StageContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<StageContext, E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let options = StageOptions {
+            own_tools_only,
+            ..StageOptions::default()
+        };
+        self.add_stage_with(stage, options, handler)
+    }
+
+    fn add_stage_with<F, Fut, E>(&mut self, stage: Stage, options: StageOptions, handler: F)
     where
         F: Fn(StageContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<StageContext, E>> + Send + 'static,
@@ -264,9 +311,9 @@ impl Registrar {
         self.stages.push(StageEntry {
             hook: StageHook {
                 stage: stage.into(),
-                own_tools_only,
+                own_tools_only: options.own_tools_only,
                 hook_id,
-                no_context_msgs: false,
+                no_context_msgs: !options.context_msgs,
             },
             handler,
         });

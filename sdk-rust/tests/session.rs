@@ -751,6 +751,13 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
                 }
                 Ok::<_, String>(StageContext::default())
             });
+            let quiet = hearth_sdk::StageOptions {
+                context_msgs: false,
+                ..Default::default()
+            };
+            host.register_stage_with(Stage::PreAction, quiet, |ctx: StageContext| async move {
+                Ok::<_, String>(ctx)
+            });
             Ok(())
         }
     }
@@ -764,14 +771,27 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
     let hooks: Vec<_> = register
         .stages
         .iter()
-        .map(|h| (h.stage, h.own_tools_only, h.hook_id.as_str()))
+        .map(|h| {
+            (
+                h.stage,
+                h.own_tools_only,
+                h.hook_id.as_str(),
+                h.no_context_msgs,
+            )
+        })
         .collect();
     assert_eq!(
         hooks,
         [
-            (Stage::OnInput as i32, false, "on_input#0"),
-            (Stage::BeforeToolcall as i32, true, "before_toolcall#1"),
-            (Stage::AfterOutput as i32, false, "after_output#2"),
+            (Stage::OnInput as i32, false, "on_input#0", false),
+            (
+                Stage::BeforeToolcall as i32,
+                true,
+                "before_toolcall#1",
+                false
+            ),
+            (Stage::AfterOutput as i32, false, "after_output#2", false),
+            (Stage::PreAction as i32, false, "pre_action#3", true),
         ]
     );
     let run = |call_id, hook: &str, context: StageContext| {
@@ -881,6 +901,16 @@ async fn host_services_carry_the_plugin_token_from_start_and_from_calls() {
                     host.inject_interrupt_text("qq", args["text"].as_str().unwrap_or_default())
                         .await
                         .map_err(|s| s.message().to_string())?;
+                    host.inject(hearth_sdk::Inject {
+                        channel: "qq",
+                        text: "to the group",
+                        group_id: "g1",
+                        priority: hearth_sdk::Priority::Message,
+                        no_memory: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|s| s.message().to_string())?;
                     Ok::<_, String>(Value::String("said".into()))
                 },
             )?;
@@ -907,6 +937,17 @@ async fn host_services_carry_the_plugin_token_from_start_and_from_calls() {
     assert_eq!(
         (token.as_str(), kind, req.text.as_str()),
         (broker.token.as_str(), "interrupt", "urgent")
+    );
+    // The conversation and priority travel with the input.
+    let (_, kind, req) = broker.injected.recv().await.unwrap();
+    assert_eq!(
+        (kind, req.text.as_str(), req.group_id.as_str(), req.priority),
+        (
+            "no_memory",
+            "to the group",
+            "g1",
+            pb::Priority::Message as i32
+        )
     );
     s.send(In::Shutdown(pb::Shutdown {
         grace_ms: 500,

@@ -661,3 +661,67 @@ async fn a_turn_past_its_timeout_is_cancelled_and_its_conversation_goes_on() {
     b.wait_log("reply to injected input: quick answer", LONG)
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_inject_into_a_conversation_and_hooks_can_skip_the_history() {
+    let llm = llm(json!({"default": {"content": "seen {user}"}}));
+    let hooks = PluginDir {
+        dir: "hk".into(),
+        manifest: json!({"name": "hk", "runtime": "python",
+            "entry": repo().join("tests/plugins/hooks.py"), "env": {"HOOKS": "blind"}}),
+    };
+    let mut b = Broker::with_llm(vec![hooks], &llm, &[]).await;
+    // A pre_action hook that declared it does not read the history gets none, and what
+    // it writes there is ignored.
+    let f = final_of(&b.chat("hello", "ann").await);
+    assert_eq!(f.text, "seen hello");
+    b.wait_log("BLIND hk saw=0", LONG).await;
+    let sent = llm.requests()[0].to_string();
+    assert!(!sent.contains("blind write"), "{sent}");
+    assert!(
+        !b.log().contains("writes outside the permission matrix"),
+        "{}",
+        b.log()
+    );
+
+    // The Input host service carries the conversation: the group's next turn sees
+    // the injected message in its history.
+    let r = b
+        .call(
+            "hk_inject",
+            json!({"text": "note for the group", "group": "g7", "priority": "message"}),
+        )
+        .await
+        .unwrap();
+    assert!(r.success, "{r:?}");
+    b.wait_log("reply to injected input: seen note for the group", LONG)
+        .await;
+    let mut admin = b.admin.clone();
+    let req = admin.with_token(ChatRequest {
+        message: "and now?".into(),
+        user_id: "bob".into(),
+        group_id: "g7".into(),
+        channel: "test".into(),
+        ..Default::default()
+    });
+    let mut s = admin.agent().chat(req).await.unwrap().into_inner();
+    while s.message().await.unwrap().is_some() {}
+    let last = llm.requests().last().cloned().unwrap();
+    let users: Vec<_> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].clone())
+        .collect();
+    assert_eq!(users, [json!("note for the group"), json!("and now?")]);
+    // A bad priority is refused by the SDK, naming it.
+    let r = b
+        .call("hk_inject", json!({"text": "x", "priority": "urgent"}))
+        .await
+        .unwrap();
+    assert!(
+        !r.success && r.error.contains("unknown priority 'urgent'"),
+        "{r:?}"
+    );
+}

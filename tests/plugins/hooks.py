@@ -14,6 +14,11 @@ P = $HEARTH_PLUGIN. Registers tool `P_ping` ("pong from P"). Directives (comma l
 - `write_all=<stage>`: at <stage>, writes every field of the context.
 - `respond=<stage>`: at <stage>, sets response "short from <stage>".
 - `fail=<stage>`: at <stage>, raises. `slow=<stage>`: at <stage>, sleeps 30 s.
+- `blind`: a pre_action hook registered with `context_msgs=False`; prints
+  `BLIND P saw=<len(ctx.context_msgs)>` and appends a system message "blind write"
+  (which the broker must ignore).
+Tool `P_inject {"text", "user"?, "group"?, "priority"?}` injects text on channel `test`
+into that conversation (sdk.inject_text).
 """
 import json
 import os
@@ -66,6 +71,9 @@ class Hooks(Plugin):
     def start(self, sdk):
         sdk.register_tool(f"{P}_ping", {"description": f"Answers pong from {P}.",
                                         "parameters": {"type": "object"}}, lambda args: f"pong from {P}")
+        sdk.register_tool(f"{P}_inject", {"description": "Injects text.", "parameters": {"type": "object"}},
+                          self.inject)
+        self.sdk = sdk
         for key, value in directives():
             if key in ("noop", "noop_async"):
                 for stage in STAGES:
@@ -91,6 +99,8 @@ class Hooks(Plugin):
                 sdk.register_stage(value, self.responder(value))
             elif key == "fail":
                 sdk.register_stage(value, self.failer(value))
+            elif key == "blind":
+                sdk.register_stage("pre_action", self.blind, context_msgs=False)
             elif key == "slow":
                 sdk.register_stage(value, lambda ctx: time.sleep(30))
             else:
@@ -107,6 +117,15 @@ class Hooks(Plugin):
             trace.append(f"{P}:{stage}")
             ctx.extra = dict(ctx.extra, trace=trace)
         return hook
+
+    async def inject(self, args):
+        await self.sdk.inject_text("", "test", args["text"], user_id=args.get("user", ""),
+                                   group_id=args.get("group", ""), priority=args.get("priority"))
+        return "injected"
+
+    async def blind(self, ctx):
+        print(f"BLIND {P} saw={len(ctx.context_msgs)}", flush=True)
+        ctx.context_msgs.append({"role": "system", "content": "blind write"})
 
     def denier(self, tool):
         def hook(ctx):
