@@ -116,15 +116,9 @@ pub fn thread_cpu_us() -> f64 {
 
 /// The current time as `YYYY-MM-DD HH:MM UTC` (for the header of a bench's output).
 pub fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let (year, month, day, rest) = hearth::civil::utc_date(secs);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        rest / 3_600,
-        rest % 3_600 / 60
-    )
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%d %H:%M UTC")
+        .to_string()
 }
 
 /// Deterministic pseudo-random numbers (SplitMix64): the same sequence for the same

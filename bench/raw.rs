@@ -60,7 +60,11 @@ pub struct RawPlugin {
 }
 
 enum Job {
-    Stage(usize, StageContext, tokio::sync::oneshot::Sender<Vec<f64>>),
+    Stage(
+        usize,
+        Box<StageContext>,
+        tokio::sync::oneshot::Sender<Vec<f64>>,
+    ),
     Tool(usize, String, tokio::sync::oneshot::Sender<Vec<f64>>),
 }
 
@@ -155,7 +159,7 @@ impl RawPlugin {
     /// `n` `RunStage` round trips of `context`, one after another; µs each.
     pub async fn stage_trips(&self, n: usize, context: &StageContext) -> Vec<f64> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let _ = self.jobs.send(Job::Stage(n, context.clone(), tx));
+        let _ = self.jobs.send(Job::Stage(n, Box::new(context.clone()), tx));
         rx.await.expect("raw host")
     }
 

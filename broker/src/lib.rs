@@ -41,13 +41,11 @@
 //! - [`scripted`]: `hearth dev llm-server` — a scripted LLM server on loopback speaking
 //!   the OpenAI/DeepSeek, Anthropic, Gemini and Ollama wire formats, for offline tests
 //!   and demos.
-//! - [`civil`]: calendar dates from day counts (file names, timestamps).
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
 pub mod adapters;
 pub mod agent;
 pub mod chat;
-pub mod civil;
 pub mod cli;
 pub mod error;
 pub mod grpc;

@@ -28,6 +28,7 @@
 //! [memory]
 //! text_max_file_mb = 64              # TextMemory: a file never grows past this (0 = no limit)
 //! text_max_age_days = 30             # TextMemory: files of older days are deleted (0 = keep)
+//! timezone = "Asia/Shanghai"         # TextMemory day files: an IANA zone (default: the system's)
 //! ```
 
 use std::path::Path;
@@ -147,6 +148,7 @@ struct RawConfig {
 struct RawMemory {
     text_max_file_mb: Option<f64>,
     text_max_age_days: Option<u32>,
+    timezone: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,6 +282,14 @@ impl Config {
         if let Some(days) = raw.memory.text_max_age_days {
             text_memory.max_age_days = days;
         }
+        if let Some(zone) = raw.memory.timezone.as_deref() {
+            text_memory.time_zone = jiff::tz::TimeZone::get(zone.trim()).map_err(|e| {
+                format!(
+                    "{}: [memory] timezone: `{zone}` is not a time zone ({e}); use an IANA name such as Asia/Shanghai, or UTC",
+                    path.display()
+                )
+            })?;
+        }
         Ok(Config {
             sources,
             text_memory,
@@ -408,6 +418,12 @@ mod tests {
         std::fs::write(&file, "[agent]\nmax_concurrent_turns = 0\n").unwrap();
         let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
         assert!(err.contains("max_concurrent_turns must be >= 1"), "{err}");
+        std::fs::write(&file, "[memory]\ntimezone = \"Asia/Shanghai\"\n").unwrap();
+        let c = Config::load(dir.path(), &QuickSource::default()).unwrap();
+        assert_eq!(c.text_memory.time_zone.iana_name(), Some("Asia/Shanghai"));
+        std::fs::write(&file, "[memory]\ntimezone = \"Mars/Olympus\"\n").unwrap();
+        let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
+        assert!(err.contains("[memory] timezone: `Mars/Olympus`"), "{err}");
         std::fs::write(&file, "[memory]\ntext_max_age = 3\n").unwrap();
         let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
         assert!(err.contains("text_max_age"), "{err}");

@@ -2,7 +2,7 @@
 //! [`super::openai::turns`]): answers as one JSON object or NDJSON lines ending with
 //! `done: true` (`shared/wire/ollama-*`).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -100,16 +100,7 @@ pub(super) fn stream(reply: &Reply) -> Frames {
 
 /// Now as Ollama writes it: RFC 3339 UTC with microseconds.
 fn created_at() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs() as i64;
-    let (y, m, d, s) = crate::civil::utc_date(secs);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
-        s / 3600,
-        s % 3600 / 60,
-        s % 60,
-        now.subsec_micros()
-    )
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
 }

@@ -1,7 +1,11 @@
 //! TextMemory: the raw chronological log of what was said, as JSONL.
 //!
 //! One [`TextEvent`] per line in `<data_dir>/memory/text/YYYY-MM-DD.jsonl`, named by
-//! the UTC day the line was written (so the log only ever grows at its newest file).
+//! the day the line was written in the log's time zone ([`TextMemoryOptions::time_zone`]:
+//! the broker's local zone, or `[memory] timezone`), so one evening of a user in UTC+8
+//! is one file, and the log only ever grows at its newest file. A change of the zone
+//! (or of daylight saving time) never moves a line: a line goes to the file of the
+//! day it was written then.
 //! One thread owns the open file: appends from any number of tasks are queued to it,
 //! written whole (a line never interleaves with another) and fsynced (`fdatasync`)
 //! before their callers are answered. Appends that queue up while a sync is running
@@ -10,7 +14,7 @@
 //!
 //! # Rotation ([`TextMemoryOptions`])
 //! Which file a line goes to is decided in one place, `Writer::file_for`.
-//! - By day: a line goes to the file of the UTC day it is written.
+//! - By day: a line goes to the file of the day (in the log's time zone) it is written.
 //! - By size: a file never grows past `max_file_bytes`. A line that would push it over
 //!   starts the day's next file: `YYYY-MM-DD.jsonl`, then `YYYY-MM-DD.1.jsonl`,
 //!   `YYYY-MM-DD.2.jsonl` … (a single line longer than the limit gets a file of its
@@ -32,15 +36,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use jiff::civil::Date;
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, ToSpan};
+
 use super::StorageError;
-use crate::civil::{civil_from_days, days_from_civil};
 
 /// Most appends written and synced together.
 const MAX_BATCH: usize = 256;
 
-/// Limits of the log files (see the module doc, "Rotation"). The broker fills it from
-/// the `[memory]` settings; [`Default`] gives 64 MiB, 30 days, a check every hour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Limits of the log files (see the module doc, "Rotation") and the zone their days are
+/// in. The broker fills it from the `[memory]` settings; [`Default`] gives 64 MiB, 30
+/// days, a check every hour, the system's local time zone.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TextMemoryOptions {
     /// Most bytes in one file; a line that would go past it starts the day's next
     /// file. 0 = no size limit (one file per day).
@@ -51,6 +59,9 @@ pub struct TextMemoryOptions {
     /// How often an idle writer looks for files to delete (it also does at open and
     /// at every new file). Zero = only then.
     pub check_interval: Duration,
+    /// The zone whose calendar days name the files (`TimeZone::system()`: the
+    /// broker's local zone, from `TZ` or `/etc/localtime`; UTC when it has none).
+    pub time_zone: TimeZone,
 }
 
 impl Default for TextMemoryOptions {
@@ -59,6 +70,7 @@ impl Default for TextMemoryOptions {
             max_file_bytes: 64 * 1024 * 1024,
             max_age_days: 30,
             check_interval: Duration::from_secs(3600),
+            time_zone: TimeZone::system(),
         }
     }
 }
@@ -176,8 +188,8 @@ impl TextMemory {
 
 /// The file being appended to.
 struct OpenFile {
-    /// Days since 1970-01-01 (UTC) the file is for.
-    day: i64,
+    /// The calendar day (in the log's time zone) the file is for.
+    day: Date,
     /// Its number within the day: 0 for `YYYY-MM-DD.jsonl`, N for `YYYY-MM-DD.N.jsonl`.
     seq: u32,
     path: PathBuf,
@@ -296,10 +308,10 @@ impl Writer {
     }
 
     /// The file for a line of `line_len` bytes written at `now` (unix seconds): the
-    /// current file if it is today's (UTC) and the line fits (or it is empty), else
-    /// today's next file. Starting a file also deletes expired ones.
+    /// current file if it is today's and the line fits (or it is empty), else today's
+    /// next file. Starting a file also deletes expired ones.
     fn file_for(&mut self, now: i64, line_len: u64) -> Result<&mut OpenFile, StorageError> {
-        let day = now.div_euclid(86_400);
+        let day = self.day_of(now);
         let limit = self.options.max_file_bytes;
         let fits = |open: &OpenFile| limit == 0 || open.len == 0 || open.len + line_len <= limit;
         let seq = match &self.current {
@@ -322,8 +334,13 @@ impl Writer {
         Ok(self.current.as_mut().expect("just set"))
     }
 
+    /// The calendar day of Unix time `now` (seconds) in the log's time zone.
+    fn day_of(&self, now: i64) -> Date {
+        day_in(now, &self.options.time_zone)
+    }
+
     /// Opens (creating) the file `seq` of `day` for appending.
-    fn open_file(&self, day: i64, seq: u32) -> Result<OpenFile, StorageError> {
+    fn open_file(&self, day: Date, seq: u32) -> Result<OpenFile, StorageError> {
         let path = self.dir.join(file_name(day, seq));
         let io = |op: &'static str, path: &Path| {
             let path = path.to_path_buf();
@@ -349,7 +366,7 @@ impl Writer {
     }
 
     /// The highest number among the files of `day` (0 if there are none).
-    fn last_seq(&self, day: i64) -> u32 {
+    fn last_seq(&self, day: Date) -> u32 {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return 0;
         };
@@ -369,7 +386,11 @@ impl Writer {
         if max_age == 0 {
             return;
         }
-        let today = now.div_euclid(86_400);
+        let today = self.day_of(now);
+        // Files of days before this one are older than `max_age` days.
+        let Ok(oldest_kept) = today.checked_sub(max_age.days()) else {
+            return;
+        };
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) => {
@@ -384,7 +405,7 @@ impl Writer {
                 continue;
             };
             let path = entry.path();
-            if today - day <= max_age || self.current.as_ref().is_some_and(|c| c.path == path) {
+            if day >= oldest_kept || self.current.as_ref().is_some_and(|c| c.path == path) {
                 continue;
             }
             match std::fs::remove_file(&path) {
@@ -408,19 +429,25 @@ impl Writer {
     }
 }
 
+/// The calendar day of Unix time `secs` in `tz`.
+fn day_in(secs: i64, tz: &TimeZone) -> Date {
+    let at = Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH);
+    tz.to_datetime(at).date()
+}
+
 /// `YYYY-MM-DD.jsonl` for file 0 of a day, `YYYY-MM-DD.N.jsonl` for file N.
-fn file_name(day: i64, seq: u32) -> String {
-    let (y, m, d) = civil_from_days(day);
+fn file_name(day: Date, seq: u32) -> String {
+    let date = day.strftime("%Y-%m-%d");
     if seq == 0 {
-        format!("{y:04}-{m:02}-{d:02}.jsonl")
+        format!("{date}.jsonl")
     } else {
-        format!("{y:04}-{m:02}-{d:02}.{seq}.jsonl")
+        format!("{date}.{seq}.jsonl")
     }
 }
 
 /// (day, number) of a log file's name, `None` for any other name (an invalid date
 /// included), so no other file is ever taken for a log file.
-fn parse_file_name(name: &str) -> Option<(i64, u32)> {
+fn parse_file_name(name: &str) -> Option<(Date, u32)> {
     let stem = name.strip_suffix(".jsonl")?;
     let (date, seq) = match stem.split_once('.') {
         None => (stem, 0),
@@ -432,25 +459,17 @@ fn parse_file_name(name: &str) -> Option<(i64, u32)> {
         }
     };
     let bytes = date.as_bytes();
-    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+    let digits = |r: std::ops::Range<usize>| bytes[r].iter().all(u8::is_ascii_digit);
+    if bytes.len() != 10
+        || bytes[4] != b'-'
+        || bytes[7] != b'-'
+        || !(digits(0..4) && digits(5..7) && digits(8..10))
+    {
         return None;
     }
-    let number = |s: &str| -> Option<i64> {
-        s.bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    let (y, m, d) = (
-        number(&date[..4])?,
-        number(&date[5..7])?,
-        number(&date[8..])?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    let day = days_from_civil(y, m as u32, d as u32);
-    (civil_from_days(day) == (y, m as u32, d as u32)).then_some((day, seq))
+    // jiff refuses dates that do not exist (2026-02-30).
+    let day: Date = date.parse().ok()?;
+    Some((day, seq))
 }
 
 /// One batch's error, repeated for each of its callers.
@@ -523,25 +542,39 @@ mod tests {
     }
 
     #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(1_795_996_800 / 86_400), (2026, 11, 30));
-        for day in -800_000..800_000 {
-            let (y, m, d) = civil_from_days(day);
-            assert_eq!(days_from_civil(y, m, d), day);
-        }
+    fn days_are_the_calendar_days_of_the_log_time_zone() {
+        let tz = |name: &str| TimeZone::get(name).unwrap();
+        // 2026-12-01 15:30 UTC is 23:30 in Shanghai; an hour later it is the 2nd there.
+        let evening = 1_796_139_000;
+        assert_eq!(day_in(evening, &tz("Asia/Shanghai")), date(2026, 12, 1));
+        assert_eq!(
+            day_in(evening + 3600, &tz("Asia/Shanghai")),
+            date(2026, 12, 2)
+        );
+        assert_eq!(day_in(evening + 3600, &TimeZone::UTC), date(2026, 12, 1));
+        // West of UTC the day starts later.
+        assert_eq!(
+            day_in(1_796_169_600 + 3600, &tz("America/New_York")),
+            date(2026, 12, 1)
+        );
+        assert_eq!(day_in(0, &TimeZone::UTC), date(1970, 1, 1));
+    }
+
+    fn date(y: i16, m: i8, d: i8) -> Date {
+        Date::new(y, m, d).unwrap()
     }
 
     #[test]
     fn log_file_names() {
-        let day = 1_795_996_800 / 86_400;
+        let day = date(2026, 11, 30);
         assert_eq!(file_name(day, 0), "2026-11-30.jsonl");
         assert_eq!(file_name(day, 12), "2026-11-30.12.jsonl");
         assert_eq!(parse_file_name("2026-11-30.jsonl"), Some((day, 0)));
         assert_eq!(parse_file_name("2026-11-30.12.jsonl"), Some((day, 12)));
-        assert_eq!(parse_file_name("2000-02-29.jsonl"), Some((11_016, 0)));
+        assert_eq!(
+            parse_file_name("2000-02-29.jsonl"),
+            Some((date(2000, 2, 29), 0))
+        );
         for other in [
             "2026-11-30.json",
             "2026-11-30.0.jsonl",
@@ -559,8 +592,8 @@ mod tests {
         }
     }
 
-    fn today() -> i64 {
-        unix_now().div_euclid(86_400)
+    fn today() -> Date {
+        day_in(unix_now(), &TimeZone::system())
     }
 
     fn options(max_file_bytes: u64, max_age_days: u32) -> TextMemoryOptions {
@@ -568,6 +601,7 @@ mod tests {
             max_file_bytes,
             max_age_days,
             check_interval: Duration::ZERO,
+            time_zone: TimeZone::system(),
         }
     }
 
@@ -671,7 +705,10 @@ mod tests {
 
     /// Writes an old log file by its name's date (a day `days_ago` before today).
     fn old_file(dir: &Path, days_ago: i64, seq: u32) -> PathBuf {
-        let path = dir.join(file_name(today() - days_ago, seq));
+        let path = dir.join(file_name(
+            today().checked_sub(days_ago.days()).unwrap(),
+            seq,
+        ));
         std::fs::write(
             &path,
             "{\"role\":\"user\",\"content\":\"old\",\"timestamp\":1}\n",
@@ -743,6 +780,7 @@ mod tests {
                 max_file_bytes: 0,
                 max_age_days: 2,
                 check_interval: Duration::from_millis(20),
+                time_zone: TimeZone::system(),
             },
         )
         .unwrap();
@@ -775,6 +813,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn files_are_named_by_the_day_in_the_configured_zone() {
+        // A zone where it is another day than in UTC for half of every day: one of the
+        // two is today's date there, and the file must carry that one.
+        for zone in ["Pacific/Kiritimati", "Pacific/Pago_Pago"] {
+            let dir = tempfile::tempdir().unwrap();
+            let tz = TimeZone::get(zone).unwrap();
+            let mut o = options(0, 0);
+            o.time_zone = tz.clone();
+            let memory = TextMemory::open_with(dir.path(), o).unwrap();
+            let before = day_in(unix_now(), &tz);
+            memory.append(&event("hi", 1)).await.unwrap();
+            let after = day_in(unix_now(), &tz);
+            let name = log_files(memory.dir())[0]
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            assert!(
+                name == file_name(before, 0) || name == file_name(after, 0),
+                "{zone}: {name}"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn appends_one_json_line_per_event_in_todays_file() {
         let dir = tempfile::tempdir().unwrap();
         let memory = TextMemory::open(dir.path()).unwrap();
@@ -791,8 +854,7 @@ mod tests {
         memory.append(&second).await.unwrap();
 
         // Visible as soon as append returned: it was written (and synced) by then.
-        let (y, m, d) = civil_from_days(unix_now().div_euclid(86_400));
-        let file = memory.dir().join(format!("{y:04}-{m:02}-{d:02}.jsonl"));
+        let file = memory.dir().join(file_name(today(), 0));
         let text = std::fs::read_to_string(&file).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
