@@ -354,9 +354,10 @@ async fn response_short_circuits_from_every_stage_and_hook_faults_are_skipped() 
     let log = b.log();
     assert!(log.contains("h fails at pre_action on purpose"), "{log}");
     assert!(
-        log.contains("stage post_action hook") && log.contains("timed out"),
+        log.contains("plugin h: stage post_action hook post_action#1 timed out after 300 ms"),
         "{log}"
     );
+    assert!(!log.contains("tool stage"), "a hook is not a tool: {log}");
     // write_all at on_input: only raw_message, response (none set) and extra survive.
     assert!(
         log.contains("writes outside the permission matrix dropped"),

@@ -436,3 +436,59 @@ async fn linkzone_translate_and_hybrid_weather_round_trip_in_python_and_node() {
     let nd = inject_round_trip("nd").await;
     assert_eq!(py, nd, "the Python and Node plugins answer differently");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_to_llm_written_commands_take_their_lines_place_in_the_stream_and_the_answer() {
+    let script = json!({"steps": [
+        {"match": "two", "content": "Sure.\n/translate 你好 ja\nAnything else?\n/translate 你好 en", "chunk_chars": 3},
+        {"match": "lookalike", "content": "/translated text stays\n/translate-ish too", "chunk_chars": 2}
+    ]});
+    let llm = ScriptedLlm::start(Script::from_value(script).unwrap());
+    let mut b = Broker::with_llm(
+        vec![test_plugin(
+            "translate",
+            "python",
+            "tests/plugins/lz_translate.py",
+        )],
+        &llm,
+        &[],
+    )
+    .await;
+    let ev = b.chat("two translations please", "ann").await;
+    let answer = "Sure.\n翻译结果: こんにちは\nAnything else?\n翻译结果: hello";
+    assert_eq!(final_of(&ev).text, answer);
+    // What streamed is the answer as it is kept: no command line was shown.
+    let streamed: String = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::TextDelta(d) if !d.reasoning => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, answer);
+    let inline: Vec<bool> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::PluginReply(r) => Some(r.inline),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inline, [true, true]);
+    // Lines that only look like a command stream as they are.
+    let ev = b.chat("a lookalike", "ann").await;
+    let streamed: String = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::TextDelta(d) => Some(d.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, "/translated text stays\n/translate-ish too");
+    assert_eq!(final_of(&ev).text, streamed);
+    // `hearth chat` shows the answer as kept, once.
+    let (code, out, err) = b.cli(&["chat", "--user", "bob", "--channel", "test", "two more"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(answer), "{out}");
+    assert!(!out.contains("/translate"), "{out}");
+    assert_eq!(out.matches("翻译结果: hello").count(), 1, "{out}");
+}
