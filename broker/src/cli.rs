@@ -55,7 +55,8 @@ pub enum Command {
         /// Milliseconds a call waits for a restarting plugin.
         #[arg(long, default_value_t = 5000, value_name = "MS")]
         restart_wait_ms: u64,
-        /// Milliseconds restart, reload and unload let calls in flight finish.
+        /// Milliseconds restart, reload and unload let calls in flight finish, and running
+        /// turns may finish when the broker stops (then they are cancelled).
         #[arg(long, default_value_t = 10000, value_name = "MS")]
         drain_timeout_ms: u64,
         /// Reload a plugin when files in its directory change.
