@@ -549,6 +549,7 @@ pub async fn sdk_trips(trips: usize, rust_hooks: &std::path::Path) {
     }
     let ctx = typical_context();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];
+    let cpu_before: Vec<u64> = peers.iter().map(|(_, p)| cpu_us(p.pid())).collect();
     let warm = trips / 10;
     // Batches of 10, interleaved.
     for i in 0..(trips + warm) / 10 {
@@ -559,12 +560,16 @@ pub async fn sdk_trips(trips: usize, rust_hooks: &std::path::Path) {
             }
         }
     }
-    println!("{trips} round trips each after {warm} warm-up, interleaved; µs.\n");
-    println!("| peer | p50 | p90 | p99 |");
-    println!("|---|---:|---:|---:|");
-    for (k, (label, _)) in peers.iter().enumerate() {
+    println!("{trips} round trips each after {warm} warm-up, interleaved, in batches of 10; µs. Plugin CPU: utime+stime of the plugin process over all trips (warm-up included) / trips.\n");
+    println!("| peer | p50 | p90 | p99 | plugin CPU µs/trip |");
+    println!("|---|---:|---:|---:|---:|");
+    for (k, (label, p)) in peers.iter().enumerate() {
         let s = summarize(samples[k].clone());
-        println!("| {label} | {:.0} | {:.0} | {:.0} |", s.p50, s.p90, s.p99);
+        let cpu = (cpu_us(p.pid()) - cpu_before[k]) as f64 / (trips + warm) as f64;
+        println!(
+            "| {label} | {:.0} | {:.0} | {:.0} | {cpu:.0} |",
+            s.p50, s.p90, s.p99
+        );
     }
     println!();
 }

@@ -413,7 +413,22 @@ impl Attached {
 }
 
 impl Drop for Attached {
+    /// `Shutdown`, a moment to exit (so profilers of the plugin write their output),
+    /// then SIGKILL.
     fn drop(&mut self) {
+        let _ = self.out.try_send(Ok(HostMessage {
+            msg: Some(HostMsg::Shutdown(hearth_proto::v1::Shutdown {
+                grace_ms: 500,
+                reason: "bench done".into(),
+            })),
+        }));
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -121,3 +121,39 @@ it('require("hearth-sdk") stays lean: no gRPC or generated stubs loaded', () => 
   `], { cwd: path.join(__dirname, 'fixtures', 'calculator'), encoding: 'utf8' });
   assert.equal(out.trim(), '0');
 });
+
+describe('stage context conversion', () => {
+  const stages = require('../lib/stages');
+  // A fresh wire context per use: toWire reuses the one it got (each call has its own).
+  const fresh = () => ({
+    rawMessage: 'hi', userId: 'u', contextMsgsJson: '[ {"role": "user", "content": "hi"} ]',
+    extraJson: '{ "k": 1 }', tokenUsage: { prompt: 3 }, phase: 2, toolCalls: [], toolResults: [], memory: [],
+  });
+  const wire = fresh();
+
+  it('passes fields a handler did not use through unchanged', () => {
+    const ctx = stages.fromWire(fresh());
+    ctx.rawMessage = 'changed';
+    const w = stages.toWire(ctx);
+    assert.equal(w.contextMsgsJson, wire.contextMsgsJson, 'not re-encoded');
+    assert.equal(w.extraJson, wire.extraJson);
+    assert.equal(w.rawMessage, 'changed');
+  });
+
+  it('re-encodes a field read and changed in place, and one replaced', () => {
+    const ctx = stages.fromWire(fresh());
+    ctx.contextMsgs.push({ role: 'system', content: 'x' });
+    ctx.extra = { k: 2 };
+    const w = stages.toWire(ctx);
+    assert.deepEqual(JSON.parse(w.contextMsgsJson), [{ role: 'user', content: 'hi' }, { role: 'system', content: 'x' }]);
+    assert.deepEqual(JSON.parse(w.extraJson), { k: 2 });
+    assert.deepEqual(w.tokenUsage, { prompt: 3 });
+  });
+
+  it('a new object built from the context is encoded in full', () => {
+    const ctx = stages.fromWire(fresh());
+    const w = stages.toWire({ ...ctx, finalText: 'done' });
+    assert.deepEqual(JSON.parse(w.contextMsgsJson), [{ role: 'user', content: 'hi' }]);
+    assert.equal(w.finalText, 'done');
+  });
+});

@@ -249,6 +249,7 @@ class Session:
         self.cancelled: set = set()
         self.closing = False
         self._req_ids = itertools.count(1)  # next() is atomic: handler threads register too
+        self._hooks: Optional[Dict[str, Tuple[Any, bool]]] = None  # hook id → (entry, is async)
 
     # ---------------------------------------------------------------- writing
 
@@ -359,15 +360,17 @@ class Session:
 
     async def _run_stage(self, rs: pb.RunStage) -> None:
         key = ("stage", rs.call_id)
-        hooks = {h.hook_id: h for h in self.a.sdk._stages}
-        hook = hooks.get(rs.hook_id)
+        if self._hooks is None:
+            # Hooks are fixed once start() returned: index them (and their kind) once.
+            self._hooks = {h.hook_id: (h, _is_async_callable(h.handler)) for h in self.a.sdk._stages}
+        hook, is_async = self._hooks.get(rs.hook_id, (None, False))
         context: Optional[pb.StageContext] = rs.context
         error = ""
         try:
             if hook is None:
                 raise LookupError(f"plugin {self.name} has no stage hook {rs.hook_id!r}")
             ctx = from_wire(rs.context)
-            ret = await call_handler(hook.handler, ctx)
+            ret = await hook.handler(ctx) if is_async else await call_handler(hook.handler, ctx)
             context = to_wire(ret if isinstance(ret, StageContext) else ctx)
         except asyncio.CancelledError:
             self.tasks.pop(key, None)

@@ -48,22 +48,26 @@ def stage_of(stage: Any, plugin: str) -> Stage:
 
 
 class _Record:
-    """Attribute bag with a readable repr and equality by fields."""
+    """Attribute bag with a readable repr and equality by fields (`_fields`, else the
+    slots)."""
 
     __slots__: tuple = ()
 
+    def _field_names(self) -> tuple:
+        return getattr(type(self), "_fields", None) or self.__slots__
+
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._field_names())
         return f"{type(self).__name__}({fields})"
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and all(
-            getattr(self, k) == getattr(other, k) for k in self.__slots__)
+            getattr(self, k) == getattr(other, k) for k in self._field_names())
 
     __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> Dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in self._field_names()}
 
 
 class ToolCall(_Record):
@@ -109,6 +113,27 @@ class MemItem(_Record):
         self.score = score
 
 
+#: A lazy field not decoded from the wire yet.
+_UNSET: Any = object()
+
+
+def _lazy(name: str, decode: Callable[[Any], Any]) -> property:
+    """A field decoded from the context's wire message on first use (read or write)."""
+    slot = "_" + name
+
+    def get(self: Any) -> Any:
+        value = getattr(self, slot)
+        if value is _UNSET:
+            value = decode(self._wire)
+            setattr(self, slot, value)
+        return value
+
+    def put(self: Any, value: Any) -> None:
+        setattr(self, slot, value)
+
+    return property(get, put)
+
+
 class StageContext(_Record):
     """HomeAgent StageContext, as a stage handler sees and changes it.
 
@@ -118,13 +143,18 @@ class StageContext(_Record):
     `response` (None, or a string that short-circuits the pipeline to after_output),
     `phase` (the `Stage`), `memory` (list of `MemItem`), `no_memory`, `extra` (dict).
 
-    The handler changes it in place (or returns a new `StageContext`); the whole
-    context goes back to the broker, which keeps only what the stage may write.
+    The handler changes it in place (or returns a new `StageContext`); the context goes
+    back to the broker, which keeps only what the stage may write. The JSON-shaped
+    fields of a context from the broker are decoded when first used: a hook that never
+    touches `context_msgs` costs no JSON work for it.
     """
 
-    __slots__ = ("raw_message", "user_id", "group_id", "context_msgs", "llm_text",
-                 "reasoning_content", "token_usage", "tool_calls", "tool_results", "final_text",
-                 "response", "phase", "memory", "no_memory", "extra")
+    _fields = ("raw_message", "user_id", "group_id", "context_msgs", "llm_text",
+               "reasoning_content", "token_usage", "tool_calls", "tool_results", "final_text",
+               "response", "phase", "memory", "no_memory", "extra")
+    __slots__ = ("raw_message", "user_id", "group_id", "_context_msgs", "llm_text",
+                 "reasoning_content", "_token_usage", "_tool_calls", "_tool_results", "final_text",
+                 "response", "phase", "_memory", "no_memory", "_extra", "_wire")
 
     def __init__(self, raw_message: str = "", user_id: str = "", group_id: str = "",
                  context_msgs: Optional[List[dict]] = None, llm_text: str = "",
@@ -133,21 +163,33 @@ class StageContext(_Record):
                  tool_results: Optional[List[ToolResult]] = None, final_text: str = "",
                  response: Optional[str] = None, phase: Any = "", memory: Optional[List[MemItem]] = None,
                  no_memory: bool = False, extra: Optional[dict] = None) -> None:
+        self._wire = None
         self.raw_message = raw_message
         self.user_id = user_id
         self.group_id = group_id
-        self.context_msgs = [] if context_msgs is None else context_msgs
+        self._context_msgs = [] if context_msgs is None else context_msgs
         self.llm_text = llm_text
         self.reasoning_content = reasoning_content
-        self.token_usage = {} if token_usage is None else token_usage
-        self.tool_calls = [] if tool_calls is None else tool_calls
-        self.tool_results = [] if tool_results is None else tool_results
+        self._token_usage = {} if token_usage is None else token_usage
+        self._tool_calls = [] if tool_calls is None else tool_calls
+        self._tool_results = [] if tool_results is None else tool_results
         self.final_text = final_text
         self.response = response
         self.phase = phase
-        self.memory = [] if memory is None else memory
+        self._memory = [] if memory is None else memory
         self.no_memory = no_memory
-        self.extra = {} if extra is None else extra
+        self._extra = {} if extra is None else extra
+
+    context_msgs = _lazy("context_msgs", lambda c: _parse(c.context_msgs_json, [], "context_msgs_json"))
+    token_usage = _lazy("token_usage", lambda c: {k: int(v) for k, v in c.token_usage.items()})
+    tool_calls = _lazy("tool_calls", lambda c: [
+        ToolCall(t.id, t.name, t.plugin, _parse(t.arguments_json, {}, "tool_calls.arguments_json"),
+                 t.deny, t.deny_reason) for t in c.tool_calls])
+    tool_results = _lazy("tool_results", lambda c: [
+        ToolResult(r.call_id, r.name, r.plugin, r.success,
+                   _parse(r.result_json, None, "tool_results.result_json")) for r in c.tool_results])
+    memory = _lazy("memory", lambda c: [MemItem(m.role, m.content, m.score) for m in c.memory])
+    extra = _lazy("extra", lambda c: _parse(c.extra_json, {}, "extra_json"))
 
 
 class StageHookEntry:
@@ -206,58 +248,81 @@ def _get(item: Any, key: str, default: Any = None) -> Any:
 
 
 def from_wire(c: Any) -> StageContext:
-    """Wire `hearth.v1.StageContext` → `StageContext` (JSON fields parsed)."""
-    return StageContext(
-        raw_message=c.raw_message,
-        user_id=c.user_id,
-        group_id=c.group_id,
-        context_msgs=_parse(c.context_msgs_json, [], "context_msgs_json"),
-        llm_text=c.llm_text,
-        reasoning_content=c.reasoning_content,
-        token_usage={k: int(v) for k, v in c.token_usage.items()},
-        tool_calls=[ToolCall(t.id, t.name, t.plugin, _parse(t.arguments_json, {}, "tool_calls.arguments_json"),
-                             t.deny, t.deny_reason) for t in c.tool_calls],
-        tool_results=[ToolResult(r.call_id, r.name, r.plugin, r.success,
-                                 _parse(r.result_json, None, "tool_results.result_json"))
-                      for r in c.tool_results],
-        final_text=c.final_text,
-        response=c.response if c.HasField("response") else None,
-        phase=_BY_NUMBER.get(c.phase, ""),
-        memory=[MemItem(m.role, m.content, m.score) for m in c.memory],
-        no_memory=c.no_memory,
-        extra=_parse(c.extra_json, {}, "extra_json"),
-    )
+    """Wire `hearth.v1.StageContext` → `StageContext`; its JSON fields are parsed when
+    the handler first uses them."""
+    ctx = StageContext.__new__(StageContext)
+    ctx._wire = c
+    ctx.raw_message = c.raw_message
+    ctx.user_id = c.user_id
+    ctx.group_id = c.group_id
+    ctx.llm_text = c.llm_text
+    ctx.reasoning_content = c.reasoning_content
+    ctx.final_text = c.final_text
+    ctx.response = c.response if c.HasField("response") else None
+    ctx.phase = _BY_NUMBER.get(c.phase, "")
+    ctx.no_memory = c.no_memory
+    ctx._context_msgs = ctx._token_usage = ctx._tool_calls = _UNSET
+    ctx._tool_results = ctx._memory = ctx._extra = _UNSET
+    return ctx
+
+
+def _unused(ctx: Any, name: str) -> bool:
+    """True when `ctx` came from the wire and the handler never used field `name`."""
+    return getattr(ctx, "_wire", None) is not None and getattr(ctx, "_" + name, None) is _UNSET
 
 
 def to_wire(ctx: StageContext) -> Any:
-    """`StageContext` → wire `hearth.v1.StageContext` (list items may be objects or dicts)."""
+    """`StageContext` → wire `hearth.v1.StageContext` (list items may be objects or dicts).
+    Fields of a context from the wire that the handler never used go back as they came."""
     from .v1 import plugin_pb2 as pb
 
     def s(v: Any) -> str:
         return "" if v is None else str(v)
 
+    wire = getattr(ctx, "_wire", None)
+    phase = STAGES.index(str(ctx.phase)) + 1 if str(ctx.phase) in STAGES else 0
+    lazy = ("context_msgs", "token_usage", "tool_calls", "tool_results", "memory", "extra")
+    if wire is not None and all(_unused(ctx, f) for f in lazy):
+        # Only plain fields can differ: copy the wire and set them.
+        w = pb.StageContext()
+        w.CopyFrom(wire)
+        w.raw_message, w.user_id, w.group_id = s(ctx.raw_message), s(ctx.user_id), s(ctx.group_id)
+        w.llm_text, w.reasoning_content = s(ctx.llm_text), s(ctx.reasoning_content)
+        w.final_text, w.phase, w.no_memory = s(ctx.final_text), phase, bool(ctx.no_memory)
+        if ctx.response is None:
+            w.ClearField("response")
+        else:
+            w.response = str(ctx.response)
+        return w
     w = pb.StageContext(
         raw_message=s(ctx.raw_message),
         user_id=s(ctx.user_id),
         group_id=s(ctx.group_id),
-        context_msgs_json=_json(ctx.context_msgs),
+        context_msgs_json=wire.context_msgs_json if _unused(ctx, "context_msgs") else _json(ctx.context_msgs),
         llm_text=s(ctx.llm_text),
         reasoning_content=s(ctx.reasoning_content),
-        token_usage={str(k): int(v or 0) for k, v in (ctx.token_usage or {}).items()},
+        token_usage=(wire.token_usage if _unused(ctx, "token_usage")
+                     else {str(k): int(v or 0) for k, v in (ctx.token_usage or {}).items()}),
         final_text=s(ctx.final_text),
-        phase=STAGES.index(str(ctx.phase)) + 1 if str(ctx.phase) in STAGES else 0,
+        phase=phase,
         no_memory=bool(ctx.no_memory),
-        extra_json=_json(ctx.extra),
+        extra_json=wire.extra_json if _unused(ctx, "extra") else _json(ctx.extra),
     )
-    for t in ctx.tool_calls or []:
+    if _unused(ctx, "tool_calls"):
+        w.tool_calls.extend(wire.tool_calls)
+    if _unused(ctx, "tool_results"):
+        w.tool_results.extend(wire.tool_results)
+    if _unused(ctx, "memory"):
+        w.memory.extend(wire.memory)
+    for t in [] if _unused(ctx, "tool_calls") else ctx.tool_calls or []:
         w.tool_calls.add(id=s(_get(t, "id")), name=s(_get(t, "name")), plugin=s(_get(t, "plugin")),
                          arguments_json=_json(_get(t, "arguments")), deny=bool(_get(t, "deny")),
                          deny_reason=s(_get(t, "deny_reason")))
-    for r in ctx.tool_results or []:
+    for r in [] if _unused(ctx, "tool_results") else ctx.tool_results or []:
         w.tool_results.add(call_id=s(_get(r, "call_id")), name=s(_get(r, "name")),
                            plugin=s(_get(r, "plugin")), success=bool(_get(r, "success")),
                            result_json=_json(_get(r, "result")))
-    for m in ctx.memory or []:
+    for m in [] if _unused(ctx, "memory") else ctx.memory or []:
         w.memory.add(role=s(_get(m, "role")), content=s(_get(m, "content")),
                      score=float(_get(m, "score") or 0.0))
     if ctx.response is not None:

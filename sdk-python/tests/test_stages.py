@@ -239,3 +239,24 @@ def test_readme_stage_and_host_examples(tmp_path):
         assert (got[0], got[2].channel, got[2].text) == ("InjectInterruptText", "cli", "⏰ 起床")
 
     run(tmp_path, body)
+
+
+def test_context_fields_a_hook_does_not_use_go_back_untouched():
+    from hearth._stages import from_wire, to_wire
+    wire = pb.StageContext(raw_message="hi", context_msgs_json='[ {"role": "user", "content": "hi"} ]',
+                           extra_json='{ "k": 1 }', token_usage={"prompt": 3}, phase=pb.STAGE_PRE_ACTION,
+                           tool_calls=[pb.ToolCallInfo(id="1", name="t", arguments_json='{ "a": 1 }')])
+    ctx = from_wire(wire)
+    ctx.raw_message = "changed"
+    w = to_wire(ctx)
+    assert (w.context_msgs_json, w.extra_json, w.raw_message) == (wire.context_msgs_json, wire.extra_json, "changed")
+    assert w.tool_calls[0].arguments_json == '{ "a": 1 }' and dict(w.token_usage) == {"prompt": 3}
+    # A field read and changed in place, or replaced, is encoded again; the others are not.
+    ctx = from_wire(wire)
+    ctx.context_msgs.append({"role": "system", "content": "x"})
+    ctx.extra = {"k": 2}
+    w = to_wire(ctx)
+    assert json.loads(w.context_msgs_json) == [{"role": "user", "content": "hi"}, {"role": "system", "content": "x"}]
+    assert json.loads(w.extra_json) == {"k": 2}
+    assert w.tool_calls[0].arguments_json == '{ "a": 1 }'
+    assert ctx == from_wire(to_wire(ctx)) and "context_msgs=" in repr(ctx)
