@@ -8,7 +8,8 @@
 //!   `memory`);
 //! - DocMemory and Knowledge: the best documents and entries for the message, with
 //!   their search scores (roles `document`, `knowledge`). The knowledge folder is
-//!   re-read for recall at most once a second.
+//!   re-read for recall when files were added, removed or renamed, else at most once
+//!   a second (an entry edited in place is recalled at most a second later).
 //!
 //! A store that fails is logged and skipped; recall never fails a turn.
 
@@ -22,9 +23,9 @@ const MAX_KEYWORDS: usize = 16;
 const MAX_RELATIONS: usize = 20;
 /// Most characters of one document or entry added.
 const MAX_DOC_CHARS: usize = 1000;
-/// The knowledge folder is re-read for recall at most this often (a file dropped or
-/// edited by hand is recalled at most this much later; `Knowledge.Search` always
-/// re-reads it).
+/// Unless files were added, removed or renamed, the knowledge folder is re-read for
+/// recall at most this often (an entry edited in place is recalled at most this much
+/// later; `Knowledge.Search` always re-reads it).
 const RECALL_SYNC_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The stores a turn recalls from.

@@ -91,8 +91,9 @@ struct SyncState {
     /// Versions of files (name, size, mtime) already warned about as too big or
     /// unreadable.
     warned: HashSet<(String, u64, i64)>,
-    /// When the folder was last synced.
+    /// When the folder was last synced, and the folder's own mtime then.
     synced_at: Option<std::time::Instant>,
+    dir_mtime: Option<SystemTime>,
 }
 
 /// A `*.md` file of the folder, as listed.
@@ -286,8 +287,10 @@ impl Knowledge {
     }
 
     /// [`Knowledge::search`], syncing the folder first only when the last sync is
-    /// older than `max_age` (the agent's memory recall, which runs for every message,
-    /// uses one second: a file edited by hand is recalled at most that much later).
+    /// older than `max_age` or the folder itself changed since (a file added, removed
+    /// or renamed over, as editors save). The agent's memory recall, which runs for every
+    /// message, uses one second: a file edited in place by hand is recalled at most that
+    /// much later.
     pub async fn search_synced_within(
         &self,
         query: &str,
@@ -341,11 +344,19 @@ impl Knowledge {
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let mut state = self.inner.state.lock().await;
-        if !max_age.is_zero() && state.synced_at.is_some_and(|t| t.elapsed() < max_age) {
+        let dir_mtime = fs::metadata(&self.inner.dir)
+            .and_then(|m| m.modified())
+            .ok();
+        if !max_age.is_zero()
+            && state.synced_at.is_some_and(|t| t.elapsed() < max_age)
+            && dir_mtime.is_some()
+            && dir_mtime == state.dir_mtime
+        {
             drop(state);
             return self.inner.db.call(op, move |conn| f(conn)).await;
         }
         state.synced_at = Some(std::time::Instant::now());
+        state.dir_mtime = dir_mtime;
         let dir = self.inner.dir.clone();
         let listed = search::blocking(&self.inner.dir, move || list_dir(&dir)).await??;
         let first = self
@@ -663,6 +674,37 @@ mod tests {
                 "{empty:?}: {err}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn recall_searches_resync_on_folder_changes_and_at_most_every_max_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let knowledge = open(dir.path()).await;
+        let within = |q: &'static str, age: u64| {
+            let k = knowledge.clone();
+            async move {
+                let found = k
+                    .search_synced_within(q, 5, Duration::from_millis(age))
+                    .await
+                    .unwrap();
+                found.into_iter().map(|e| e.content).collect::<Vec<_>>()
+            }
+        };
+        assert!(within("weather", 60_000).await.is_empty());
+        // A file dropped into the folder changes the folder: synced at once.
+        let file = knowledge.dir().join("w.md");
+        fs::write(&file, "weather is sunny").unwrap();
+        assert_eq!(within("weather", 60_000).await, ["weather is sunny"]);
+        // Edited in place: the folder is the same, so within max_age the index is kept…
+        fs::write(&file, "weather is rainy").unwrap();
+        age(&file, 5);
+        assert_eq!(within("weather", 60_000).await, ["weather is sunny"]);
+        // …and re-read once it has passed (and by every plain search).
+        assert_eq!(within("weather", 1).await, ["weather is rainy"]);
+        fs::write(&file, "weather is snowy").unwrap();
+        age(&file, 4);
+        assert_eq!(names(&knowledge.search("weather", 5).await.unwrap()), ["w"]);
+        assert_eq!(within("weather", 60_000).await, ["weather is snowy"]);
     }
 
     #[tokio::test]
