@@ -18,6 +18,9 @@
 //!    baseline (difference of medians) is the hooks' cost. Also the scripted server's own
 //!    answer time (direct HTTP requests from this process).
 //!
+//! *sdk*. **The SDKs alone**: `RunStage` round trips from a raw host (`bench/raw.rs`) to
+//!    the minimal plugin of each language and to the SDK hook plugins (no broker), with
+//!    the plugin's CPU per trip.
 //! 2. **Hook cost beside the raw round trip** (`bench/agent_load.rs`): per plugin
 //!    language, the cost of one no-op stage hook (Δ of a plain message's p50 over a
 //!    hook-less broker, per invocation) beside the raw `RunStage` round trip of a
@@ -43,7 +46,7 @@
 //!   grows to the budget of 100 messages)
 //! - `HEARTH_BENCH_LLM` `nodelay` (default: the scripted server on a listener with
 //!   TCP_NODELAY) or `stock` (`ScriptedLlm` as is)
-//! - `HEARTH_BENCH_PART` comma-separated subset of `pipeline,hooks,concurrency,fairness,memory`
+//! - `HEARTH_BENCH_PART` comma-separated subset of `pipeline,sdk,hooks,concurrency,fairness,memory`
 //!   (default all)
 //! - `HEARTH_BENCH_CONVERSATIONS` sizes of part 3 (default `1,10,100,1000`),
 //!   `HEARTH_BENCH_SECS` its measured seconds per row (default 10),
@@ -566,7 +569,7 @@ fn main() {
         Ok(other) => panic!("HEARTH_BENCH_LLM={other:?}: use nodelay or stock"),
     };
     let parts = std::env::var("HEARTH_BENCH_PART")
-        .unwrap_or_else(|_| "pipeline,hooks,concurrency,fairness,memory".into());
+        .unwrap_or_else(|_| "pipeline,sdk,hooks,concurrency,fairness,memory".into());
     if parts == "adapter" {
         eprintln!(
             "the adapter part moved to its own bench: cargo bench -p hearth --bench adapters"

@@ -118,12 +118,15 @@ pub async fn hook_cost(messages: usize, warmup: usize, rust_hooks: &std::path::P
         ScriptedLlm::start(Script::from_value(json!({"default": {"content": "Done."}})).unwrap());
     // Brokers: a hook-less baseline, then one plugin per language hooking all seven
     // stages with a hook that changes nothing (5 invocations per plain message).
+    // HEARTH_BENCH_HOOK=trace: the hooks of part 1 instead of no-op ones.
+    let trace = std::env::var("HEARTH_BENCH_HOOK").as_deref() == Ok("trace");
+    let (noop, noop_async) = if trace { ("trace", "trace") } else { ("noop", "noop_async") };
     let kinds: [(&str, &str, &str); 5] = [
         ("baseline (no hooks)", "", ""),
-        ("Python, plain `def`", "Python", "noop"),
-        ("Python, `async def`", "Python", "noop_async"),
-        ("Node", "Node", "noop"),
-        ("Rust", "Rust", "noop"),
+        ("Python, plain `def`", "Python", noop),
+        ("Python, `async def`", "Python", noop_async),
+        ("Node", "Node", noop),
+        ("Rust", "Rust", noop),
     ];
     let mut brokers = Vec::new();
     for (label, lang, directives) in kinds {
