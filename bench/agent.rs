@@ -68,7 +68,7 @@ use common::{cpu_us, env_num, loadavg, machine, summarize, Summary};
 
 use std::time::{Duration, Instant};
 
-use harness::{python, repo, wait_gone, Broker, PluginDir};
+use harness::{python, wait_gone, Broker, PluginDir};
 use hearth::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::ChatRequest;
@@ -78,19 +78,15 @@ use serde_json::{json, Value};
 // 1. Pipeline overhead
 // ---------------------------------------------------------------------------------
 
-/// The stage-hook test plugin in `lang` named `name` with `HOOKS=directives`.
+/// The stage-hook test plugin in `lang` (`py`, `nd`, `rs`) named `name` with
+/// `HOOKS=directives`.
 fn hooks(lang: &str, name: &str, directives: &str, rust_hooks: &std::path::Path) -> PluginDir {
-    let mut manifest = match lang {
-        "py" => json!({"runtime": "python", "entry": repo().join("tests/plugins/hooks.py")}),
-        "nd" => json!({"runtime": "node", "entry": repo().join("tests/plugins/hooks.js")}),
-        _ => json!({"runtime": "exec", "entry": rust_hooks}),
+    let lang = match lang {
+        "py" => "Python",
+        "nd" => "Node",
+        _ => "Rust",
     };
-    manifest["name"] = json!(name);
-    manifest["env"] = json!({"HOOKS": directives});
-    PluginDir {
-        dir: name.into(),
-        manifest,
-    }
+    agent_load::hooks_plugin(lang, name, directives, rust_hooks)
 }
 
 /// One chat's timings (µs from sending Agent.Chat).

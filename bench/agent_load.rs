@@ -92,6 +92,33 @@ fn plugin_pids(b: &Broker) -> Vec<u32> {
     .unwrap_or_default()
 }
 
+/// The SDK hook plugins (no-op hooks) on raw hosts of their own, labelled by language
+/// and handler kind.
+async fn start_sdk_peers(rust_hooks: &std::path::Path) -> Vec<(&'static str, RawPlugin)> {
+    let hooks_py = repo().join("tests/plugins/hooks.py");
+    let peers: [(&str, &str, std::path::PathBuf, &str); 4] = [
+        ("Python, plain `def`", "python", hooks_py.clone(), "noop"),
+        ("Python, `async def`", "python", hooks_py, "noop_async"),
+        (
+            "Node",
+            "node",
+            repo().join("tests/plugins/hooks.js"),
+            "noop",
+        ),
+        ("Rust", "exec", rust_hooks.to_path_buf(), "noop"),
+    ];
+    let mut out = Vec::new();
+    for (label, runtime, entry, hooks) in peers {
+        let peer = Peer::Sdk {
+            runtime,
+            entry,
+            env: vec![("HOOKS", hooks)],
+        };
+        out.push((label, RawPlugin::start_peer(peer, &python(), &repo()).await));
+    }
+    out
+}
+
 // ---------------------------------------------------------------------------------
 // 2. Hook cost per language beside the raw round trip
 // ---------------------------------------------------------------------------------
@@ -120,7 +147,11 @@ pub async fn hook_cost(messages: usize, warmup: usize, rust_hooks: &std::path::P
     // stages with a hook that changes nothing (5 invocations per plain message).
     // HEARTH_BENCH_HOOK=trace: the hooks of part 1 instead of no-op ones.
     let trace = std::env::var("HEARTH_BENCH_HOOK").as_deref() == Ok("trace");
-    let (noop, noop_async) = if trace { ("trace", "trace") } else { ("noop", "noop_async") };
+    let (noop, noop_async) = if trace {
+        ("trace", "trace")
+    } else {
+        ("noop", "noop_async")
+    };
     let kinds: [(&str, &str, &str); 5] = [
         ("baseline (no hooks)", "", ""),
         ("Python, plain `def`", "Python", noop),
@@ -143,36 +174,7 @@ pub async fn hook_cost(messages: usize, warmup: usize, rust_hooks: &std::path::P
     }
     // The same SDK plugins as above, driven by the raw host directly: what the SDK
     // adds to the raw trip, without the broker.
-    let sdk_peers: [(&str, &str, std::path::PathBuf, &str); 4] = [
-        (
-            "Python, plain `def`",
-            "python",
-            repo().join("tests/plugins/hooks.py"),
-            "noop",
-        ),
-        (
-            "Python, `async def`",
-            "python",
-            repo().join("tests/plugins/hooks.py"),
-            "noop_async",
-        ),
-        (
-            "Node",
-            "node",
-            repo().join("tests/plugins/hooks.js"),
-            "noop",
-        ),
-        ("Rust", "exec", rust_hooks.to_path_buf(), "noop"),
-    ];
-    let mut sdks = Vec::new();
-    for (label, runtime, entry, hooks) in sdk_peers {
-        let peer = Peer::Sdk {
-            runtime,
-            entry,
-            env: vec![("HOOKS", hooks)],
-        };
-        sdks.push((label, RawPlugin::start_peer(peer, &python(), &repo()).await));
-    }
+    let sdks = start_sdk_peers(rust_hooks).await;
     let mut sdk_samples: Vec<Vec<f64>> = vec![Vec::new(); sdks.len()];
     let ctx = typical_context();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); brokers.len()];
@@ -518,37 +520,8 @@ pub async fn sdk_trips(trips: usize, rust_hooks: &std::path::Path) {
             RawPlugin::start(lang, &python(), &repo()).await,
         ));
     }
-    let sdk_peers: [(&str, &str, std::path::PathBuf, &str); 4] = [
-        (
-            "SDK Python, plain `def`",
-            "python",
-            repo().join("tests/plugins/hooks.py"),
-            "noop",
-        ),
-        (
-            "SDK Python, `async def`",
-            "python",
-            repo().join("tests/plugins/hooks.py"),
-            "noop_async",
-        ),
-        (
-            "SDK Node",
-            "node",
-            repo().join("tests/plugins/hooks.js"),
-            "noop",
-        ),
-        ("SDK Rust", "exec", rust_hooks.to_path_buf(), "noop"),
-    ];
-    for (label, runtime, entry, hooks) in sdk_peers {
-        let peer = Peer::Sdk {
-            runtime,
-            entry,
-            env: vec![("HOOKS", hooks)],
-        };
-        peers.push((
-            label.into(),
-            RawPlugin::start_peer(peer, &python(), &repo()).await,
-        ));
+    for (label, p) in start_sdk_peers(rust_hooks).await {
+        peers.push((format!("SDK {label}"), p));
     }
     let ctx = typical_context();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];

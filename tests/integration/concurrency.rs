@@ -44,6 +44,21 @@ fn probe(name: &str, extra: Value) -> PluginDir {
     }
 }
 
+/// Calls `tool` with `args` through the Admin service in a task of its own.
+fn call_in_background(
+    admin: &AdminConn,
+    tool: &str,
+    args: &str,
+) -> tokio::task::JoinHandle<Result<hearth_proto::v1::CallToolResponse, tonic::Status>> {
+    let mut admin = admin.clone();
+    let req = admin.with_token(hearth_proto::v1::CallToolRequest {
+        name: tool.into(),
+        args_json: args.into(),
+        ..Default::default()
+    });
+    tokio::spawn(async move { admin.client().call_tool(req).await.map(|r| r.into_inner()) })
+}
+
 /// The order replies arrive in, over all chats of a test.
 type Finishes = Arc<Mutex<Vec<String>>>;
 
@@ -177,18 +192,22 @@ async fn an_interrupt_reaches_only_the_turn_of_its_conversation() {
         assert!(started.elapsed() < LONG, "both stories did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (code, out, err) = b.cli(&[
-        "inject",
-        "--interrupt",
-        "--source",
-        "ops",
-        "--channel",
-        "test",
-        "--user",
-        "ann",
-        "STOP",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let interrupt = |user: &str| {
+        let (code, out, err) = b.cli(&[
+            "inject",
+            "--interrupt",
+            "--source",
+            "ops",
+            "--channel",
+            "test",
+            "--user",
+            user,
+            "STOP",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let out = interrupt("ann");
     assert!(
         out.contains("interrupt delivered to the running turn of user:test/ann"),
         "{out}"
@@ -202,18 +221,7 @@ async fn an_interrupt_reaches_only_the_turn_of_its_conversation() {
     assert!(final_of(&bob).text.starts_with("once upon a time"));
 
     // No turn of carl's runs: the interrupt goes first into his conversation and runs.
-    let (code, out, err) = b.cli(&[
-        "inject",
-        "--interrupt",
-        "--source",
-        "ops",
-        "--channel",
-        "test",
-        "--user",
-        "carl",
-        "STOP",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let out = interrupt("carl");
     assert!(
         out.contains("no turn of user:test/carl was running"),
         "{out}"
@@ -314,17 +322,7 @@ async fn a_plugin_with_max_concurrency_1_never_sees_two_calls_at_once() {
     }
     // Admin calls at the same time.
     let calls: Vec<_> = (0..3)
-        .map(|_| {
-            let mut admin = b.admin.clone();
-            tokio::spawn(async move {
-                let req = admin.with_token(hearth_proto::v1::CallToolRequest {
-                    name: "one_work".into(),
-                    args_json: r#"{"ms": 100}"#.into(),
-                    ..Default::default()
-                });
-                admin.client().call_tool(req).await.map(|r| r.into_inner())
-            })
-        })
+        .map(|_| call_in_background(&b.admin, "one_work", r#"{"ms": 100}"#))
         .collect();
     for c in chats {
         let f = final_of(&c.await.unwrap());
@@ -341,35 +339,17 @@ async fn a_plugin_with_max_concurrency_1_never_sees_two_calls_at_once() {
 
     // Without the cap the same plugin runs calls side by side.
     let calls: Vec<_> = (0..4)
-        .map(|_| {
-            let mut admin = b.admin.clone();
-            tokio::spawn(async move {
-                let req = admin.with_token(hearth_proto::v1::CallToolRequest {
-                    name: "many_work".into(),
-                    args_json: r#"{"ms": 400}"#.into(),
-                    ..Default::default()
-                });
-                admin.client().call_tool(req).await.unwrap().into_inner()
-            })
-        })
+        .map(|_| call_in_background(&b.admin, "many_work", r#"{"ms": 400}"#))
         .collect();
     for c in calls {
-        assert!(c.await.unwrap().success);
+        assert!(c.await.unwrap().unwrap().success);
     }
     let peak = b.call("many_peak", json!({})).await.unwrap();
     let peak: Value = serde_json::from_str(&peak.data_json).unwrap();
     assert_eq!(peak["peak"], 4, "{peak}");
 
     // A call that cannot get a slot within its timeout is not sent, and says why.
-    let mut admin = b.admin.clone();
-    let long = tokio::spawn(async move {
-        let req = admin.with_token(hearth_proto::v1::CallToolRequest {
-            name: "one_work".into(),
-            args_json: r#"{"ms": 1500}"#.into(),
-            ..Default::default()
-        });
-        admin.client().call_tool(req).await.unwrap().into_inner()
-    });
+    let long = call_in_background(&b.admin, "one_work", r#"{"ms": 1500}"#);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let err = b
         .call_timeout("one_work", json!({"ms": 1}), 200)
@@ -383,7 +363,7 @@ async fn a_plugin_with_max_concurrency_1_never_sees_two_calls_at_once() {
         "{}",
         err.message()
     );
-    assert!(long.await.unwrap().success);
+    assert!(long.await.unwrap().unwrap().success);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
