@@ -355,7 +355,9 @@ impl Agent {
                 conversation: key.to_string(),
             }));
         }
-        self.dispatch(&mut state);
+        let ready = Self::take_ready(&mut state);
+        drop(state);
+        self.start_turns(ready);
         Ok(Accepted {
             ahead: position.ahead,
             conversation: key.to_string(),
@@ -363,11 +365,22 @@ impl Agent {
         })
     }
 
-    /// Starts every input that can run now (called with the state locked).
-    fn dispatch(&self, state: &mut State) {
+    /// Takes every input that can run now and registers its turn's interrupts (with the
+    /// state locked); [`Agent::start_turns`] then starts them, with the lock released.
+    fn take_ready(state: &mut State) -> Vec<(ConversationKey, Job, Arc<TurnInterrupts>)> {
+        let mut ready = Vec::new();
         while let Some((key, job)) = state.scheduler.next_turn() {
             let interrupts = Arc::new(TurnInterrupts::default());
             state.running.insert(key.clone(), interrupts.clone());
+            ready.push((key, job, interrupts));
+        }
+        ready
+    }
+
+    /// Spawns a task per turn. Not under the state lock: a runtime that is shutting
+    /// down drops a spawned task at once, and its [`Release`] takes the lock.
+    fn start_turns(&self, ready: Vec<(ConversationKey, Job, Arc<TurnInterrupts>)>) {
+        for (key, job, interrupts) in ready {
             let waited = job.queued_at.elapsed();
             if waited > Duration::from_millis(100) {
                 tracing::debug!(conversation = %key, "turn starts after waiting {} ms", waited.as_millis());
@@ -386,12 +399,16 @@ impl Agent {
 
     /// The turn of `key` ended: release its conversation and start what can run.
     fn finished(&self, key: &ConversationKey) {
-        let mut state = self.shared.state.lock().unwrap();
-        state.running.remove(key);
-        state.scheduler.finish(key);
-        if !state.stopping {
-            self.dispatch(&mut state);
-        }
+        let ready = {
+            let mut state = self.shared.state.lock().unwrap();
+            state.running.remove(key);
+            state.scheduler.finish(key);
+            if state.stopping {
+                return;
+            }
+            Self::take_ready(&mut state)
+        };
+        self.start_turns(ready);
     }
 }
 
