@@ -55,26 +55,21 @@ impl Hooks {
         Hooks { router, timeout }
     }
 
-    /// Every hook of `stage` in run order; `tool_owner` (the plugin owning the tool
-    /// of a `before_toolcall`/`after_toolcall`) filters own-tools hooks.
-    fn hooks(&self, stage: Stage, tool_owner: Option<&str>) -> Vec<Hook> {
-        let all = self.router.registry().stage_hooks(stage);
+    /// True when `hook` runs at `stage` for a call of `tool_owner`'s tool: own-tools
+    /// hooks see `before_toolcall` / `after_toolcall` only for their plugin's tools.
+    fn applies(hook: &Hook, stage: Stage, tool_owner: Option<&str>) -> bool {
         let toolcall = matches!(stage, Stage::BeforeToolcall | Stage::AfterToolcall);
-        all.iter()
-            .filter(|h| !(toolcall && h.own_tools_only && tool_owner != Some(h.plugin.as_str())))
-            .cloned()
-            .collect()
+        !(toolcall && hook.own_tools_only && tool_owner != Some(hook.plugin.as_str()))
     }
 
     /// True when some plugin hooks `stage` (for `tool_owner`'s tools, at the
     /// tool-call stages). Callers skip preparing a stage's context when none does.
     pub fn any(&self, stage: Stage, tool_owner: Option<&str>) -> bool {
-        let all = self.router.registry().stage_hooks(stage);
-        if !matches!(stage, Stage::BeforeToolcall | Stage::AfterToolcall) {
-            return !all.is_empty();
-        }
-        all.iter()
-            .any(|h| !h.own_tools_only || tool_owner == Some(h.plugin.as_str()))
+        self.router
+            .registry()
+            .stage_hooks(stage)
+            .iter()
+            .any(|h| Self::applies(h, stage, tool_owner))
     }
 
     /// Sends `ctx` (what the hook may see of it) to one hook and returns the context
@@ -116,14 +111,18 @@ impl Hooks {
         tool_owner: Option<&str>,
     ) -> Option<ShortCircuit> {
         ctx.phase = stage as i32;
-        let hooks = self.hooks(stage, tool_owner);
+        let all = self.router.registry().stage_hooks(stage);
+        let hooks: Vec<&Hook> = all
+            .iter()
+            .filter(|h| Self::applies(h, stage, tool_owner))
+            .collect();
         if hooks.is_empty() {
             return None;
         }
         if stage == Stage::AfterOutput {
             let visible = Visible::of(stage, true);
             let sent = permissions::view(stage, ctx, visible);
-            let calls = hooks.iter().map(|h| {
+            let calls = hooks.into_iter().map(|h| {
                 let sent = sent.clone();
                 async move {
                     let mut seen = sent.clone();
@@ -136,7 +135,7 @@ impl Hooks {
             futures_util::future::join_all(calls).await;
             return None;
         }
-        for hook in &hooks {
+        for hook in hooks {
             let visible = Visible::of(stage, !hook.no_context_msgs);
             let sent = permissions::view(stage, ctx, visible);
             let Some(answer) = self.call(hook, sent).await else {
