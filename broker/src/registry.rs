@@ -362,11 +362,6 @@ impl Registry {
         rejected
     }
 
-    /// `plugin`'s triggers and inject spec, if it registered any.
-    pub fn triggers(&self, plugin: &str) -> Option<Arc<TriggerSet>> {
-        self.triggers.read().unwrap().get(plugin).cloned()
-    }
-
     /// Replaces `plugin`'s stage hooks with `hooks` (registration order kept). A hook
     /// without a stage or with an empty or repeated id is rejected, named.
     pub fn replace_plugin_hooks(&self, plugin: &str, hooks: &[StageHook]) -> Vec<RejectedItem> {
@@ -411,16 +406,6 @@ impl Registry {
         self.invalidate(false, true, false);
         rejected
     }
-
-    /// `plugin`'s hooks at `stage`, in registration order.
-    pub fn hooks(&self, plugin: &str, stage: Stage) -> Vec<Hook> {
-        self.hooks
-            .read()
-            .unwrap()
-            .get(plugin)
-            .map(|v| v.iter().filter(|h| h.stage == stage).cloned().collect())
-            .unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
@@ -434,6 +419,46 @@ mod tests {
             parameters_json: params.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn ready_made_views_follow_load_order_and_every_change() {
+        let r = Registry::default();
+        let hook = |id: &str| StageHook {
+            stage: Stage::OnInput as i32,
+            hook_id: id.into(),
+            ..Default::default()
+        };
+        r.replace_plugin_hooks("a", &[hook("a1"), hook("a2")]);
+        r.replace_plugin_hooks("b", &[hook("b1")]);
+        r.set_plugin_order(vec!["b".into(), "a".into()]);
+        let ids = |r: &Registry| -> Vec<String> {
+            r.stage_hooks(Stage::OnInput)
+                .iter()
+                .map(|h| h.hook_id.clone())
+                .collect()
+        };
+        assert_eq!(ids(&r), ["b1", "a1", "a2"]);
+        assert!(r.stage_hooks(Stage::PreAction).is_empty());
+        r.replace_plugin_hooks("a", &[hook("a3")]);
+        assert_eq!(ids(&r), ["b1", "a3"]);
+        r.remove_plugin("b");
+        assert_eq!(ids(&r), ["a3"]);
+
+        r.replace_plugin_tools("a", &[spec("t1", ""), spec("t2", "")], false);
+        let names = |r: &Registry| -> Vec<String> {
+            r.llm_tools()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(&r), ["t1", "t2"]);
+        r.remove_tool("a", "t1").unwrap();
+        assert_eq!(names(&r), ["t2"]);
+        r.add_tool("a", &spec("t0", "")).unwrap();
+        assert_eq!(names(&r), ["t0", "t2"]);
     }
 
     #[test]
