@@ -7,22 +7,14 @@ use std::time::Duration;
 
 use hearth::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
-use hearth_proto::v1::Final;
 use serde_json::{json, Value};
 
-use crate::harness::{example, repo, rust_binary, stress, Broker, PluginDir};
+use crate::harness::{example, final_of, repo, rust_binary, stress, Broker, PluginDir};
 
 const LONG: Duration = Duration::from_secs(30);
 
 fn llm(script: Value) -> ScriptedLlm {
     ScriptedLlm::start(Script::from_value(script).unwrap())
-}
-
-fn final_of(events: &[Event]) -> Final {
-    match events.last() {
-        Some(Event::Final(f)) => f.clone(),
-        other => panic!("last event is not Final: {other:?}"),
-    }
 }
 
 /// The hooks test plugin (tests/plugins/hooks.*) in `lang`, named `name`.

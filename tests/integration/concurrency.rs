@@ -13,22 +13,15 @@ use std::time::Duration;
 use hearth::cli::AdminConn;
 use hearth::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
-use hearth_proto::v1::{ChatRequest, ConfirmResponse, Final};
+use hearth_proto::v1::{ChatRequest, ConfirmResponse};
 use serde_json::{json, Value};
 
-use crate::harness::{repo, wait_gone, Broker, PluginDir};
+use crate::harness::{final_of, repo, wait_gone, Broker, PluginDir};
 
 const LONG: Duration = Duration::from_secs(60);
 
 fn llm(script: Value) -> ScriptedLlm {
     ScriptedLlm::start(Script::from_value(script).unwrap())
-}
-
-fn final_of(events: &[Event]) -> Final {
-    match events.last() {
-        Some(Event::Final(f)) => f.clone(),
-        other => panic!("last event is not Final: {other:?}"),
-    }
 }
 
 /// `tests/plugins/concurrency.py` named `name`; `extra` merged into its manifest.

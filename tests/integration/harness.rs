@@ -514,3 +514,11 @@ pub fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// The `Final` event that ends a chat's `events`; panics naming what came last instead.
+pub fn final_of(events: &[hearth_proto::v1::chat_event::Event]) -> hearth_proto::v1::Final {
+    match events.last() {
+        Some(hearth_proto::v1::chat_event::Event::Final(f)) => f.clone(),
+        other => panic!("last event is not Final: {other:?}"),
+    }
+}

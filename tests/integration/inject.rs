@@ -7,17 +7,10 @@ use std::time::Duration;
 
 use hearth::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
-use hearth_proto::v1::{ChatRequest, ConfirmResponse, Final};
+use hearth_proto::v1::{ChatRequest, ConfirmResponse};
 use serde_json::{json, Value};
 
-use crate::harness::{example, repo, Broker, PluginDir};
-
-fn final_of(events: &[Event]) -> Final {
-    match events.last() {
-        Some(Event::Final(f)) => f.clone(),
-        other => panic!("last event is not Final: {other:?}"),
-    }
-}
+use crate::harness::{example, final_of, repo, Broker, PluginDir};
 
 fn replies(events: &[Event]) -> Vec<(String, String)> {
     events

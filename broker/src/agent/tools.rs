@@ -18,7 +18,7 @@ use hearth_proto::v1::{
 };
 use serde_json::{json, Value};
 
-use super::turn::{call_info, Turn};
+use super::turn::Turn;
 use crate::adapters::ToolCall;
 use crate::pipeline::policy::Admission;
 use crate::pipeline::ShortCircuit;
@@ -33,6 +33,17 @@ pub(super) struct PlannedCall {
     pub(super) args: Value,
     /// The registered tool, when one has that name.
     pub(super) tool: Option<Arc<Tool>>,
+}
+
+/// The `ToolCallInfo` of an LLM tool call as hooks see it.
+fn call_info(id: &str, name: &str, plugin: &str, arguments_json: String) -> ToolCallInfo {
+    ToolCallInfo {
+        id: id.to_string(),
+        name: name.to_string(),
+        plugin: plugin.to_string(),
+        arguments_json,
+        ..Default::default()
+    }
 }
 
 /// Arguments text → value: empty = `{}`; text that is not JSON stays a string, so the

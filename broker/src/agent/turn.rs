@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use hearth_proto::v1::{
     chat_event::Event, Final, Interrupted, Sender, ShortCircuit as ShortCircuitEvent, Stage,
-    StageContext, TextDelta, ToolCallInfo,
+    StageContext, TextDelta,
 };
 use serde_json::Value;
 
@@ -515,21 +515,5 @@ impl Turn<'_> {
                 Err(e) => return Err(e),
             }
         }
-    }
-}
-
-/// The `ToolCallInfo` of an LLM tool call as hooks see it.
-pub(super) fn call_info(
-    id: &str,
-    name: &str,
-    plugin: &str,
-    arguments_json: String,
-) -> ToolCallInfo {
-    ToolCallInfo {
-        id: id.to_string(),
-        name: name.to_string(),
-        plugin: plugin.to_string(),
-        arguments_json,
-        ..Default::default()
     }
 }
