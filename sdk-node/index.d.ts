@@ -98,13 +98,15 @@ export interface SettingsAPI {
   set(key: string, value: unknown, opts?: HostCallOptions): Promise<void>;
   /** Keys starting with `prefix`, sorted. */
   list(prefix?: string, opts?: HostCallOptions): Promise<string[]>;
+  /** Needs capability `settings_core`; a secret reads as "••••••" without `settings_secrets`. */
   getCore(key: string, opts?: HostCallOptions): Promise<any>;
-  /** Needs capability `settings_core`. */
+  /** Needs capability `settings_core` (and `settings_secrets` for a secret key). */
   setCore(key: string, value: unknown, opts?: HostCallOptions): Promise<void>;
+  /** Needs capability `settings_core`. */
   listCore(prefix?: string, opts?: HostCallOptions): Promise<string[]>;
-  /** Needs capability `settings_cross`. */
+  /** Needs capability `settings_cross`; a secret reads as "••••••" without `settings_secrets`. */
   getPlugin(plugin: string, key: string, opts?: HostCallOptions): Promise<any>;
-  /** Needs capability `settings_cross`. */
+  /** Needs capability `settings_cross` (and `settings_secrets` for a secret key). */
   setPlugin(plugin: string, key: string, value: unknown, opts?: HostCallOptions): Promise<void>;
   /** Needs capability `settings_cross`. */
   listPlugin(plugin: string, prefix?: string, opts?: HostCallOptions): Promise<string[]>;
@@ -517,7 +519,7 @@ export type StageHandler = (ctx: StageContext, info: { signal: AbortSignal; call
 export interface ServeOptions {
   /** Overrides HEARTH_ADDR (`unix:///abs/path`, `unix:/abs/path` or `http://127.0.0.1:PORT`). */
   addr?: string;
-  /** Overrides HEARTH_TOKEN. */
+  /** Overrides the spawn token (read from the pipe fd HEARTH_TOKEN_FD, else HEARTH_TOKEN). */
   token?: string;
   /** Environment to read HEARTH_* from; default `process.env`. */
   env?: Record<string, string | undefined>;

@@ -14,7 +14,8 @@ const { HostError } = require('./lib/hosterror');
 
 /**
  * Serves a plugin (a class or an instance, either style) over the Hearth session
- * described by HEARTH_ADDR / HEARTH_PLUGIN / HEARTH_TOKEN, until the broker shuts it
+ * described by HEARTH_ADDR / HEARTH_PLUGIN and the spawn token (read from the pipe fd
+ * HEARTH_TOKEN_FD, else HEARTH_TOKEN; lib/token.js), until the broker shuts it
  * down or goes away. By default exits the process with the session's exit code
  * (0 ok, 1 stream/start failure, 2 bad configuration, 3 rejected by the broker).
  * @param {any} plugin
@@ -22,6 +23,10 @@ const { HostError } = require('./lib/hosterror');
  * @returns {Promise<number>} exit code (when `opts.exit === false`)
  */
 async function serve(plugin, opts = {}) {
+  if (opts.token == null && opts.env == null) {
+    // Read the token before building the plugin; an error is reported by the session (exit 2).
+    try { require('./lib/token').spawnToken(); } catch (_) { /* cached, thrown again there */ }
+  }
   const { pluginFromExports } = require('./lib/load');
   const { serveInstance } = require('./lib/session');
   const instance = await pluginFromExports(plugin, opts.file || '(serve argument)', { pluginName: process.env.HEARTH_PLUGIN });

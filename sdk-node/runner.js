@@ -8,7 +8,8 @@
  * Loads the entry (CommonJS, or ESM by dynamic import), finds the plugin it exports and
  * serves it; exits 0 after Shutdown or a clean end of the stream, 1 on a stream failure
  * or when start() throws, 2 when the entry cannot be loaded or exports no plugin (or
- * its metadata is invalid, or HEARTH_ADDR is unset), 3 when the broker rejects it.
+ * its metadata is invalid, or HEARTH_ADDR is unset, or the token cannot be read from
+ * HEARTH_TOKEN_FD), 3 when the broker rejects it.
  */
 
 const path = require('node:path');
@@ -19,6 +20,15 @@ const path = require('node:path');
  * @returns {Promise<never>}
  */
 async function main(entryPath) {
+  // The token first, before the plugin's code can open a file under HEARTH_TOKEN_FD's number.
+  const { spawnToken } = require('./lib/token');
+  try {
+    spawnToken();
+  } catch (e) {
+    const plugin = process.env.HEARTH_PLUGIN;
+    process.stderr.write(`hearth-sdk: ${plugin ? `plugin ${plugin}: ` : ''}${/** @type {Error} */ (e).message}\n`);
+    process.exit(2);
+  }
   if (!entryPath) {
     process.stderr.write('hearth-sdk: runner: no plugin entry file given\n');
     process.exit(2);

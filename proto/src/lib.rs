@@ -23,8 +23,17 @@ pub const ADMIN_TOKEN_METADATA: &str = "x-hearth-admin-token";
 pub const ENV_ADDR: &str = "HEARTH_ADDR";
 /// Environment variable with the plugin's name.
 pub const ENV_PLUGIN: &str = "HEARTH_PLUGIN";
-/// Environment variable with the plugin's spawn token.
+/// Environment variable with the plugin's spawn token, for plugins started by hand
+/// (the broker never sets it: see [`ENV_TOKEN_FD`]).
 pub const ENV_TOKEN: &str = "HEARTH_TOKEN";
+/// Environment variable with the number of an inherited file descriptor (a pipe) from
+/// which a plugin reads its spawn token to EOF and then closes; the broker passes the
+/// token this way so it never sits in the plugin's environment (`/proc/<pid>/environ`).
+/// SDKs read it first and fall back to [`ENV_TOKEN`].
+pub const ENV_TOKEN_FD: &str = "HEARTH_TOKEN_FD";
+/// Environment variable with the plugin's own writable data directory
+/// (`<data_dir>/plugin-data/<name>`, created 0700 by the broker).
+pub const ENV_PLUGIN_DATA: &str = "HEARTH_PLUGIN_DATA";
 
 /// Maximum encoded gRPC message size both sides accept, in bytes (64 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

@@ -8,7 +8,8 @@
  * Exit codes (what `serve()` resolves with and the runner exits with):
  * 0 = Shutdown handled or the broker closed the stream cleanly; 1 = connection/stream
  * failure or the plugin's start() threw; 2 = bad configuration or declaration
- * (HEARTH_ADDR missing, invalid metadata); 3 = the broker sent Rejected.
+ * (HEARTH_ADDR missing, HEARTH_TOKEN_FD unreadable, invalid metadata); 3 = the broker
+ * sent Rejected.
  */
 
 const grpc = require('@grpc/grpc-js');
@@ -17,6 +18,7 @@ const { Plugin, pluginLabel } = require('./plugin');
 const spec = require('./spec');
 const results = require('./results');
 const stages = require('./stages');
+const { resolveToken } = require('./token');
 const { version: SDK_VERSION } = require('../package.json');
 
 const v1 = hearth.v1;
@@ -133,7 +135,7 @@ class Session {
     const done = new Promise((resolve) => { this.resolveRun = resolve; });
     const addr = this.opts.addr || this.env.HEARTH_ADDR;
     if (!addr) {
-      this.log('HEARTH_ADDR is not set (the broker sets HEARTH_ADDR, HEARTH_PLUGIN and HEARTH_TOKEN; for a manual run set them yourself)');
+      this.log('HEARTH_ADDR is not set (the broker sets HEARTH_ADDR and HEARTH_PLUGIN and passes the token in HEARTH_TOKEN_FD; for a manual run set HEARTH_ADDR, HEARTH_PLUGIN and HEARTH_TOKEN yourself)');
       return Promise.resolve(EXIT.CONFIG);
     }
     let target;
@@ -143,7 +145,13 @@ class Session {
       this.log(/** @type {Error} */ (e).message);
       return Promise.resolve(EXIT.CONFIG);
     }
-    const token = this.opts.token != null ? this.opts.token : (this.env.HEARTH_TOKEN || '');
+    let token;
+    try {
+      token = resolveToken(this.opts, this.env);
+    } catch (e) {
+      this.log(/** @type {Error} */ (e).message);
+      return Promise.resolve(EXIT.CONFIG);
+    }
     this.client = new grpc.Client(target, grpc.credentials.createInsecure(), {
       'grpc.max_send_message_length': MAX_MESSAGE,
       'grpc.max_receive_message_length': MAX_MESSAGE,

@@ -14,10 +14,10 @@ your own threads) it blocks and returns the response. Failures raise `HostError`
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from ._env import token
 from ._plugin import HostError
 
 #: Attribute name → service name in hearth.v1.
@@ -43,14 +43,14 @@ class Connection:
     """The channel and token host calls use; one per plugin process.
 
     The session hands over its channel (`adopt`); a host call made before that (from
-    `start()`) opens the channel itself from HEARTH_ADDR / HEARTH_TOKEN and the session
-    then reuses it.
+    `start()`) opens the channel itself from HEARTH_ADDR and the spawn token
+    (`hearth._env.token`) and the session then reuses it.
     """
 
     def __init__(self, plugin: str, loop: asyncio.AbstractEventLoop) -> None:
         self.plugin = plugin
         self.loop = loop
-        self.token = os.environ.get("HEARTH_TOKEN", "")
+        self.token = token()
         self.channel: Any = None
         self._stubs: Dict[str, Any] = {}
 

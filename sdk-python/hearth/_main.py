@@ -9,8 +9,9 @@ from typing import Any, List, Optional
 
 USAGE = """usage: python -m hearth run PLUGIN_FILE [ARGS...]
 
-Serve the plugin defined in PLUGIN_FILE to the Hearth broker given by HEARTH_ADDR,
-HEARTH_PLUGIN and HEARTH_TOKEN (the broker sets them when it starts the plugin).
+Serve the plugin defined in PLUGIN_FILE to the Hearth broker given by HEARTH_ADDR and
+HEARTH_PLUGIN, with the spawn token read from the pipe fd HEARTH_TOKEN_FD (the broker
+sets them when it starts the plugin). For a manual run set HEARTH_TOKEN instead.
 """
 
 
@@ -22,6 +23,21 @@ def _exit(code: int) -> None:
         except Exception:
             pass
     os._exit(code)
+
+
+def _read_token_first() -> None:
+    """Read the spawn token before the plugin's code runs (`hearth._env`: the fd number in
+    HEARTH_TOKEN_FD must still be the broker's pipe); exit 2 when it cannot be read."""
+    from ._env import ConfigError, token
+
+    try:
+        token()
+    except ConfigError as e:
+        from ._runtime import EXIT_LOAD_ERROR, log
+
+        name = os.environ.get("HEARTH_PLUGIN", "")
+        log(f"plugin {name}: {e}" if name else str(e))
+        _exit(EXIT_LOAD_ERROR)
 
 
 def _line_buffer_stdio() -> None:
@@ -79,6 +95,7 @@ def run_file(path: str, args: List[str]) -> int:
 
 def run_target(target: Any = None) -> None:
     """`hearth.run(...)`: serve a Plugin instance/subclass, a file path, or `__main__`."""
+    _read_token_first()
     from ._loader import discover
     from ._plugin import Plugin
 
@@ -111,5 +128,6 @@ def main(argv: Optional[List[str]] = None) -> None:
     if argv[0] != "run" or len(argv) < 2:
         sys.stderr.write(USAGE)
         sys.exit(2)
+    _read_token_first()
     _line_buffer_stdio()
     _exit(run_file(argv[1], argv[2:]))

@@ -28,6 +28,7 @@ import grpc
 import grpc.aio
 
 from . import __version__
+from ._env import ConfigError, token
 from ._loader import Assembled
 from ._plugin import Sender, ToolEntry, _CallContext, _current_call
 from ._result import Outcome, from_exception, from_linkzone, from_value, to_json
@@ -52,10 +53,6 @@ EXIT_LOAD_ERROR = 2
 EXIT_REJECTED = 3
 
 _TRIGGER_NAMES = {"command": 0, "keyword": 1, "regex": 2, "segment": 3, "event": 4}
-
-
-class ConfigError(Exception):
-    """Missing or malformed HEARTH_* environment."""
 
 
 def log(msg: str) -> None:
@@ -568,12 +565,14 @@ class Session:
 
 
 def read_env() -> Tuple[str, str]:
-    """(HEARTH_ADDR, HEARTH_TOKEN) from the environment; ConfigError names what is missing."""
+    """(HEARTH_ADDR, spawn token) from the environment (the token: `hearth._env.token`);
+    ConfigError names what is missing or wrong."""
     addr = os.environ.get("HEARTH_ADDR", "").strip()
     if not addr:
         raise ConfigError("HEARTH_ADDR is not set: plugins are started by the Hearth broker "
-                          "(hearth run), which sets HEARTH_ADDR, HEARTH_PLUGIN and HEARTH_TOKEN")
-    return addr, os.environ.get("HEARTH_TOKEN", "")
+                          "(hearth run), which sets HEARTH_ADDR, HEARTH_PLUGIN and passes the "
+                          "token in HEARTH_TOKEN_FD (set HEARTH_TOKEN for a manual run)")
+    return addr, token()
 
 
 async def serve_assembled(assembled: Assembled) -> int:

@@ -231,22 +231,46 @@ FAKED_HOST_SERVICES = ("Settings", "Memory", "TextMemory", "DocMemory", "Knowled
 
 
 class PluginProc:
-    """A real plugin process started like the broker does."""
+    """A real plugin process started like the broker does.
+
+    With `token_pipe` the token travels as the broker passes it: written into a pipe whose
+    read end the plugin inherits, named by HEARTH_TOKEN_FD; HEARTH_TOKEN is then not set.
+    `token_pipe_inode` is that pipe's inode (its /proc/<pid>/fd links read `pipe:[inode]`).
+    """
 
     def __init__(self, entry: Path, broker: "FakeBroker", token: Optional[str],
-                 env: Optional[dict], logdir: Path, name: str, argv: Optional[List[str]] = None) -> None:
+                 env: Optional[dict], logdir: Path, name: str, argv: Optional[List[str]] = None,
+                 token_pipe: bool = False) -> None:
         self.entry = entry
+        token = broker.token if token is None else token
         e = dict(os.environ)
+        e.pop("HEARTH_TOKEN_FD", None)
         e["PYTHONPATH"] = str(SDK_DIR) + os.pathsep + e.get("PYTHONPATH", "")
-        e.update(HEARTH_ADDR=broker.addr, HEARTH_PLUGIN=name,
-                 HEARTH_TOKEN=broker.token if token is None else token)
+        e.update(HEARTH_ADDR=broker.addr, HEARTH_PLUGIN=name)
+        pass_fds: tuple = ()
+        self.token_pipe_inode: Optional[int] = None
+        if token_pipe:
+            e.pop("HEARTH_TOKEN", None)
+            r, w = os.pipe()
+            self.token_pipe_inode = os.fstat(r).st_ino
+            os.write(w, token.encode() + b"\n")
+            os.close(w)
+            e["HEARTH_TOKEN_FD"] = str(r)
+            pass_fds = (r,)
+        else:
+            e["HEARTH_TOKEN"] = token
         e.update(env or {})
         self.out_path = logdir / f"{name}.stdout"
         self.err_path = logdir / f"{name}.stderr"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                argv or [sys.executable, "-m", "hearth", "run", str(entry)], cwd=str(entry.parent),
-                env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        try:
+            with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+                self.proc = subprocess.Popen(
+                    argv or [sys.executable, "-m", "hearth", "run", str(entry)], cwd=str(entry.parent),
+                    env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+                    pass_fds=pass_fds)
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
 
     @property
     def pid(self) -> int:
@@ -325,9 +349,12 @@ class FakeBroker:
         return p
 
     def spawn(self, entry: Path, *, token: Optional[str] = None, env: Optional[dict] = None,
-              name: Optional[str] = None, argv: Optional[List[str]] = None) -> PluginProc:
-        """Start `entry` as the broker does (`python -m hearth run ENTRY`, cwd = its dir), or `argv`."""
-        proc = PluginProc(entry, self, token, env, self.workdir, name or entry.parent.name, argv)
+              name: Optional[str] = None, argv: Optional[List[str]] = None,
+              token_pipe: bool = False) -> PluginProc:
+        """Start `entry` as the broker does (`python -m hearth run ENTRY`, cwd = its dir), or
+        `argv`; the token in HEARTH_TOKEN, or with `token_pipe` in an inherited pipe."""
+        proc = PluginProc(entry, self, token, env, self.workdir, name or entry.parent.name, argv,
+                          token_pipe)
         self.procs.append(proc)
         return proc
 

@@ -22,8 +22,23 @@ pub enum Error {
         /// The address as given.
         addr: String,
     },
+    /// Neither `HEARTH_TOKEN_FD` nor `HEARTH_TOKEN` is set.
+    #[error(
+        "no spawn token: neither HEARTH_TOKEN_FD nor HEARTH_TOKEN is set (the broker passes \
+         the token in a pipe named by HEARTH_TOKEN_FD; set HEARTH_TOKEN for a manual run)"
+    )]
+    MissingToken,
+    /// `HEARTH_TOKEN_FD` is not a file descriptor number, or the spawn token cannot be
+    /// read from that fd.
+    #[error("HEARTH_TOKEN_FD={value}: {detail}")]
+    TokenFd {
+        /// The variable's value as given.
+        value: String,
+        /// What went wrong, e.g. `cannot read the token: fd 3 is not open`.
+        detail: String,
+    },
     /// The spawn token cannot travel as gRPC metadata.
-    #[error("plugin {plugin}: HEARTH_TOKEN is not a valid gRPC metadata value")]
+    #[error("plugin {plugin}: the spawn token is not a valid gRPC metadata value")]
     BadToken {
         /// The plugin's name.
         plugin: String,
@@ -113,7 +128,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Rejected { .. } => 3,
-            Error::MissingEnv { .. } | Error::BadAddr { .. } | Error::BadToken { .. } => 2,
+            Error::MissingEnv { .. }
+            | Error::MissingToken
+            | Error::TokenFd { .. }
+            | Error::BadAddr { .. }
+            | Error::BadToken { .. } => 2,
             _ => 1,
         }
     }

@@ -1,8 +1,9 @@
 //! Write Hearth plugins in Rust.
 //!
 //! A Hearth plugin is a child process of the broker. It dials back over gRPC
-//! (`HEARTH_ADDR`, `HEARTH_TOKEN`, `HEARTH_PLUGIN`), registers its tools and then answers
-//! calls. This crate does all of that: you write the tools, [`serve`] runs the session.
+//! (`HEARTH_ADDR`, `HEARTH_PLUGIN`, and the spawn token read from the pipe named by
+//! `HEARTH_TOKEN_FD`), registers its tools and then answers calls. This crate does all
+//! of that: you write the tools, [`serve`] runs the session.
 //!
 //! Two styles, mixable in one plugin:
 //! - **Cyrene**: implement [`Tool`] (`definition` / `validate` / `execute`) and return

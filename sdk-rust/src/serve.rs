@@ -7,16 +7,20 @@
 //! sends goes through one unbounded mpsc that feeds the request stream.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::future::Future;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use hearth_proto::v1::plugin_host_client::PluginHostClient;
 use hearth_proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
 use hearth_proto::{
-    ENV_ADDR, ENV_PLUGIN, ENV_TOKEN, MAX_MESSAGE_BYTES, PROTOCOL_VERSION, TOKEN_METADATA,
+    ENV_ADDR, ENV_PLUGIN, ENV_TOKEN, ENV_TOKEN_FD, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+    TOKEN_METADATA,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
@@ -46,7 +50,8 @@ const HELLO_FLUSH: Duration = Duration::from_millis(50);
 type AfterHello = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Where and as whom to serve: the values the broker passes in `HEARTH_ADDR`,
-/// `HEARTH_TOKEN` and `HEARTH_PLUGIN`.
+/// `HEARTH_PLUGIN` and the spawn token's pipe (`HEARTH_TOKEN_FD`, see
+/// [`from_env`](Self::from_env)).
 ///
 /// Two test knobs make protocol faults reproducible (the `stress` example uses them;
 /// real plugins leave them alone): [`with_protocol_version`](Self::with_protocol_version)
@@ -109,14 +114,23 @@ impl ServeConfig {
         }
     }
 
-    /// The config the broker passed in the environment.
+    /// The config the broker passed: `HEARTH_ADDR`, `HEARTH_PLUGIN` and the spawn token.
+    ///
+    /// The token never sits in the environment: the broker writes it into a pipe and
+    /// names the inherited read end in `HEARTH_TOKEN_FD`. The first call reads that fd to
+    /// EOF (trailing whitespace trimmed), closes it and removes `HEARTH_TOKEN_FD` from
+    /// the process environment, so child processes do not read a closed or reused fd
+    /// number; the token (or the error) is kept for the process's lifetime. Without
+    /// `HEARTH_TOKEN_FD` the token is `HEARTH_TOKEN` (manual runs).
+    ///
+    /// [`serve`] and [`serve_configured`] call this first, before they start the runtime.
+    /// A plugin whose `main` starts threads or opens files before serving should call it
+    /// first itself (removing a variable is not thread-safe for C code reading the
+    /// environment at the same time).
     pub fn from_env() -> Result<Self, Error> {
+        let token = spawn_token();
         let var = |var: &'static str| std::env::var(var).map_err(|_| Error::MissingEnv { var });
-        Ok(ServeConfig::new(
-            var(ENV_ADDR)?,
-            var(ENV_TOKEN)?,
-            var(ENV_PLUGIN)?,
-        ))
+        Ok(ServeConfig::new(var(ENV_ADDR)?, token?, var(ENV_PLUGIN)?))
     }
 
     /// Test knob: send `version` as `Hello.protocol_version` instead of
@@ -149,11 +163,12 @@ impl ServeConfig {
 
 /// Serves `plugin` to the broker that spawned this process, then exits the process.
 ///
-/// Builds a current-thread tokio runtime and runs [`serve_async`]. Exits 0 after a
-/// `Shutdown` or when the broker closes the session; on an error prints it to stderr
-/// and exits with [`Error::exit_code`] (3 when the registration was rejected).
+/// Reads the config ([`ServeConfig::from_env`]), builds a current-thread tokio runtime
+/// and runs [`serve_with`]. Exits 0 after a `Shutdown` or when the broker closes the
+/// session; on an error prints it to stderr and exits with [`Error::exit_code`] (3 when
+/// the registration was rejected).
 pub fn serve<P: Plugin>(plugin: P) -> ! {
-    run_to_exit(serve_async(plugin))
+    serve_configured(plugin, |config| config)
 }
 
 /// Like [`serve`], but `configure` may adjust the config read from the environment
@@ -162,7 +177,105 @@ pub fn serve_configured<P: Plugin>(
     plugin: P,
     configure: impl FnOnce(ServeConfig) -> ServeConfig,
 ) -> ! {
-    run_to_exit(async move { serve_with(plugin, configure(ServeConfig::from_env()?)).await })
+    // Before the runtime exists: the token's fd is read while this is the only thread.
+    let config = ServeConfig::from_env();
+    run_to_exit(async move { serve_with(plugin, configure(config?)).await })
+}
+
+/// The spawn token of this process ([`ServeConfig::from_env`]): read from the pipe fd
+/// `HEARTH_TOKEN_FD` on the first call, else `HEARTH_TOKEN`; the same outcome every call.
+fn spawn_token() -> Result<String, Error> {
+    /// `Err((value, detail))`: `HEARTH_TOKEN_FD=value` failed; `Ok(None)`: no token given.
+    type Outcome = Result<Option<String>, (String, String)>;
+    static TOKEN: OnceLock<Outcome> = OnceLock::new();
+    let outcome = TOKEN.get_or_init(|| match std::env::var_os(ENV_TOKEN_FD) {
+        Some(value) => {
+            std::env::remove_var(ENV_TOKEN_FD);
+            let value = value.to_string_lossy().into_owned();
+            read_token_fd(&value)
+                .map(Some)
+                .map_err(|detail| (value, detail))
+        }
+        None => Ok(std::env::var(ENV_TOKEN).ok()),
+    });
+    match outcome {
+        Ok(Some(token)) => Ok(token.clone()),
+        Ok(None) => Err(Error::MissingToken),
+        Err((value, detail)) => Err(Error::TokenFd {
+            value: value.clone(),
+            detail: detail.clone(),
+        }),
+    }
+}
+
+/// Reads the token pipe named by `HEARTH_TOKEN_FD=value` to EOF and closes it; the
+/// error says what went wrong.
+fn read_token_fd(value: &str) -> Result<String, String> {
+    /// More than any token: a pipe that keeps giving is not a token pipe.
+    const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+    /// How long a non-blocking pipe may stay empty while its writer is open.
+    const WAIT: Duration = Duration::from_secs(10);
+    let fd: RawFd = match value.parse() {
+        Ok(fd) if value.len() <= 9 && value.bytes().all(|b| b.is_ascii_digit()) => fd,
+        _ => return Err("not a file descriptor number".into()),
+    };
+    let cannot = |why: String| format!("cannot read the token: {why}");
+    if fd <= 2 {
+        return Err(cannot(format!("fd {fd} is stdin, stdout or stderr")));
+    }
+    // Whether the fd is open, and a pipe, without taking it over yet.
+    let dir = if cfg!(target_os = "linux") {
+        "/proc/self/fd"
+    } else {
+        "/dev/fd"
+    };
+    let kind = match std::fs::metadata(format!("{dir}/{fd}")) {
+        Ok(meta) => meta.file_type(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(cannot(format!("fd {fd} is not open")))
+        }
+        Err(e) => return Err(cannot(e.to_string())),
+    };
+    if !kind.is_fifo() && !kind.is_socket() {
+        // Not ours to close: some other file has the number.
+        return Err(cannot(format!("fd {fd} is not a pipe")));
+    }
+    // SAFETY: `fd` is open (checked just above) and is the pipe the broker passed for the
+    // SDK to consume: nothing else in this process owns it, and this runs once (the
+    // `OnceLock` in `spawn_token`). The `File` closes it when dropped.
+    let mut pipe = unsafe { File::from_raw_fd(fd) };
+    let mut data = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let room = (MAX_TOKEN_BYTES + 1).saturating_sub(data.len() as u64);
+        match (&mut pipe).take(room).read_to_end(&mut data) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A non-blocking pipe whose writer has not finished yet.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(cannot(format!(
+                    "no end of file within {} s (the writer keeps the pipe open)",
+                    WAIT.as_secs()
+                )))
+            }
+            Err(e) => return Err(cannot(e.to_string())),
+        }
+    }
+    drop(pipe);
+    if data.len() as u64 > MAX_TOKEN_BYTES {
+        return Err(cannot(format!("more than {MAX_TOKEN_BYTES} bytes")));
+    }
+    if !data.is_ascii() {
+        return Err(cannot("it is not ASCII text".into()));
+    }
+    let token = String::from_utf8_lossy(&data).trim_end().to_owned();
+    if token.is_empty() {
+        return Err(cannot("the pipe held no token".into()));
+    }
+    Ok(token)
 }
 
 /// Runs `serving` on a current-thread runtime, then exits the process with its outcome.

@@ -5,3 +5,4 @@ mod broker;
 mod process;
 mod session;
 mod stress_process;
+mod token;

@@ -10,7 +10,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const crypto = require('node:crypto');
-const { spawn } = require('node:child_process');
+const { spawn, execFileSync } = require('node:child_process');
 const grpc = require('@grpc/grpc-js');
 const services = require('../../gen/services');
 
@@ -244,19 +244,54 @@ class FakeBroker {
   }
 
   /**
-   * Spawns `node -e BOOTSTRAP entry` in the entry's directory, like the broker does.
+   * Spawns `node -e BOOTSTRAP entry` in the entry's directory, like the broker does (with
+   * `script`, `node entry`: a plugin that calls serve() itself). The token goes in
+   * HEARTH_TOKEN, or with `tokenPipe` as the broker passes it: written into a pipe whose
+   * read end the plugin inherits as fd 3 (HEARTH_TOKEN_FD=3, no HEARTH_TOKEN); the
+   * process's `tokenPipe` is then that pipe's {dev, ino}.
    * @param {string} entry absolute path
-   * @param {{env?: Record<string,string>, token?: string, name?: string}} [opts]
+   * @param {{env?: Record<string,string>, token?: string, name?: string, tokenPipe?: boolean, script?: boolean}} [opts]
    */
   spawn(entry, opts = {}) {
-    const proc = spawn(process.execPath, ['-e', BOOTSTRAP, entry], {
-      cwd: path.dirname(entry),
-      env: { ...process.env, HEARTH_ADDR: this.addr, HEARTH_PLUGIN: opts.name || path.basename(path.dirname(entry)), HEARTH_TOKEN: opts.token || this.token, ...(opts.env || {}) },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const token = opts.token == null ? this.token : opts.token;
+    const env = { ...process.env, HEARTH_ADDR: this.addr, HEARTH_PLUGIN: opts.name || path.basename(path.dirname(entry)), HEARTH_TOKEN: token };
+    delete env.HEARTH_TOKEN_FD;
+    const stdio = ['ignore', 'pipe', 'pipe'];
+    let pipe = null;
+    if (opts.tokenPipe) {
+      pipe = this.tokenPipe(token);
+      delete env.HEARTH_TOKEN;
+      env.HEARTH_TOKEN_FD = '3';
+      stdio.push(pipe.fd);
+    }
+    let proc;
+    try {
+      proc = spawn(process.execPath, opts.script ? [entry] : ['-e', BOOTSTRAP, entry], { cwd: path.dirname(entry), env: { ...env, ...(opts.env || {}) }, stdio });
+    } finally {
+      if (pipe) fs.closeSync(pipe.fd);
+    }
     const p = new PluginProcess(proc);
+    p.tokenPipe = pipe && { dev: pipe.dev, ino: pipe.ino };
     this.procs.push(p);
     return p;
+  }
+
+  /**
+   * A pipe holding `token` and a newline, its write end closed: the read end's fd and the
+   * pipe's dev/ino. Node has no pipe(2), so it is a FIFO made with mkfifo and unlinked.
+   * @param {string} token
+   */
+  tokenPipe(token) {
+    const fifo = path.join(this.dir, `token-${this.procs.length}.fifo`);
+    execFileSync('mkfifo', ['-m', '600', fifo]);
+    // Non-blocking so opening the read end does not wait for a writer.
+    const fd = fs.openSync(fifo, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
+    const w = fs.openSync(fifo, fs.constants.O_WRONLY);
+    fs.unlinkSync(fifo);
+    fs.writeSync(w, `${token}\n`);
+    fs.closeSync(w);
+    const st = fs.fstatSync(fd);
+    return { fd, dev: st.dev, ino: st.ino };
   }
 
   /**
