@@ -12,6 +12,9 @@
 //! with line editing and history (`<data_dir>/chat_history`); when stdin is not a
 //! terminal it reads one message per line. `--json` prints every event as one JSON
 //! object per line. A turn that failed exits with status 1 and the error on stderr.
+//! On a terminal, control and bidi characters of the LLM's and plugins' text are
+//! shown escaped, newlines and tabs kept (`--raw` prints them as they are; see
+//! [`crate::term`]).
 
 use std::io::Write;
 use std::path::Path;
@@ -24,6 +27,7 @@ use hearth_proto::v1::{
 use serde_json::json;
 
 use crate::cli::AdminConn;
+use crate::term::Printer;
 
 /// Arguments of `hearth chat`.
 #[derive(Debug, clap::Args)]
@@ -128,6 +132,7 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
     // Everything shown so far (deltas and plugin replies), to not print it twice.
     let mut shown = String::new();
     let mut ok = true;
+    let (term, err_term) = (Printer::stdout(), Printer::stderr());
     while let Some(ev) = events
         .message()
         .await
@@ -144,7 +149,7 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                 approved,
             });
             if let Err(s) = conn.agent().confirm(answer).await {
-                eprintln!("confirm: {}", s.message());
+                eprintln!("confirm: {}", err_term.line(s.message()));
             }
             continue;
         }
@@ -160,7 +165,7 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
             Event::TextDelta(d) if !d.reasoning => {
                 streamed.push_str(&d.text);
                 shown.push_str(&d.text);
-                write!(out, "{}", d.text)?;
+                write!(out, "{}", term.text(&d.text))?;
                 out.flush()?;
             }
             Event::TextDelta(_) => {}
@@ -169,19 +174,29 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                     writeln!(out)?;
                 }
                 streamed.clear();
-                writeln!(out, "⚙ {} {}", t.tool, t.args_json)?;
+                writeln!(out, "⚙ {} {}", term.line(&t.tool), term.line(&t.args_json))?;
             }
             Event::ToolCallFinished(t) => {
                 let text = if t.success { &t.content } else { &t.error };
                 let first = text.lines().next().unwrap_or("");
                 let mark = if t.success { "↳" } else { "✗" };
-                writeln!(out, "  {mark} {}: {first}", t.tool)?;
+                writeln!(out, "  {mark} {}: {}", term.line(&t.tool), term.line(first))?;
             }
             Event::ShortCircuit(s) => {
-                writeln!(out, "[{} of plugin {} answered]", s.stage, s.plugin)?;
+                writeln!(
+                    out,
+                    "[{} of plugin {} answered]",
+                    term.line(&s.stage),
+                    term.line(&s.plugin)
+                )?;
             }
             Event::Interrupted(i) => {
-                writeln!(out, "\n[interrupted by {}: {}]", i.source, i.text)?;
+                writeln!(
+                    out,
+                    "\n[interrupted by {}: {}]",
+                    term.line(&i.source),
+                    term.text(&i.text)
+                )?;
                 streamed.clear();
             }
             // Its text arrives in the reply's own stream, in place.
@@ -191,13 +206,17 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                     writeln!(out)?;
                 }
                 streamed.clear();
-                writeln!(out, "[{}] {}", r.plugin, r.text)?;
+                writeln!(out, "[{}] {}", term.line(&r.plugin), term.text(&r.text))?;
                 shown.push('\n');
                 shown.push_str(&r.text);
             }
             Event::Queued(q) => {
                 if q.ahead > 0 {
-                    eprintln!("… waiting: {} turn(s) of {} ahead", q.ahead, q.conversation);
+                    eprintln!(
+                        "… waiting: {} turn(s) of {} ahead",
+                        q.ahead,
+                        err_term.line(&q.conversation)
+                    );
                 } else {
                     eprintln!("… waiting for a free turn slot (max_concurrent_turns)");
                 }
@@ -211,13 +230,13 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                     if !streamed.is_empty() {
                         writeln!(out)?;
                     }
-                    eprintln!("error: {}", f.error);
+                    eprintln!("error: {}", err_term.line(&f.error));
                     ok = false;
                 } else if new_text {
                     if !streamed.is_empty() {
                         writeln!(out)?;
                     }
-                    writeln!(out, "{}", f.text)?;
+                    writeln!(out, "{}", term.text(&f.text))?;
                 } else {
                     writeln!(out)?;
                 }
@@ -263,10 +282,16 @@ fn event_json(e: &Event) -> serde_json::Value {
 /// timeout. No terminal, no answer in time, or anything but y/yes is a no.
 async fn ask_confirm(c: &ConfirmRequest, yes: bool) -> bool {
     if yes {
-        eprintln!("✔ running {} (--yes)", c.tool);
+        eprintln!("✔ running {} (--yes)", Printer::stderr().line(&c.tool));
         return true;
     }
-    let question = format!("Run tool {} {}? [y/N] ", c.tool, c.args_json);
+    // Asked on the terminal: escaped unless --raw.
+    let tty = Printer::new(true);
+    let question = format!(
+        "Run tool {} {}? [y/N] ",
+        tty.line(&c.tool),
+        tty.line(&c.args_json)
+    );
     let ask = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
         use std::io::BufRead;
         let tty = std::fs::OpenOptions::new()
@@ -284,14 +309,14 @@ async fn ask_confirm(c: &ConfirmRequest, yes: bool) -> bool {
     match tokio::time::timeout(wait, ask).await {
         Ok(Ok(Ok(line))) => matches!(line.trim().to_lowercase().as_str(), "y" | "yes"),
         Ok(Ok(Err(e))) => {
-            eprintln!("✗ {} needs confirmation and there is no terminal to ask ({e}); declined (--yes approves)", c.tool);
+            eprintln!("✗ {} needs confirmation and there is no terminal to ask ({e}); declined (--yes approves)", Printer::stderr().line(&c.tool));
             false
         }
         _ => {
             eprintln!(
                 "\n✗ no answer within {} s; {} not run",
                 wait.as_secs(),
-                c.tool
+                Printer::stderr().line(&c.tool)
             );
             false
         }
@@ -335,7 +360,7 @@ pub async fn chat(
                 }
                 let _ = editor.add_history_entry(line);
                 if let Err(e) = exchange(conn, &args, line).await {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", Printer::stderr().line(&e.to_string()));
                 }
             }
             Err(rustyline::error::ReadlineError::Interrupted) => continue,

@@ -3,6 +3,11 @@
 //! authenticated with `<data_dir>/admin.token`.
 //!
 //! Errors are one line on stderr (`error: …`) and exit status 1.
+//!
+//! Text that came from plugins or the LLM (tool results, names and descriptions,
+//! plugin output, chat text, errors they wrote) is printed with control and bidi
+//! characters escaped when the stream is a terminal, as it is on a pipe, a file or with
+//! `--raw` (see [`crate::term`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,6 +25,7 @@ use serde_json::json;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::server::{RunOptions, ADMIN_TOKEN_FILE, SOCKET_FILE};
+use crate::term::Printer;
 
 /// Hearth: an out-of-process plugin broker for LLM agents.
 #[derive(Debug, Parser)]
@@ -33,6 +39,10 @@ pub struct Cli {
         default_value = "./hearth-data"
     )]
     pub data_dir: PathBuf,
+    /// Print text from plugins and the LLM as it is. By default its control and bidi
+    /// characters are shown escaped (`\x1b`, `\u{202e}`) when the output is a terminal.
+    #[arg(long, global = true)]
+    pub raw: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -148,6 +158,15 @@ pub enum PluginsCommand {
         /// Plugin name.
         name: String,
     },
+    /// Say that DIR is the plugin NAME (its settings, secrets and data follow the
+    /// name): needed when a plugin folder moved, or a new folder takes over a name.
+    /// Works without a running broker; a running one loads DIR at once.
+    Adopt {
+        /// Plugin name.
+        name: String,
+        /// Its folder from now on.
+        dir: PathBuf,
+    },
     /// Print the last lines a plugin wrote to stdout/stderr.
     Logs {
         /// Plugin name.
@@ -217,16 +236,25 @@ pub enum ToolsCommand {
 /// Parses the command line, runs it and maps errors to one line and exit status 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    crate::term::set_raw(cli.raw);
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .fmt_fields(crate::term::EscapedFields)
         .init();
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Dev { command } => crate::scripted::dev_command(command),
+        Command::Plugins {
+            command: PluginsCommand::Adopt { name, dir },
+        } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(adopt(&cli.data_dir, &name, &dir))),
         Command::Settings { command } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -296,7 +324,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!("error: {}", Printer::stderr().line(&one_line(&e)));
             ExitCode::FAILURE
         }
     }
@@ -398,12 +426,13 @@ fn print_status(p: Option<PluginStatus>) {
         } else {
             p.tools.join(",")
         };
+        let out = Printer::stdout();
         println!(
             "{} {} pid {} tools {}",
-            p.name,
+            out.line(&p.name),
             state_name(p.state),
             p.pid,
-            tools
+            out.line(&tools)
         );
     }
 }
@@ -427,8 +456,51 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
         "name": p.name, "runtime": p.runtime, "pid": p.pid, "state": state_name(p.state),
         "restarts": p.restarts, "tools": p.tools, "dir": p.dir, "uptime_ms": p.uptime_ms,
         "last_exit": p.last_exit, "reason": p.reason, "version": p.version, "sdk": p.sdk,
-        "startup_ms": p.startup_ms,
+        "startup_ms": p.startup_ms, "sandbox": p.sandbox,
     })
+}
+
+/// `hearth plugins adopt NAME DIR`: records DIR as NAME's folder, then loads it into
+/// a running broker (if one runs).
+async fn adopt(data_dir: &Path, name: &str, dir: &Path) -> anyhow::Result<ExitCode> {
+    let dir = std::path::absolute(dir)?;
+    if !dir.is_dir() {
+        anyhow::bail!("{}: not a directory", dir.display());
+    }
+    let spec = crate::manifest::PluginSpec::load(&dir).map_err(|e| anyhow!("{e}"))?;
+    if spec.name != name {
+        anyhow::bail!(
+            "{} is the plugin `{}`, not `{name}` (its plugin.json `name`, else its folder name)",
+            dir.display(),
+            spec.name
+        );
+    }
+    let old = crate::supervisor::homes::Homes::new(data_dir)
+        .adopt(name, &dir)
+        .map_err(|e| anyhow!(e))?;
+    match old {
+        Some(old) => println!("{name}: {} (was {})", dir.display(), old.display()),
+        None => println!("{name}: {}", dir.display()),
+    }
+    let Ok(mut conn) = AdminConn::connect(data_dir).await else {
+        println!(
+            "no broker is running on {}; it loads the plugin at its next start",
+            data_dir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    let req = conn.with_token(LoadPluginRequest {
+        path: dir.display().to_string(),
+    });
+    match conn.client().load_plugin(req).await {
+        Ok(r) => print_status(r.into_inner().plugin),
+        Err(s) => anyhow::bail!(
+            "recorded, but the running broker did not load it: {} (if the old folder is still loaded, `hearth plugins unload {name}` first, then `hearth plugins load {}`)",
+            s.message(),
+            dir.display()
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<ExitCode> {
@@ -438,7 +510,10 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
         | Command::Reaper
         | Command::Dev { .. }
         | Command::Adapters { .. }
-        | Command::Settings { .. } => {
+        | Command::Settings { .. }
+        | Command::Plugins {
+            command: PluginsCommand::Adopt { .. },
+        } => {
             unreachable!("handled in main")
         }
         Command::Chat(args) => return crate::chat::chat(&mut conn, data_dir, args).await,
@@ -477,6 +552,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 "  {:<16} {:<9} {:<9} {:>7} {:<8} {:<24} URL",
                 "NAME", "STATE", "IN FLIGHT", "WAITING", "ADAPTER", "MODEL"
             );
+            let out = Printer::stdout();
             for s in &resp.sources {
                 let mark = if s.name == resp.current { "*" } else { " " };
                 let in_flight = if s.max_concurrent > 0 {
@@ -486,10 +562,16 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 };
                 println!(
                     "{mark} {:<16} {:<9} {:<9} {:>7} {:<8} {:<24} {}",
-                    s.name, s.state, in_flight, s.waiting, s.adapter, s.model, s.base_url
+                    out.line(&s.name),
+                    s.state,
+                    in_flight,
+                    s.waiting,
+                    out.line(&s.adapter),
+                    out.line(&s.model),
+                    out.line(&s.base_url)
                 );
                 if !s.last_error.is_empty() && s.state != "ok" {
-                    println!("  {:<16} └ {}", "", s.last_error);
+                    println!("  {:<16} └ {}", "", out.line(&s.last_error));
                 }
             }
         }
@@ -510,9 +592,10 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!(
-                    "{:<16} {:<7} {:<9} {:>8} {:>8} {:>9}  {:<24} TOOLS",
-                    "NAME", "RUNTIME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT"
+                    "{:<16} {:<7} {:<9} {:>8} {:>8} {:>9}  {:<24} {:<18} TOOLS",
+                    "NAME", "RUNTIME", "STATE", "PID", "RESTARTS", "UPTIME", "LAST EXIT", "SANDBOX"
                 );
+                let out = Printer::stdout();
                 for p in &plugins {
                     let dash = |s: String| {
                         if s.is_empty() || s == "0" {
@@ -522,18 +605,19 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                         }
                     };
                     println!(
-                        "{:<16} {:<7} {:<9} {:>8} {:>8} {:>9}  {:<24} {}",
-                        p.name,
-                        p.runtime,
+                        "{:<16} {:<7} {:<9} {:>8} {:>8} {:>9}  {:<24} {:<18} {}",
+                        out.line(&p.name),
+                        out.line(&p.runtime),
                         state_name(p.state),
                         dash(p.pid.to_string()),
                         p.restarts,
                         dash(human_duration(p.uptime_ms)),
-                        dash(p.last_exit.clone()),
-                        p.tools.join(",")
+                        out.line(&dash(p.last_exit.clone())),
+                        dash(p.sandbox.clone()),
+                        out.line(&p.tools.join(","))
                     );
                     if !p.reason.is_empty() && p.state != PluginState::Ready as i32 {
-                        println!("{:<16} └ {}", "", p.reason);
+                        println!("{:<16} └ {}", "", out.line(&p.reason));
                     }
                 }
             }
@@ -579,9 +663,10 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 .await
                 .map_err(status_error)?
                 .into_inner();
+            let out = Printer::stdout();
             while let Some(line) = lines.message().await.map_err(status_error)? {
                 let tag = if line.stream == "stderr" { "!" } else { " " };
-                println!("{tag} {}", line.text);
+                println!("{tag} {}", out.line(&line.text));
             }
         }
         Command::Tools {
@@ -608,9 +693,15 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!("{:<24} {:<16} DESCRIPTION", "NAME", "PLUGIN");
+                let out = Printer::stdout();
                 for t in &tools {
                     let first = t.description.lines().next().unwrap_or("");
-                    println!("{:<24} {:<16} {}", t.name, t.plugin, first);
+                    println!(
+                        "{:<24} {:<16} {}",
+                        out.line(&t.name),
+                        out.line(&t.plugin),
+                        out.line(first)
+                    );
                 }
             }
         }
@@ -644,10 +735,11 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else if r.success {
+                let out = Printer::stdout();
                 if r.content.is_empty() && !r.data_json.is_empty() {
-                    println!("{}", r.data_json);
+                    println!("{}", out.text(&r.data_json));
                 } else {
-                    println!("{}", r.content);
+                    println!("{}", out.text(&r.content));
                 }
             }
             if !r.success {
@@ -661,7 +753,8 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 } else {
                     &r.error
                 };
-                eprintln!("error: tool {name}{who}: {}", error.replace('\n', " "));
+                let line = format!("error: tool {name}{who}: {}", error.replace('\n', " "));
+                eprintln!("{}", Printer::stderr().line(&line));
                 return Ok(ExitCode::FAILURE);
             }
         }

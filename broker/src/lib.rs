@@ -37,7 +37,8 @@
 //! - [`storage`]: the data dir on disk — `hearth.db` (SQLite, WAL, schema migrations),
 //!   conversation history, settings, graph memory, TextMemory JSONL.
 //! - [`cli`]: the `hearth` command line and its client side; [`chat`]: `hearth chat`
-//!   and `hearth inject`; [`settings_cli`]: `hearth settings`.
+//!   and `hearth inject`; [`settings_cli`]: `hearth settings`; [`term`]: control and
+//!   bidi characters from plugins and the LLM escaped in the log and on a terminal.
 //! - [`scripted`]: `hearth dev llm-server` — a scripted LLM server on loopback speaking
 //!   the OpenAI/DeepSeek, Anthropic, Gemini and Ollama wire formats, for offline tests
 //!   and demos.
@@ -60,5 +61,6 @@ pub mod server;
 pub mod settings_cli;
 pub mod storage;
 pub mod supervisor;
+pub mod term;
 pub mod triggers;
 pub mod watch;

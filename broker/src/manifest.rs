@@ -9,8 +9,24 @@
 //!   "restart": {"max_restarts": 3, "window_s": 300, "backoff_initial_ms": 200, "backoff_max_ms": 30000},
 //!   "startup_timeout_s": 10, "call_timeout_s": 60, "max_total_s": 600,
 //!   "ping_interval_ms": 2000, "hung_timeout_ms": 10000, "max_concurrency": 0,
-//!   "capabilities": ["memory", "knowledge", "llm", "input", "settings_cross", "settings_core"] }
+//!   "capabilities": ["memory", "knowledge", "llm", "input", "settings_cross", "settings_core"],
+//!   "env_passthrough": ["AWS_PROFILE", "MYAPP_*"], "allow_loader_env": false,
+//!   "sandbox": {"read": ["~/models"], "write": ["/srv/out"], "net_connect": ["api.example.com:443"]} }
 //! ```
+//!
+//! Trust: the manifest is trusted as code is — it says what runs. A relative `entry`
+//! must stay inside the plugin folder (symlinks resolved); an absolute one may be
+//! anywhere (its folder becomes readable in the sandbox). `env` may not set the
+//! session variables the broker sets (`HEARTH_ADDR`, `HEARTH_PLUGIN`, `HEARTH_TOKEN`,
+//! `HEARTH_TOKEN_FD`, `HEARTH_PLUGIN_DATA`), nor the dynamic loader's `LD_*` variables
+//! unless `"allow_loader_env": true`. `env_passthrough` names broker environment
+//! variables the plugin also gets (a trailing `*` matches a prefix); everything else in
+//! the broker's environment stays out (see `supervisor::process::BASE_ENV`).
+//!
+//! `sandbox` is `true` (the default), `false` (run unconfined, logged as a warning) or
+//! an object widening it: `read` and `write` paths (relative to the plugin folder, `~/`
+//! for the home dir) and `net_connect`, the only `host:port`s it may open TCP
+//! connections to (Landlock enforces the ports only; absent = any).
 //!
 //! `max_concurrency` caps the plugin's calls in flight at once — tools, stage hooks
 //! and event handlers together, across all conversations; the broker queues calls
@@ -90,6 +106,60 @@ struct RawManifest {
     hung_timeout_ms: Option<u64>,
     max_concurrency: Option<u32>,
     capabilities: Option<Vec<String>>,
+    #[serde(default)]
+    env_passthrough: Vec<String>,
+    #[serde(default)]
+    allow_loader_env: bool,
+    sandbox: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandboxRules {
+    #[serde(default)]
+    read: Vec<String>,
+    #[serde(default)]
+    write: Vec<String>,
+    net_connect: Option<Vec<String>>,
+}
+
+/// The manifest's `sandbox`: whether the plugin runs under Landlock and what it may
+/// use beyond its defaults (see `supervisor::sandbox`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxSpec {
+    /// `false` only for `"sandbox": false`.
+    pub enabled: bool,
+    /// Extra readable paths (absolute).
+    pub read: Vec<PathBuf>,
+    /// Extra writable paths (absolute).
+    pub write: Vec<PathBuf>,
+    /// The only TCP `(host, port)`s it may connect to; `None` = any.
+    pub net_connect: Option<Vec<(String, u16)>>,
+}
+
+impl Default for SandboxSpec {
+    fn default() -> Self {
+        SandboxSpec {
+            enabled: true,
+            read: Vec::new(),
+            write: Vec::new(),
+            net_connect: None,
+        }
+    }
+}
+
+/// Environment variables the broker sets for every plugin; a manifest cannot set them.
+pub const SESSION_ENV: &[&str] = &[
+    hearth_proto::ENV_ADDR,
+    hearth_proto::ENV_PLUGIN,
+    hearth_proto::ENV_TOKEN,
+    hearth_proto::ENV_TOKEN_FD,
+    hearth_proto::ENV_PLUGIN_DATA,
+];
+
+/// Whether `name` steers the dynamic loader (`LD_PRELOAD`, `LD_LIBRARY_PATH`, …).
+pub fn is_loader_env(name: &str) -> bool {
+    name.starts_with("LD_")
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -168,20 +238,45 @@ pub struct PluginSpec {
     pub capabilities: Vec<String>,
     /// Most calls (tools, stage hooks, event handlers) in flight at once; 0 = no cap.
     pub max_concurrency: u32,
+    /// Broker environment variables passed through (manifest `env_passthrough`;
+    /// names, or prefixes ending in `*`).
+    pub env_passthrough: Vec<String>,
+    /// Whether `env`/`env_passthrough` may carry `LD_*` variables.
+    pub allow_loader_env: bool,
+    /// Sandbox switch and widenings.
+    pub sandbox: SandboxSpec,
 }
 
 /// Every capability a manifest may grant, with what it allows. A plugin's own
-/// settings (get, set, list, register_def, defs), reading core settings (get_core,
-/// list_core) and `Settings.Plugins` need none.
+/// settings (get, set, list, register_def, defs; its secrets in clear) and
+/// `Settings.Plugins` need none; core settings need `settings_core`. Secrets of the
+/// core and of other plugins read as `"••••••"` and cannot be overwritten without
+/// `settings_secrets` (on top of `settings_core` / `settings_cross`; `Dump` masks them
+/// always). Injected input is attributed to the plugin (user `plugin:<name>`); naming
+/// another user or source needs `input_as_user` (on top of `input`).
 pub const CAPABILITIES: &[(&str, &str)] = &[
     ("memory", "Memory (graph), TextMemory and DocMemory"),
     ("knowledge", "Knowledge"),
     ("llm", "Llm: list, choose and read the LLM source"),
-    ("input", "Input: inject text into the agent"),
-    ("settings_core", "Settings.SetCore: write core settings"),
+    (
+        "input",
+        "Input: inject text into the agent, attributed to the plugin",
+    ),
+    (
+        "input_as_user",
+        "Input: inject text as a user (`source`/user id of someone else), into their history",
+    ),
+    (
+        "settings_core",
+        "Settings.GetCore/ListCore/SetCore: read and write core settings (secrets masked)",
+    ),
     (
         "settings_cross",
-        "Settings.GetPlugin/SetPlugin/ListPlugin/Dump: other plugins' settings",
+        "Settings.GetPlugin/SetPlugin/ListPlugin/Dump: other plugins' settings (secrets masked)",
+    ),
+    (
+        "settings_secrets",
+        "read and overwrite secret settings of other plugins and of the core in clear",
     ),
 ];
 
@@ -273,6 +368,10 @@ impl PluginSpec {
             Some(n) => n,
             None => dir_name.clone(),
         };
+        let raw_entry_relative = raw
+            .entry
+            .as_deref()
+            .is_some_and(|e| !Path::new(e).is_absolute());
         let runtime = match raw.runtime.as_deref() {
             Some("python") => Some(Runtime::Python),
             Some("node") => Some(Runtime::Node),
@@ -309,6 +408,53 @@ impl PluginSpec {
                 entry,
             });
         }
+        if raw_entry_relative && !inside(&entry, &dir) {
+            return Err(field(
+                "entry",
+                format!(
+                    "{} leaves the plugin folder; a relative entry must stay inside it (an absolute path is allowed)",
+                    entry.display()
+                ),
+            ));
+        }
+        for key in raw.env.keys() {
+            if SESSION_ENV.contains(&key.as_str()) {
+                return Err(field(
+                    "env",
+                    format!("`{key}` is set by the broker for each spawn and cannot be overridden"),
+                ));
+            }
+            if is_loader_env(key) && !raw.allow_loader_env {
+                return Err(field(
+                    "env",
+                    format!("`{key}` steers the dynamic loader; add \"allow_loader_env\": true if the plugin really needs it"),
+                ));
+            }
+        }
+        for name in &raw.env_passthrough {
+            let bare = name.trim_end_matches('*');
+            if bare.is_empty() || bare.contains('*') || bare.contains('=') {
+                return Err(field(
+                    "env_passthrough",
+                    format!("`{name}` is not a variable name or a prefix ending in `*`"),
+                ));
+            }
+            if SESSION_ENV.iter().any(|s| s.starts_with(bare)) && name.ends_with('*')
+                || SESSION_ENV.contains(&name.as_str())
+            {
+                return Err(field(
+                    "env_passthrough",
+                    format!("`{name}` would pass the broker's own session variables"),
+                ));
+            }
+            if is_loader_env(bare) && !raw.allow_loader_env {
+                return Err(field(
+                    "env_passthrough",
+                    format!("`{name}` steers the dynamic loader; add \"allow_loader_env\": true if the plugin really needs it"),
+                ));
+            }
+        }
+        let sandbox = sandbox_spec(raw.sandbox, &dir).map_err(|(f, m)| field(f, m))?;
         let timeout = |field_name: &'static str, v: Option<f64>, default: f64| match v {
             None => Ok(default),
             Some(v) if v.is_finite() && v > 0.0 => Ok(v),
@@ -376,6 +522,9 @@ impl PluginSpec {
             ),
             version: raw.version.unwrap_or_default(),
             max_concurrency: raw.max_concurrency.unwrap_or(0),
+            env_passthrough: raw.env_passthrough,
+            allow_loader_env: raw.allow_loader_env,
+            sandbox,
             capabilities: match raw.capabilities {
                 None => DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect(),
                 Some(list) => {
@@ -395,6 +544,77 @@ impl PluginSpec {
             dir,
         })
     }
+}
+
+/// Whether `path` (symlinks resolved) lies inside `dir`.
+fn inside(path: &Path, dir: &Path) -> bool {
+    match (std::fs::canonicalize(path), std::fs::canonicalize(dir)) {
+        (Ok(p), Ok(d)) => p.starts_with(d),
+        _ => false,
+    }
+}
+
+/// A manifest path: `~/x` from the home dir, relative from the plugin folder.
+fn manifest_path(text: &str, dir: &Path) -> PathBuf {
+    match text.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default()
+            .join(rest),
+        None => dir.join(text),
+    }
+}
+
+/// `sandbox` as written → [`SandboxSpec`]; errors name the sub-field.
+fn sandbox_spec(
+    raw: Option<serde_json::Value>,
+    dir: &Path,
+) -> Result<SandboxSpec, (&'static str, String)> {
+    let rules: RawSandboxRules = match raw {
+        None | Some(serde_json::Value::Bool(true)) => return Ok(SandboxSpec::default()),
+        Some(serde_json::Value::Bool(false)) => {
+            return Ok(SandboxSpec {
+                enabled: false,
+                ..SandboxSpec::default()
+            })
+        }
+        Some(rules @ serde_json::Value::Object(_)) => serde_json::from_value(rules)
+            .map_err(|e| ("sandbox", format!("{e} (keys: read, write, net_connect)")))?,
+        Some(other) => {
+            return Err((
+                "sandbox",
+                format!("{other} is not true, false or an object {{read, write, net_connect}}"),
+            ))
+        }
+    };
+    let net_connect = match rules.net_connect {
+        None => None,
+        Some(list) => Some(
+            list.iter()
+                .map(|item| {
+                    let (host, port) = item.rsplit_once(':').ok_or_else(|| {
+                        (
+                            "sandbox.net_connect",
+                            format!("`{item}` is not host:port (e.g. api.example.com:443)"),
+                        )
+                    })?;
+                    let port = port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                        (
+                            "sandbox.net_connect",
+                            format!("`{item}`: `{port}` is not a TCP port (1-65535)"),
+                        )
+                    })?;
+                    Ok((host.to_string(), port))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    Ok(SandboxSpec {
+        enabled: true,
+        read: rules.read.iter().map(|p| manifest_path(p, dir)).collect(),
+        write: rules.write.iter().map(|p| manifest_path(p, dir)).collect(),
+        net_connect,
+    })
 }
 
 /// Node entry: `index.js`, else `package.json`'s `main`.

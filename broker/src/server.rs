@@ -33,6 +33,7 @@ use crate::storage::{
 };
 use crate::supervisor::process::Interpreters;
 use crate::supervisor::reaper::Reaper;
+use crate::supervisor::sandbox::Protected;
 use crate::supervisor::{Supervisor, SupervisorConfig};
 use hearth_proto::v1::agent_server::AgentServer;
 use hearth_proto::v1::input_server::InputServer;
@@ -197,30 +198,127 @@ async fn stop_signal() {
     }
 }
 
+/// Creates the data dir 0700 (tightening an existing one and the files in it, so
+/// nothing in it is readable by other local users), and refuses to go on when a
+/// folder the broker loads code from is writable by group or others: the data dir,
+/// `plugins/`, `adapters/` and each `--plugins` root. Errors name the path, its mode
+/// and the `chmod` that fixes it.
+pub fn prepare_data_dir(data_dir: &Path, plugin_roots: &[PathBuf]) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    let mut code_dirs = vec![
+        data_dir.to_path_buf(),
+        data_dir.join("plugins"),
+        data_dir.join("adapters"),
+    ];
+    code_dirs.extend(plugin_roots.iter().cloned());
+    for dir in &code_dirs {
+        if dir.exists() {
+            refuse_shared_writable(dir)?;
+        }
+    }
+    tighten(data_dir)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data_dir.join("plugins"))
+        .with_context(|| format!("creating {}", data_dir.join("plugins").display()))?;
+    Ok(())
+}
+
+/// An error when `path` is writable by group or others (as ssh refuses such keys).
+pub fn refuse_shared_writable(path: &Path) -> anyhow::Result<()> {
+    let mode = std::fs::metadata(path)
+        .with_context(|| format!("checking {}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o022 != 0 {
+        bail!(
+            "{} is writable by group or others (mode {:04o}): another local user could add code the broker runs; fix it with `chmod go-w {}`",
+            path.display(),
+            mode & 0o7777,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Takes group and other bits off the data dir and everything in it the broker wrote
+/// (plugin folders keep their modes: they are code).
+fn tighten(data_dir: &Path) -> anyhow::Result<()> {
+    fn walk(path: &Path, top: bool) -> std::io::Result<()> {
+        let meta = std::fs::symlink_metadata(path)?;
+        if meta.file_type().is_symlink() {
+            return Ok(());
+        }
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7700))?;
+            if top {
+                tracing::info!(
+                    "data dir {} was mode {:04o}; now {:04o}",
+                    path.display(),
+                    mode & 0o7777,
+                    mode & 0o7700
+                );
+            }
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path)? {
+                let entry = entry?;
+                if top && entry.file_name() == "plugins" {
+                    continue;
+                }
+                walk(&entry.path(), false)?;
+            }
+        }
+        Ok(())
+    }
+    walk(data_dir, true).with_context(|| format!("restricting {} to its owner", data_dir.display()))
+}
+
 /// Runs the broker until SIGINT/SIGTERM, then stops every plugin and returns.
 pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
+    // Checked before anything is created: a bad address leaves no socket or token.
+    if let Some(addr) = opts.listen {
+        if !addr.ip().is_loopback() {
+            bail!("--listen {addr}: only loopback addresses are served (remote plugins need TLS, which is not built yet)");
+        }
+    }
+    // Everything the broker creates is its own (0600 files, 0700 folders); plugins
+    // start with the operator's umask.
+    // SAFETY: umask only swaps the process's file mode mask.
+    let operator_umask = unsafe { libc::umask(0o077) };
+    // Not dumpable: other processes of the same user (plugins included) without
+    // CAP_SYS_PTRACE cannot read /proc/<broker>/environ (API keys) or its memory.
+    // SAFETY: a plain prctl on the calling process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    crate::supervisor::process::set_plugin_umask(operator_umask as u32);
     let data_dir = std::path::absolute(&opts.data_dir)?;
-    std::fs::create_dir_all(data_dir.join("plugins"))
-        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    prepare_data_dir(&data_dir, &opts.plugin_dirs)?;
+    let tcp = match opts.listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--listen: binding {addr}"))?,
+        ),
+        None => None,
+    };
     let socket = data_dir.join(SOCKET_FILE);
     prepare_socket(&socket)?;
     let listener =
         UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
     let admin_token = write_admin_token(&data_dir.join(ADMIN_TOKEN_FILE))?;
-    let tcp = match opts.listen {
-        Some(addr) => {
-            if !addr.ip().is_loopback() {
-                bail!("--listen {addr}: only loopback addresses are served (remote plugins need TLS, which is not built yet)");
-            }
-            Some(
-                TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding {addr}"))?,
-            )
-        }
-        None => None,
-    };
+    if crate::supervisor::sandbox::landlock_abi().is_none() {
+        tracing::warn!("Landlock is not available (a kernel without it, or a seccomp filter that refuses it): plugins run without their filesystem sandbox (see SECURITY.md)");
+    }
 
     let registry = Arc::new(Registry::default());
     let supervisor = Arc::new(Supervisor::new(
@@ -234,6 +332,16 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 tracing::error!("cannot start the reaper process ({e}); plugin groups will not be cleaned up if the broker is killed");
                 Reaper::disabled()
             }),
+            data_dir: data_dir.clone(),
+            protected: std::sync::RwLock::new(Protected {
+                paths: std::iter::once(data_dir.clone())
+                    .chain(
+                        opts.plugin_dirs
+                            .iter()
+                            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
+                    )
+                    .collect(),
+            }),
         },
         registry,
     ));
@@ -246,17 +354,25 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     } = start_agent(&data_dir, &opts, supervisor.clone()).await?;
 
     let stop = CancellationToken::new();
+    // Every service checks its token in an interceptor, on the request headers, before
+    // tonic reads and decodes the body (AdminAuth, PluginAuth): an unauthenticated call
+    // costs its headers, not its (up to 64 MiB) message.
     let make_router = || {
+        use crate::grpc::{AdminAuth, PluginAuth};
+        use tonic::service::interceptor::InterceptedService;
+        let admin_auth = AdminAuth::new(&admin_token);
+        let plugin_auth = PluginAuth::host_services(supervisor.clone());
         let router = tonic::transport::Server::builder()
             // Every waiting chat is a stream: allow as many as conversations can queue
             // (hyper's default is 200 per connection).
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-            .add_service(
+            .add_service(InterceptedService::new(
                 PluginHostServer::new(PluginHostService::new(supervisor.clone()))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
+                PluginAuth::session(supervisor.clone()),
+            ))
+            .add_service(InterceptedService::new(
                 AdminServer::new(AdminService::new(
                     router.clone(),
                     sources.clone(),
@@ -264,20 +380,22 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 ))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
+                admin_auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
                 AgentServer::new(AgentService::new(agent.clone(), admin_token.clone()))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(InputServer::new(InputService::new(
-                agent.clone(),
-                supervisor.clone(),
-            )))
-            .add_service(LlmServer::new(LlmService::new(
-                sources.clone(),
-                supervisor.clone(),
-            )));
+                admin_auth,
+            ))
+            .add_service(InterceptedService::new(
+                InputServer::new(InputService::new(agent.clone(), supervisor.clone())),
+                plugin_auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                LlmServer::new(LlmService::new(sources.clone(), supervisor.clone())),
+                plugin_auth,
+            ));
         host.add_to(router)
     };
     let mut servers = Vec::new();

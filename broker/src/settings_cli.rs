@@ -1,28 +1,33 @@
 //! `hearth settings get|set|list|defs`: core settings (`config`) or, with `--plugin P`,
 //! plugin P's table (`config_<p>`), read and written in `<data_dir>/hearth.db`
 //! directly — no broker needed, and safe while one runs (SQLite WAL with a busy
-//! timeout). Values a plugin registered as `secret` are printed as
-//! [`SECRET_MASK`](crate::storage::SECRET_MASK), never in clear.
+//! timeout). Secret values — keys defined `secret` (by a plugin's def, or by
+//! `hearth settings set --secret` for any key) and core keys named like a credential
+//! (`…api_key`, `…token`, `…secret`, `…password`; see
+//! [`secret_by_name`](crate::storage::secret_by_name)) — are printed as
+//! [`SECRET_MASK`](crate::storage::SECRET_MASK) unless `--show-secrets` is given.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::storage::{Db, Scope, Settings, SECRET_MASK};
+use crate::storage::{ConfigDef, Db, Scope, Secrets, Settings, SECRET_MASK};
 
 /// `hearth settings …`
 #[derive(Debug, clap::Subcommand)]
 pub enum SettingsCommand {
-    /// Print one value as JSON (secrets masked).
+    /// Print one value as JSON (secrets masked unless --show-secrets).
     Get {
         /// The key.
         key: String,
         /// A plugin's table instead of the core one.
         #[arg(long)]
         plugin: Option<String>,
+        /// Print a secret value in clear.
+        #[arg(long)]
+        show_secrets: bool,
     },
     /// Write one value: VALUE is JSON (`3`, `true`, `"text"`, `{"a":1}`), else taken
     /// as a string.
@@ -34,8 +39,13 @@ pub enum SettingsCommand {
         /// A plugin's table instead of the core one.
         #[arg(long)]
         plugin: Option<String>,
+        /// Also define the key as secret (masked for plugins and in listings). A
+        /// plugin's own def of its key replaces this at its next start.
+        #[arg(long)]
+        secret: bool,
     },
-    /// Keys starting with PREFIX and their values (secrets masked).
+    /// Keys starting with PREFIX and their values (secrets masked unless
+    /// --show-secrets).
     List {
         /// Key prefix.
         #[arg(default_value = "")]
@@ -46,6 +56,9 @@ pub enum SettingsCommand {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// Print secret values in clear.
+        #[arg(long)]
+        show_secrets: bool,
     },
     /// Setting definitions (ConfigDef) registered for the keys starting with PREFIX.
     Defs {
@@ -58,6 +71,9 @@ pub enum SettingsCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Print the defaults of secret keys in clear.
+        #[arg(long)]
+        show_secrets: bool,
     },
 }
 
@@ -65,23 +81,36 @@ fn scope(plugin: Option<String>) -> Scope {
     plugin.map(Scope::Plugin).unwrap_or(Scope::Core)
 }
 
-/// Keys defined as `secret` in `scope`.
-async fn secrets(settings: &Settings, scope: &Scope) -> anyhow::Result<HashSet<String>> {
-    Ok(settings
-        .defs(scope, "")
-        .await?
-        .into_iter()
-        .filter(|d| d.secret)
-        .map(|d| d.key)
-        .collect())
+fn secrets(show: bool) -> Secrets {
+    if show {
+        Secrets::Clear
+    } else {
+        Secrets::Masked
+    }
 }
 
-fn shown(value: &Value, secret: bool) -> Value {
-    if secret {
-        json!(SECRET_MASK)
-    } else {
-        value.clone()
-    }
+/// Defines `key` of `scope` as secret: its def (a new one with only the key if it has
+/// none) with `secret` set.
+async fn define_secret(settings: &Settings, scope: &Scope, key: &str) -> anyhow::Result<()> {
+    let def = settings
+        .defs(scope, key)
+        .await?
+        .into_iter()
+        .find(|d| d.key == key)
+        .unwrap_or_else(|| ConfigDef {
+            key: key.to_string(),
+            ..ConfigDef::default()
+        });
+    settings
+        .register_def(
+            scope,
+            ConfigDef {
+                secret: true,
+                ..def
+            },
+        )
+        .await?;
+    Ok(())
 }
 
 /// Runs `hearth settings …` on `<data_dir>/hearth.db`. Reading needs the file to
@@ -96,39 +125,61 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
     }
     let settings = Settings::new(Db::open(data_dir).await?);
     match command {
-        SettingsCommand::Get { key, plugin } => {
-            let scope = scope(plugin);
-            let value = settings.get(&scope, &key).await?;
-            let secret = secrets(&settings, &scope).await?.contains(&key);
-            println!("{}", shown(&value, secret));
+        SettingsCommand::Get {
+            key,
+            plugin,
+            show_secrets,
+        } => {
+            let value = settings
+                .read(&scope(plugin), &key, secrets(show_secrets))
+                .await?;
+            // Escaped on a terminal (plugin-written keys and values; crate::term).
+            println!(
+                "{}",
+                crate::term::Printer::stdout().line(&value.to_string())
+            );
         }
-        SettingsCommand::Set { key, value, plugin } => {
+        SettingsCommand::Set {
+            key,
+            value,
+            plugin,
+            secret,
+        } => {
             let scope = scope(plugin);
             let parsed = serde_json::from_str::<Value>(&value).unwrap_or(Value::String(value));
             settings.set(&scope, &key, parsed).await?;
+            if secret {
+                define_secret(&settings, &scope, &key).await?;
+            }
             let table = settings
                 .table_name(&scope)
                 .await?
                 .ok_or_else(|| anyhow!("{scope}: no table after the write"))?;
-            println!("set {key} in {table}");
+            let marked = if settings.is_secret(&scope, &key).await? {
+                " (secret)"
+            } else {
+                ""
+            };
+            println!("set {key} in {table}{marked}");
         }
         SettingsCommand::List {
             prefix,
             plugin,
             json,
+            show_secrets,
         } => {
             let scope = scope(plugin);
-            let secret = secrets(&settings, &scope).await?;
             let mut all = serde_json::Map::new();
             for key in settings.list(&scope, &prefix).await? {
-                let value = settings.get(&scope, &key).await?;
-                all.insert(key.clone(), shown(&value, secret.contains(&key)));
+                let value = settings.read(&scope, &key, secrets(show_secrets)).await?;
+                all.insert(key, value);
             }
             if json {
                 println!("{}", Value::Object(all));
             } else {
+                let out = crate::term::Printer::stdout();
                 for (k, v) in all {
-                    println!("{k} = {v}");
+                    println!("{}", out.line(&format!("{k} = {v}")));
                 }
             }
         }
@@ -136,8 +187,16 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
             prefix,
             plugin,
             json,
+            show_secrets,
         } => {
-            let defs = settings.defs(&scope(plugin), &prefix).await?;
+            let mut defs = settings.defs(&scope(plugin), &prefix).await?;
+            if !show_secrets {
+                for d in defs.iter_mut().filter(|d| d.secret) {
+                    if let Some(default) = d.default.as_mut() {
+                        *default = Value::String(SECRET_MASK.into());
+                    }
+                }
+            }
             if json {
                 println!("{}", serde_json::to_string(&defs)?);
             } else {
@@ -149,12 +208,11 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
                     if d.secret {
                         flags.push("secret");
                     }
-                    let default = match (&d.default, d.secret) {
-                        (Some(_), true) => format!(" (default {SECRET_MASK})"),
-                        (Some(v), false) => format!(" (default {v})"),
-                        (None, _) => String::new(),
+                    let default = match &d.default {
+                        Some(v) => format!(" (default {v})"),
+                        None => String::new(),
                     };
-                    println!(
+                    let line = format!(
                         "{}  {}  {}{}{}{}",
                         d.key,
                         if d.r#type.is_empty() { "-" } else { &d.r#type },
@@ -171,6 +229,7 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
                             format!(" — {}", d.description)
                         }
                     );
+                    println!("{}", crate::term::Printer::stdout().line(&line));
                 }
             }
         }

@@ -845,6 +845,7 @@ export namespace hearth {
             version?: (string|null);
             sdk?: (string|null);
             startupMs?: (number|null);
+            sandbox?: (string|null);
         }
 
         class PluginStatus implements IPluginStatus {
@@ -862,6 +863,7 @@ export namespace hearth {
             public version: string;
             public sdk: string;
             public startupMs: number;
+            public sandbox: string;
             public static create(properties?: hearth.v1.IPluginStatus): hearth.v1.PluginStatus;
             public static encode(message: hearth.v1.IPluginStatus, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginStatus;

@@ -4012,6 +4012,7 @@ $root.hearth = (function() {
             PluginStatus.prototype.version = "";
             PluginStatus.prototype.sdk = "";
             PluginStatus.prototype.startupMs = 0;
+            PluginStatus.prototype.sandbox = "";
 
             PluginStatus.create = function create(properties) {
                 return new PluginStatus(properties);
@@ -4051,6 +4052,8 @@ $root.hearth = (function() {
                     writer.uint32(98).string(message.sdk);
                 if (message.startupMs != null && Object.hasOwnProperty.call(message, "startupMs"))
                     writer.uint32(104).uint32(message.startupMs);
+                if (message.sandbox != null && Object.hasOwnProperty.call(message, "sandbox"))
+                    writer.uint32(114).string(message.sandbox);
                 return writer;
             };
 
@@ -4129,6 +4132,10 @@ $root.hearth = (function() {
                         }
                     case 13: {
                             message.startupMs = reader.uint32();
+                            break;
+                        }
+                    case 14: {
+                            message.sandbox = reader.string();
                             break;
                         }
                     default:

@@ -267,25 +267,29 @@ class SettingsAPI(_API):
         return self._call("List", _pb().PrefixRequest(prefix=prefix), _keys, timeout)
 
     def get_core(self, key: str, *, timeout: Optional[float] = None) -> Any:
-        """A core setting (`core.daemon.data_dir` …)."""
+        """A core setting (`core.daemon.data_dir` …; capability `settings_core`). A secret
+        reads as `"••••••"` without capability `settings_secrets`."""
         return self._call("GetCore", _pb().KeyRequest(key=key), self._value("get_core"), timeout)
 
     def set_core(self, key: str, value: Any, *, timeout: Optional[float] = None) -> Any:
-        """Sets a core setting (capability `settings_core`)."""
+        """Sets a core setting (capability `settings_core`; a secret one also needs
+        `settings_secrets`)."""
         req = _pb().SetRequest(key=key, value_json=dumps(value, self._where("set_core")))
         return self._call("SetCore", req, _none, timeout)
 
     def list_core(self, prefix: str = "", *, timeout: Optional[float] = None) -> Any:
-        """Core keys starting with `prefix`, sorted."""
+        """Core keys starting with `prefix`, sorted (capability `settings_core`)."""
         return self._call("ListCore", _pb().PrefixRequest(prefix=prefix), _keys, timeout)
 
     def get_plugin(self, plugin: str, key: str, *, timeout: Optional[float] = None) -> Any:
-        """`key` of another plugin's table (capability `settings_cross`)."""
+        """`key` of another plugin's table (capability `settings_cross`). A secret reads as
+        `"••••••"` without capability `settings_secrets`."""
         req = _pb().KeyRequest(key=key, plugin=plugin)
         return self._call("GetPlugin", req, self._value("get_plugin"), timeout)
 
     def set_plugin(self, plugin: str, key: str, value: Any, *, timeout: Optional[float] = None) -> Any:
-        """Sets `key` of another plugin's table (capability `settings_cross`)."""
+        """Sets `key` of another plugin's table (capability `settings_cross`; a secret key
+        also needs `settings_secrets`)."""
         req = _pb().SetRequest(key=key, plugin=plugin,
                                value_json=dumps(value, self._where("set_plugin")))
         return self._call("SetPlugin", req, _none, timeout)

@@ -416,7 +416,9 @@ class PluginSDK:
         None = this plugin's name. Blocks in plain code; in async code `await` it.
 
         The input goes to a conversation: the group `group_id` on `channel` when given,
-        else the private chat of `user_id` (default: `source`) on `channel`. Its turns
+        else the private chat of `user_id` (default: `source`) on `channel`. It speaks as
+        this plugin (`plugin:<name>`); a `source` or `user_id` naming anyone else needs
+        capability `input_as_user` (else `HostError` PERMISSION_DENIED). Its turns
         run in order; other conversations run at the same time. `priority`
         (`"background"` (default), `"message"`, `"interactive"`, `"critical"` or 1–4)
         orders inputs waiting for a free turn slot. Raises `HostError` with code

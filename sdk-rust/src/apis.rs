@@ -396,7 +396,8 @@ impl Settings {
         rpc!(self, "settings.list", self.client().list(req)).map(|r| r.keys)
     }
 
-    /// A core setting (`core.daemon.data_dir` …).
+    /// A core setting (`core.daemon.data_dir` …; capability `settings_core`). A secret
+    /// reads as `"••••••"` without capability `settings_secrets`.
     pub async fn get_core(&self, key: &str) -> Result<Value, HostError> {
         let req = pb::KeyRequest {
             key: key.into(),
@@ -406,7 +407,8 @@ impl Settings {
         from_json(&self.host, "settings.get_core", &r.value_json)
     }
 
-    /// Sets a core setting (capability `settings_core`).
+    /// Sets a core setting (capability `settings_core`; a secret one also needs
+    /// `settings_secrets`).
     pub async fn set_core(&self, key: &str, value: impl Serialize) -> Result<(), HostError> {
         let value_json = to_json(&self.host, "settings.set_core", value)?;
         let req = pb::SetRequest {
@@ -417,7 +419,7 @@ impl Settings {
         rpc!(self, "settings.set_core", self.client().set_core(req)).map(drop)
     }
 
-    /// Core keys starting with `prefix`, sorted.
+    /// Core keys starting with `prefix`, sorted (capability `settings_core`).
     pub async fn list_core(&self, prefix: &str) -> Result<Vec<String>, HostError> {
         let req = pb::PrefixRequest {
             prefix: prefix.into(),
@@ -426,7 +428,8 @@ impl Settings {
         rpc!(self, "settings.list_core", self.client().list_core(req)).map(|r| r.keys)
     }
 
-    /// `key` of plugin `plugin`'s table (capability `settings_cross`).
+    /// `key` of plugin `plugin`'s table (capability `settings_cross`). A secret reads as
+    /// `"••••••"` without capability `settings_secrets`.
     pub async fn get_plugin(&self, plugin: &str, key: &str) -> Result<Value, HostError> {
         let req = pb::KeyRequest {
             key: key.into(),
@@ -436,7 +439,8 @@ impl Settings {
         from_json(&self.host, "settings.get_plugin", &r.value_json)
     }
 
-    /// Sets `key` of plugin `plugin`'s table (capability `settings_cross`).
+    /// Sets `key` of plugin `plugin`'s table (capability `settings_cross`; a secret key
+    /// also needs `settings_secrets`).
     pub async fn set_plugin(
         &self,
         plugin: &str,

@@ -239,7 +239,8 @@ pub struct Inject<'a> {
     pub channel: &'a str,
     /// The message.
     pub text: &'a str,
-    /// The user whose private chat gets it (empty: this plugin's name).
+    /// The user whose private chat gets it (empty: this plugin, which speaks as
+    /// `plugin:<name>`; naming a user needs capability `input_as_user`).
     pub user_id: &'a str,
     /// The group whose conversation gets it (empty: a private chat).
     pub group_id: &'a str,

@@ -180,6 +180,16 @@ impl Broker {
         args: &[&str],
         files: &[(&str, &str)],
     ) -> Broker {
+        Self::spawn_with_env(plugins, args, files, &[]).await
+    }
+
+    /// Like [`Broker::spawn_with_files`], with `env` added to the broker's environment.
+    pub async fn spawn_with_env(
+        plugins: Vec<PluginDir>,
+        args: &[&str],
+        files: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> Broker {
         let root = tempfile::Builder::new()
             .prefix("hearth-it")
             .tempdir_in("/tmp")
@@ -208,6 +218,7 @@ impl Broker {
             .env("HEARTH_PYTHON", python())
             .env("NODE_PATH", repo().join("node_modules"))
             .env("HEARTH_LOG", "info,hearth=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

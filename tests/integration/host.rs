@@ -28,7 +28,8 @@ model = "m"
 priority = 2
 "#;
 
-/// Every capability a manifest can grant.
+/// The case runner's capabilities: all but `settings_secrets` and `input_as_user`
+/// (the cases check what is refused without them).
 const ALL_CAPABILITIES: [&str; 6] = [
     "settings_cross",
     "settings_core",
@@ -57,6 +58,8 @@ fn case_plugin(lang: &str, name: &str, role: &str, peer: &str, caps: Option<&[&s
         "HOST_CASES_OTHER": peer,
         "HOST_CASES_FILE": repo().join("tests/host_cases.json"),
     });
+    // The case file sits outside the entry's folder: the sandbox grants it by name.
+    manifest["sandbox"] = json!({"read": [repo().join("tests/host_cases.json")]});
     if let Some(caps) = caps {
         manifest["capabilities"] = json!(caps);
     }

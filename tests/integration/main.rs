@@ -9,6 +9,9 @@ mod harness;
 mod host;
 mod inject;
 mod memory;
+mod security;
+mod security_io;
+mod security_secrets;
 mod supervision;
 
 use std::collections::HashSet;

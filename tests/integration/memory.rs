@@ -152,7 +152,7 @@ async fn a_sigkilled_broker_loses_no_acknowledged_write() {
         dir: "durable".into(),
         manifest: json!({"name": "durable", "runtime": "python",
             "entry": crate::harness::repo().join("tests/plugins/durable_writer.py"),
-            "env": {"ACK_FILE": acks.path()}}),
+            "env": {"ACK_FILE": acks.path()}, "sandbox": {"write": [acks.path()]}}),
     };
     let mut b = Broker::start(vec![plugin]).await;
     let read = || -> Vec<u64> {

@@ -432,7 +432,10 @@ async fn grandchildren_and_wrapped_plugins_leave_nothing_behind() {
         let script = wrapper(&b);
         let wrapped = PluginDir {
             dir: "wrapped".into(),
-            manifest: json!({"name": "wrapped", "runtime": "exec", "entry": script, "env": {"HEARTH_FAULT": "grandchild"}}),
+            // The wrapper starts the venv's Python, which an `exec` plugin's sandbox does
+            // not grant (it knows no interpreter); this test is about process groups.
+            manifest: json!({"name": "wrapped", "runtime": "exec", "entry": script,
+                "env": {"HEARTH_FAULT": "grandchild"}, "sandbox": false}),
         };
         let dir = b.write_plugin(&wrapped);
         let (code, _, err) = b.cli(&["plugins", "load", dir.to_str().unwrap()]);

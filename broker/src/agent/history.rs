@@ -4,6 +4,11 @@
 //! transaction; one write + fdatasync for all lines), and both stores commit the
 //! writes of concurrent turns together (group commit). The turn's final event is sent
 //! only after they returned, so an acknowledged reply is in history.
+//!
+//! The first message of a turn's record is its input; when a plugin injected it, the
+//! plugin's name is stored with that message (history column `injected_by`, and
+//! `injected_by` in its TextMemory line), so injected text is never mistaken for what
+//! its user typed.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,7 +16,7 @@ use crate::llm::Message;
 use crate::storage::{ConversationKey, Conversations, TextEvent, TextMemory};
 
 /// The TextMemory line of `m`: its text, and its tool calls when it has any.
-fn text_event(m: &Message, channel: &str, now: i64) -> TextEvent {
+fn text_event(m: &Message, channel: &str, now: i64, injected_by: Option<&str>) -> TextEvent {
     let text = m.content_text();
     let content = if m.tool_calls.is_empty() {
         text
@@ -30,10 +35,12 @@ fn text_event(m: &Message, channel: &str, now: i64) -> TextEvent {
         content,
         timestamp: now,
         channel: channel.to_string(),
+        injected_by: injected_by.unwrap_or_default().to_string(),
     }
 }
 
-/// Appends `record` to `key`'s history and (unless `no_memory`) to TextMemory.
+/// Appends `record` to `key`'s history and (unless `no_memory`) to TextMemory, its
+/// first message (the turn's input) marked as injected by the plugin `injected_by`.
 /// Failures are logged, never fatal: the reply is still given.
 pub async fn remember(
     conversations: Option<&Conversations>,
@@ -41,10 +48,11 @@ pub async fn remember(
     key: &ConversationKey,
     record: &[Message],
     no_memory: bool,
+    injected_by: Option<&str>,
 ) {
     let history = async {
         if let Some(c) = conversations {
-            if let Err(e) = c.append(key, record).await {
+            if let Err(e) = c.append_injected(key, record, injected_by).await {
                 tracing::error!("history of {key}: {e}");
             }
         }
@@ -58,7 +66,8 @@ pub async fn remember(
             .map_or(0, |d| d.as_secs() as i64);
         let events: Vec<TextEvent> = record
             .iter()
-            .map(|m| text_event(m, &key.channel, now))
+            .enumerate()
+            .map(|(i, m)| text_event(m, &key.channel, now, injected_by.filter(|_| i == 0)))
             .collect();
         if let Err(e) = tm.append_all(&events).await {
             tracing::error!("TextMemory of {key}: {e}");
@@ -87,11 +96,16 @@ mod tests {
             }],
             ..Default::default()
         };
-        let e = text_event(&m, "cli", 5);
+        let e = text_event(&m, "cli", 5, None);
         assert_eq!(e.content, r#"[tool calls: weather({"city":"Paris"})]"#);
         assert_eq!(
-            text_event(&Message::text("user", "hi"), "cli", 5).content,
+            text_event(&Message::text("user", "hi"), "cli", 5, None).content,
             "hi"
         );
+        // An injected input names its plugin in the line.
+        let e = text_event(&Message::text("user", "hi"), "cli", 5, Some("cron"));
+        assert_eq!(e.injected_by, "cron");
+        let line = serde_json::to_value(&e).unwrap();
+        assert_eq!(line["injected_by"], "cron");
     }
 }

@@ -62,6 +62,10 @@ pub struct TurnInput {
     pub can_confirm: bool,
     /// How urgent it is (scheduling only).
     pub priority: Priority,
+    /// The plugin that injected this input (`Input` host service): recorded with its
+    /// message in history (`conversation_messages.injected_by`) and TextMemory.
+    /// `None` for a client's input (`Agent.Chat`, `Agent.Inject`).
+    pub injected_by: Option<String>,
 }
 
 impl TurnInput {

@@ -208,6 +208,7 @@ impl Turn<'_> {
                 &self.key,
                 &record,
                 self.input.no_memory,
+                self.input.injected_by.as_deref(),
             )
             .await;
         }

@@ -86,6 +86,7 @@ fn to_wire(s: PluginSnapshot) -> PluginStatus {
         version: s.version,
         sdk: s.sdk,
         startup_ms: s.startup.map(|d| d.as_millis() as u32).unwrap_or(0),
+        sandbox: s.sandbox.to_string(),
     }
 }
 

@@ -72,6 +72,7 @@ impl AgentRpc for AgentService {
             no_memory: req.no_memory,
             can_confirm: true,
             priority: priority(req.priority, Priority::Interactive)?,
+            injected_by: None,
         })?;
         Ok(Response::new(Box::pin(
             UnboundedReceiverStream::new(events).map(Ok),
@@ -112,6 +113,7 @@ impl AgentRpc for AgentService {
             no_memory: req.no_memory,
             can_confirm: false,
             priority: priority(req.priority, Priority::Background)?,
+            injected_by: None,
         };
         let accepted = self.agent.inject(&source, input, req.interrupt)?;
         Ok(Response::new(InjectAck {
@@ -122,7 +124,17 @@ impl AgentRpc for AgentService {
     }
 }
 
-/// `Input`: the HomeAgent input-injection host service for plugins (plugin token).
+/// `Input`: the HomeAgent input-injection host service for plugins (plugin token,
+/// capability `input`).
+///
+/// Injected text is attributed to the calling plugin: it speaks as `plugin:<name>`
+/// (`plugin_identity`). `source` and `user_id` left empty, or naming the plugin
+/// itself (`<name>` — what the SDKs send as `source` — or `plugin:<name>`), mean that
+/// identity. Naming anyone else, i.e. speaking as a user (into their private
+/// conversation, or as them in a group, charged their `ai.tool` cooldowns), needs
+/// capability `input_as_user`; without it the call is PERMISSION_DENIED naming the
+/// field and the capability. Either way the stored history message records the
+/// plugin that injected it (`TurnInput::injected_by`).
 #[derive(Debug, Clone)]
 pub struct InputService {
     agent: Agent,
@@ -153,15 +165,17 @@ impl InputService {
                 "plugin {plugin}: inject: text is empty"
             )));
         }
-        let source = or_default(req.source, &plugin);
+        let as_user = super::holds(&self.supervisor, &plugin, INPUT_AS_USER);
+        let (source, user_id) = speaker(&plugin, method, req.source, req.user_id, as_user)?;
         let input = TurnInput {
             text: req.text,
-            user_id: or_default(req.user_id, &source),
+            user_id,
             group_id: req.group_id,
             channel: or_default(req.channel, &plugin),
             no_memory,
             can_confirm: false,
             priority: priority(req.priority, Priority::Background)?,
+            injected_by: Some(plugin.clone()),
         };
         self.agent.inject(&source, input, interrupt).map_err(|e| {
             let s = Status::from(e);
@@ -172,6 +186,50 @@ impl InputService {
         })?;
         Ok(Response::new(Empty {}))
     }
+}
+
+/// The capability to inject input as someone other than the plugin itself.
+const INPUT_AS_USER: &str = "input_as_user";
+
+/// Who injected input of `plugin` speaks as when it names nobody else: `plugin:<name>`,
+/// never a bare name a user could have.
+fn plugin_identity(plugin: &str) -> String {
+    format!("plugin:{plugin}")
+}
+
+/// `(source, user_id)` of input `plugin` injects with these request fields (see
+/// [`InputService`]): empty or the plugin's own name is [`plugin_identity`]; an empty
+/// `user_id` is the source, as in HomeAgent's `InjectText(source, …)`. Errors:
+/// PERMISSION_DENIED when a field names someone else and `as_user` (capability
+/// `input_as_user`) is not held.
+fn speaker(
+    plugin: &str,
+    method: &str,
+    source: String,
+    user_id: String,
+    as_user: bool,
+) -> Result<(String, String), Status> {
+    let identity = plugin_identity(plugin);
+    let own = |s: &str| s.is_empty() || s == plugin || s == identity;
+    for (field, value) in [("source", &source), ("user_id", &user_id)] {
+        if !as_user && !own(value) {
+            tracing::warn!(plugin = %plugin, "{method} refused: `{field}` names someone else, capability `{INPUT_AS_USER}` not granted");
+            return Err(Status::permission_denied(format!(
+                "plugin {plugin}: {method}: `{field}` {value:?} is not this plugin ({identity}); injecting as another user or source needs capability `{INPUT_AS_USER}`; add it to `capabilities` in its plugin.json, or leave `{field}` empty"
+            )));
+        }
+    }
+    let source = if own(&source) {
+        identity.clone()
+    } else {
+        source
+    };
+    let user_id = match user_id {
+        u if u.is_empty() => source.clone(),
+        u if own(&u) => identity,
+        u => u,
+    };
+    Ok((source, user_id))
 }
 
 #[tonic::async_trait]
@@ -252,5 +310,59 @@ impl hearth_proto::v1::llm_server::Llm for LlmService {
         Ok(Response::new(hearth_proto::v1::SourceRequest {
             name: self.sources.current(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn speak(source: &str, user: &str, as_user: bool) -> Result<(String, String), Status> {
+        speaker(
+            "cron",
+            "Input.InjectText",
+            source.into(),
+            user.into(),
+            as_user,
+        )
+    }
+
+    #[test]
+    fn injected_input_speaks_as_the_plugin_unless_it_may_speak_as_a_user() {
+        let me = ("plugin:cron".to_string(), "plugin:cron".to_string());
+        for as_user in [false, true] {
+            // Nothing named, or the plugin itself in either spelling: the plugin.
+            assert_eq!(speak("", "", as_user).unwrap(), me);
+            assert_eq!(speak("cron", "", as_user).unwrap(), me);
+            assert_eq!(speak("plugin:cron", "cron", as_user).unwrap(), me);
+        }
+        for (source, user) in [
+            ("alice", ""),
+            ("", "alice"),
+            ("cron", "alice"),
+            ("plugin:other", ""),
+        ] {
+            let e = speak(source, user, false).unwrap_err();
+            assert_eq!(
+                e.code(),
+                tonic::Code::PermissionDenied,
+                "{source:?} {user:?}"
+            );
+            assert!(e.message().contains("`input_as_user`"), "{}", e.message());
+            assert!(
+                e.message().contains("plugin cron: Input.InjectText"),
+                "{}",
+                e.message()
+            );
+        }
+        // With input_as_user: a source is also the user by default (HomeAgent).
+        assert_eq!(
+            speak("alice", "", true).unwrap(),
+            ("alice".to_string(), "alice".to_string())
+        );
+        assert_eq!(
+            speak("", "alice", true).unwrap(),
+            ("plugin:cron".to_string(), "alice".to_string())
+        );
     }
 }

@@ -3,10 +3,20 @@
 //! check the caller's capability, call storage, map errors (NOT_FOUND for a missing
 //! key, INVALID_ARGUMENT for bad input naming the method and field).
 //!
-//! Capabilities (see [`crate::manifest::CAPABILITIES`]): a plugin's own settings,
-//! reading core settings and `Settings.Plugins` need none; `Settings.SetCore` needs
-//! `settings_core`; other plugins' settings and `Settings.Dump` need `settings_cross`;
-//! `Memory`, `TextMemory` and `DocMemory` need `memory`; `Knowledge` needs `knowledge`.
+//! Capabilities (see [`crate::manifest::CAPABILITIES`]): a plugin's own settings
+//! (secrets included, in clear) and `Settings.Plugins` need none; core settings
+//! (`Settings.GetCore`, `ListCore`, `SetCore`) need `settings_core`; other plugins'
+//! settings and `Settings.Dump` need `settings_cross`; `Memory`, `TextMemory` and
+//! `DocMemory` need `memory`; `Knowledge` needs `knowledge`.
+//!
+//! Secrets (a key whose def says `secret`, or a core key named like a credential, see
+//! [`crate::storage::secret_by_name`]) of the core or of another plugin are a
+//! capability of their own, `settings_secrets`: without it `GetCore`/`GetPlugin`
+//! answer the JSON string [`SECRET_MASK`](crate::storage::SECRET_MASK) (`"••••••"`)
+//! for a secret key, and `SetCore`/`SetPlugin` of a secret key are PERMISSION_DENIED.
+//! `Settings.Dump` masks secrets for every caller; `ListCore`/`ListPlugin` return keys
+//! only. A plugin naming itself in `GetPlugin`/`SetPlugin` is served as for its own
+//! settings.
 //! Setting values are never logged.
 
 use std::sync::Arc;
@@ -28,8 +38,8 @@ use tonic::{Request, Response, Status};
 
 use super::plugin_caller;
 use crate::storage::{
-    ConfigDef, Doc, DocMemory, GraphMemory, Knowledge, PurgeCriteria, PurgeMode, Scope, Settings,
-    TextEvent, TextMemory, Triple,
+    ConfigDef, Doc, DocMemory, GraphMemory, Knowledge, PurgeCriteria, PurgeMode, Scope, Secrets,
+    Settings, TextEvent, TextMemory, Triple,
 };
 use crate::supervisor::Supervisor;
 
@@ -66,17 +76,36 @@ impl HostServices {
 
     /// `router` with the five services added (DocMemory and Knowledge accept
     /// messages up to [`hearth_proto::MAX_MESSAGE_BYTES`]: documents can be large).
+    /// Each checks the caller's token before its body is read
+    /// ([`PluginAuth`](super::PluginAuth)).
     pub fn add_to(
         &self,
         router: tonic::transport::server::Router,
     ) -> tonic::transport::server::Router {
+        use tonic::service::interceptor::InterceptedService;
         let max = hearth_proto::MAX_MESSAGE_BYTES;
+        let auth = super::PluginAuth::host_services(self.supervisor.clone());
         router
-            .add_service(SettingsServer::new(self.clone()))
-            .add_service(MemoryServer::new(self.clone()))
-            .add_service(TextMemoryServer::new(self.clone()))
-            .add_service(DocMemoryServer::new(self.clone()).max_decoding_message_size(max))
-            .add_service(KnowledgeServer::new(self.clone()).max_decoding_message_size(max))
+            .add_service(InterceptedService::new(
+                SettingsServer::new(self.clone()),
+                auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                MemoryServer::new(self.clone()),
+                auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                TextMemoryServer::new(self.clone()),
+                auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                DocMemoryServer::new(self.clone()).max_decoding_message_size(max),
+                auth.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                KnowledgeServer::new(self.clone()).max_decoding_message_size(max),
+                auth,
+            ))
     }
 
     fn caller<T>(
@@ -87,7 +116,41 @@ impl HostServices {
     ) -> Result<String, Status> {
         plugin_caller(&self.supervisor, request, method, cap)
     }
+
+    /// How `plugin` reads secrets of `scope`: in clear when they are its own or it
+    /// holds `settings_secrets`, else masked.
+    fn secrets_for(&self, plugin: &str, scope: &Scope) -> Secrets {
+        let own = matches!(scope, Scope::Plugin(p) if p == plugin);
+        if own || super::holds(&self.supervisor, plugin, SETTINGS_SECRETS) {
+            Secrets::Clear
+        } else {
+            Secrets::Masked
+        }
+    }
+
+    /// Refuses a write by `plugin` (in `method`) of the secret `key` of `scope` unless
+    /// it may overwrite secrets there ([`HostServices::secrets_for`]).
+    async fn check_secret_write(
+        &self,
+        plugin: &str,
+        method: &str,
+        scope: &Scope,
+        key: &str,
+    ) -> Result<(), Status> {
+        if self.secrets_for(plugin, scope) == Secrets::Clear
+            || !self.settings.is_secret(scope, key).await?
+        {
+            return Ok(());
+        }
+        tracing::warn!(plugin = %plugin, key = %key, "{method} refused: secret of {scope}, capability `{SETTINGS_SECRETS}` not granted");
+        Err(Status::permission_denied(format!(
+            "plugin {plugin}: {method}: `{key}` of {scope} is secret; overwriting it needs capability `{SETTINGS_SECRETS}`; add it to `capabilities` in its plugin.json"
+        )))
+    }
 }
+
+/// The capability to read and overwrite secrets of the core and of other plugins.
+const SETTINGS_SECRETS: &str = "settings_secrets";
 
 /// `value_json` → a value; errors name the method.
 fn value(method: &str, json: &str) -> Result<Value, Status> {
@@ -149,8 +212,12 @@ impl SettingsRpc for HostServices {
     }
 
     async fn get_core(&self, r: Request<KeyRequest>) -> Result<Response<ValueResponse>, Status> {
-        self.caller(&r, "Settings.GetCore", None)?;
-        let v = self.settings.get(&Scope::Core, &r.get_ref().key).await?;
+        let me = self.caller(&r, "Settings.GetCore", Some("settings_core"))?;
+        let secrets = self.secrets_for(&me, &Scope::Core);
+        let v = self
+            .settings
+            .read(&Scope::Core, &r.get_ref().key, secrets)
+            .await?;
         Ok(value_response(v))
     }
 
@@ -158,13 +225,15 @@ impl SettingsRpc for HostServices {
         let me = self.caller(&r, "Settings.SetCore", Some("settings_core"))?;
         let req = r.into_inner();
         let v = value("Settings.SetCore", &req.value_json)?;
+        self.check_secret_write(&me, "Settings.SetCore", &Scope::Core, &req.key)
+            .await?;
         self.settings.set(&Scope::Core, &req.key, v).await?;
         tracing::info!(plugin = %me, key = %req.key, "core setting written");
         Ok(Response::new(Empty {}))
     }
 
     async fn list_core(&self, r: Request<PrefixRequest>) -> Result<Response<KeysResponse>, Status> {
-        self.caller(&r, "Settings.ListCore", None)?;
+        self.caller(&r, "Settings.ListCore", Some("settings_core"))?;
         Ok(keys(
             self.settings
                 .list(&Scope::Core, &r.get_ref().prefix)
@@ -173,10 +242,13 @@ impl SettingsRpc for HostServices {
     }
 
     async fn get_plugin(&self, r: Request<KeyRequest>) -> Result<Response<ValueResponse>, Status> {
-        self.caller(&r, "Settings.GetPlugin", Some("settings_cross"))?;
+        let me = self.caller(&r, "Settings.GetPlugin", Some("settings_cross"))?;
         let req = r.get_ref();
         let scope = other("Settings.GetPlugin", &req.plugin)?;
-        let v = self.settings.get(&scope, &req.key).await?;
+        let v = self
+            .settings
+            .read(&scope, &req.key, self.secrets_for(&me, &scope))
+            .await?;
         Ok(value_response(v))
     }
 
@@ -185,6 +257,8 @@ impl SettingsRpc for HostServices {
         let req = r.into_inner();
         let scope = other("Settings.SetPlugin", &req.plugin)?;
         let v = value("Settings.SetPlugin", &req.value_json)?;
+        self.check_secret_write(&me, "Settings.SetPlugin", &scope, &req.key)
+            .await?;
         self.settings.set(&scope, &req.key, v).await?;
         tracing::info!(plugin = %me, key = %req.key, "setting of {scope} written");
         Ok(Response::new(Empty {}))
@@ -327,6 +401,7 @@ impl TextMemoryRpc for HostServices {
                 content: e.content,
                 timestamp: e.timestamp,
                 channel: e.channel,
+                injected_by: String::new(),
             })
             .await?;
         Ok(Response::new(Empty {}))

@@ -58,6 +58,14 @@ fn plugin_caller<T>(
     Ok(plugin)
 }
 
+/// Whether the running plugin `plugin` holds `capability` (for calls whose answer, not
+/// admission, depends on one: masked secrets, speaking as a user).
+fn holds(supervisor: &Supervisor, plugin: &str, capability: &str) -> bool {
+    supervisor
+        .plugin(plugin)
+        .is_some_and(|p| p.spec().capabilities.iter().any(|c| c == capability))
+}
+
 /// Checks the admin token (`<data_dir>/admin.token`) of a client call.
 fn authorize_admin<T>(request: &Request<T>, token: &str) -> Result<(), Status> {
     let given = metadata(request, hearth_proto::ADMIN_TOKEN_METADATA)?;
@@ -67,5 +75,71 @@ fn authorize_admin<T>(request: &Request<T>, token: &str) -> Result<(), Status> {
         Err(Status::unauthenticated(
             "admin token does not match <data_dir>/admin.token of the running broker",
         ))
+    }
+}
+
+/// The admin-token check of `Admin` and `Agent` as a tonic interceptor: it runs on the
+/// request headers, before tonic reads and decodes the body, so an unauthenticated
+/// call costs no more than its headers (a 60 MB `Admin.CallTool` without the token is
+/// refused without being read). Same status as the handlers' own check, which stays.
+#[derive(Debug, Clone)]
+pub struct AdminAuth {
+    token: std::sync::Arc<str>,
+}
+
+impl AdminAuth {
+    /// Admits calls carrying `token`.
+    pub fn new(token: &str) -> AdminAuth {
+        AdminAuth {
+            token: token.into(),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for AdminAuth {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        authorize_admin(&request, &self.token)?;
+        Ok(request)
+    }
+}
+
+/// The plugin-token check of the plugin-facing services as a tonic interceptor (before
+/// the body is read, as [`AdminAuth`]): admits a call whose `x-hearth-token` is the
+/// token of a running plugin. Which plugin it is and whether it holds the method's
+/// capability is still decided per method by the handler.
+#[derive(Debug, Clone)]
+pub struct PluginAuth {
+    supervisor: std::sync::Arc<Supervisor>,
+    /// The UNAUTHENTICATED message for a token no plugin has (as the handler says it).
+    unknown: &'static str,
+}
+
+impl PluginAuth {
+    /// For the host services (`Settings`, `Memory`, …, `Input`, `Llm`).
+    pub fn host_services(supervisor: std::sync::Arc<Supervisor>) -> PluginAuth {
+        PluginAuth {
+            supervisor,
+            unknown: "x-hearth-token does not match any running plugin",
+        }
+    }
+
+    /// For `PluginHost.Attach` (whether the token already has a session is the
+    /// supervisor's to say).
+    pub fn session(supervisor: std::sync::Arc<Supervisor>) -> PluginAuth {
+        PluginAuth {
+            supervisor,
+            unknown:
+                "x-hearth-token does not match any plugin the broker started (wrong or stale token)",
+        }
+    }
+}
+
+impl tonic::service::Interceptor for PluginAuth {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let token = metadata(&request, hearth_proto::TOKEN_METADATA)?;
+        if self.supervisor.plugin_for_token(token).is_none() {
+            return Err(Status::unauthenticated(self.unknown));
+        }
+        Ok(request)
     }
 }

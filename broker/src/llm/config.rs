@@ -39,8 +39,8 @@ use serde::Deserialize;
 /// Config file name inside the data dir.
 pub const CONFIG_FILE: &str = "hearth.toml";
 
-/// One LLM endpoint.
-#[derive(Debug, Clone, PartialEq)]
+/// One LLM endpoint. Its `Debug` output masks the inline API key.
+#[derive(Clone, PartialEq)]
 pub struct Source {
     /// Unique name.
     pub name: String,
@@ -61,6 +61,27 @@ pub struct Source {
     /// Most requests in flight to this source at once (seed provider config
     /// `max_concurrent`); 0 = no limit. Requests beyond it wait for a slot.
     pub max_concurrent: u32,
+}
+
+/// Like a derived `Debug`, with an inline `api_key` shown as
+/// [`SECRET_MASK`](crate::storage::SECRET_MASK): the key is a secret.
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field(
+                "api_key",
+                &self.api_key.as_ref().map(|_| crate::storage::SECRET_MASK),
+            )
+            .field("api_key_env", &self.api_key_env)
+            .field("adapter", &self.adapter)
+            .field("priority", &self.priority)
+            .field("timeout", &self.timeout)
+            .field("max_concurrent", &self.max_concurrent)
+            .finish()
+    }
 }
 
 impl Source {
@@ -383,6 +404,12 @@ mod tests {
             ["a", "b"]
         );
         assert_eq!(c.sources[0].api_key().as_deref(), Some("k"));
+        // The inline key is a secret: never in Debug output (logs).
+        let debug = format!("{:?}", c.sources[0]);
+        assert!(
+            !debug.contains("\"k\"") && debug.contains(crate::storage::SECRET_MASK),
+            "{debug}"
+        );
         assert_eq!(c.agent.max_iterations, 3);
         let quick = QuickSource {
             url: Some("http://127.0.0.1:1/v1".into()),

@@ -9,6 +9,12 @@
 //! `tool` message (leading tool results whose call is gone are dropped whatever the
 //! budget). The newest unit is always kept, even alone over the budget: the turn just
 //! appended is never lost.
+//!
+//! # Injected input
+//! A message a plugin injected (`Input` host service) is stored with that plugin's
+//! name ([`Conversations::append_injected`], column `injected_by`), outside the
+//! message JSON: the LLM sees the message as it was, and
+//! [`Conversations::history_with_injectors`] tells who put it there.
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -110,6 +116,20 @@ impl Conversations {
         &self,
         key: &ConversationKey,
     ) -> Result<Vec<M>, StorageError> {
+        Ok(self
+            .history_with_injectors(key)
+            .await?
+            .into_iter()
+            .map(|(message, _)| message)
+            .collect())
+    }
+
+    /// Like [`Conversations::history`], each message with the plugin that injected it
+    /// (`None`: a client's message, or one the agent wrote).
+    pub async fn history_with_injectors<M: DeserializeOwned + Send + 'static>(
+        &self,
+        key: &ConversationKey,
+    ) -> Result<Vec<(M, Option<String>)>, StorageError> {
         let (scope, subject) = self.scope_of(key);
         let channel = key.channel.clone();
         self.db
@@ -128,7 +148,18 @@ impl Conversations {
         key: &ConversationKey,
         messages: &[M],
     ) -> Result<(), StorageError> {
-        let rows = messages
+        self.append_injected(key, messages, None).await
+    }
+
+    /// [`Conversations::append`], with the first message (a turn's input) recorded as
+    /// injected by the plugin `injected_by` when given.
+    pub async fn append_injected<M: Serialize>(
+        &self,
+        key: &ConversationKey,
+        messages: &[M],
+        injected_by: Option<&str>,
+    ) -> Result<(), StorageError> {
+        let mut rows = messages
             .iter()
             .enumerate()
             .map(|(index, message)| {
@@ -139,6 +170,9 @@ impl Conversations {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(first) = rows.first_mut() {
+            first.injected_by = injected_by.map(str::to_string);
+        }
         if rows.is_empty() {
             return Ok(());
         }
@@ -185,6 +219,7 @@ struct Row {
     role: String,
     json: String,
     chars: usize,
+    injected_by: Option<String>,
 }
 
 fn encode<M: Serialize>(message: &M) -> Result<Row, String> {
@@ -200,7 +235,12 @@ fn encode<M: Serialize>(message: &M) -> Result<Row, String> {
     };
     let json = serde_json::to_string(&message).map_err(|e| e.to_string())?;
     let chars = json.chars().count();
-    Ok(Row { role, json, chars })
+    Ok(Row {
+        role,
+        json,
+        chars,
+        injected_by: None,
+    })
 }
 
 fn kind(value: &Value) -> &'static str {
@@ -219,17 +259,18 @@ fn read_history<M: DeserializeOwned>(
     scope: &str,
     channel: &str,
     subject: &str,
-) -> rusqlite::Result<Vec<M>> {
+) -> rusqlite::Result<Vec<(M, Option<String>)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT m.message FROM conversation_messages m
+        "SELECT m.message, m.injected_by FROM conversation_messages m
          JOIN conversations c ON c.id = m.conversation
          WHERE c.scope = ?1 AND c.channel = ?2 AND c.subject = ?3
          ORDER BY m.id",
     )?;
     let rows = stmt.query_map(params![scope, channel, subject], |row| {
         let text: String = row.get(0)?;
-        serde_json::from_str(&text)
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, Type::Text, Box::new(e)))
+        let message = serde_json::from_str(&text)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, Type::Text, Box::new(e)))?;
+        Ok((message, row.get(1)?))
     })?;
     rows.collect()
 }
@@ -259,8 +300,9 @@ fn insert(tx: &Connection, conversation: i64, rows: &[Row]) -> rusqlite::Result<
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let mut stmt = tx.prepare_cached(
-        "INSERT INTO conversation_messages (conversation, role, message, chars, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO conversation_messages
+             (conversation, role, message, chars, created_at, injected_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for row in rows {
         stmt.execute(params![
@@ -268,7 +310,8 @@ fn insert(tx: &Connection, conversation: i64, rows: &[Row]) -> rusqlite::Result<
             row.role,
             row.json,
             row.chars as i64,
-            now
+            now,
+            row.injected_by
         ])?;
     }
     Ok(())
@@ -391,6 +434,33 @@ mod tests {
             json!({"role": "tool", "tool_call_id": "call_1", "content": "{\"sky\":\"小雨\",\"c\":12}"}),
             json!({"role": "assistant", "content": "北京今天小雨，12°C。"}),
         ]
+    }
+
+    #[tokio::test]
+    async fn injected_input_is_recorded_outside_the_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = open(dir.path(), unlimited()).await;
+        let k = key("alice", None, "telegram");
+        c.append(&k, &[json!({"role": "user", "content": "typed"})])
+            .await
+            .unwrap();
+        c.append_injected(
+            &k,
+            &[
+                json!({"role": "user", "content": "injected"}),
+                json!({"role": "assistant", "content": "reply"}),
+            ],
+            Some("cron"),
+        )
+        .await
+        .unwrap();
+        let entries: Vec<(Value, Option<String>)> = c.history_with_injectors(&k).await.unwrap();
+        let injectors: Vec<Option<&str>> = entries.iter().map(|(_, p)| p.as_deref()).collect();
+        assert_eq!(injectors, [None, Some("cron"), None]);
+        // The message itself is unchanged (the LLM gets it as it was).
+        assert_eq!(entries[1].0, json!({"role": "user", "content": "injected"}));
+        let plain: Vec<Value> = c.history(&k).await.unwrap();
+        assert_eq!(plain.len(), 3);
     }
 
     #[tokio::test]

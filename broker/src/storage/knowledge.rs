@@ -19,6 +19,18 @@
 //! extensions are ignored. A file over [`Knowledge::MAX_ENTRY_BYTES`] or that cannot
 //! be read is left out of the index, with one warning per version of the file.
 //!
+//! # Symlinks stay inside the folder
+//! Entries reach plugins (`Knowledge.Search`) and the LLM's prompt (memory recall), so
+//! a link must not make a file outside the folder an entry (`secret.md` →
+//! `../admin.token`). A symlinked entry is resolved (`canonicalize`, the whole chain)
+//! and followed only when its target is inside the folder's own canonical path (a
+//! file of the folder or of a subfolder, e.g. `latest.md` → `2024/notes.md`); a link
+//! that leaves it is not an entry — not read, not indexed, dropped from the index if it
+//! was there — and is named in one warning (per link and target). Reading opens the
+//! resolved path with `O_NOFOLLOW`, so a file swapped for a link after the check is not
+//! followed either. Hard links cannot be told apart from the file they link and are
+//! not checked: making one needs write access to the data dir.
+//!
 //! # Names
 //! An entry's name is its file name without `.md`. [`Knowledge::sanitize_name`] turns
 //! the name given to `add` into a file name: surrounding whitespace and one trailing
@@ -91,6 +103,8 @@ struct SyncState {
     /// Versions of files (name, size, mtime) already warned about as too big or
     /// unreadable.
     warned: HashSet<(String, u64, i64)>,
+    /// Symlinks (entry name, target) already warned about as leaving the folder.
+    warned_links: HashSet<(String, PathBuf)>,
     /// When the folder was last synced, and the folder's own mtime then.
     synced_at: Option<std::time::Instant>,
     dir_mtime: Option<SystemTime>,
@@ -102,6 +116,14 @@ struct Listed {
     name: String,
     size: u64,
     mtime_ns: i64,
+}
+
+/// The folder as listed: its entry files, and the symlinks left out because they
+/// lead outside it (entry name, canonical target).
+#[derive(Debug, Default)]
+struct Listing {
+    files: Vec<Listed>,
+    outside: Vec<(String, PathBuf)>,
 }
 
 /// What a sync must do to the index.
@@ -358,7 +380,17 @@ impl Knowledge {
         state.synced_at = Some(std::time::Instant::now());
         state.dir_mtime = dir_mtime;
         let dir = self.inner.dir.clone();
-        let listed = search::blocking(&self.inner.dir, move || list_dir(&dir)).await??;
+        let listing = search::blocking(&self.inner.dir, move || list_dir(&dir)).await??;
+        for (name, target) in listing.outside {
+            if state.warned_links.insert((name.clone(), target.clone())) {
+                tracing::warn!(
+                    link = %self.inner.dir.join(format!("{name}.md")).display(),
+                    target = %target.display(),
+                    "knowledge: symlink leads outside the knowledge folder; not followed"
+                );
+            }
+        }
+        let listed = listing.files;
         let first = self
             .inner
             .db
@@ -457,18 +489,40 @@ fn plan(conn: &Connection, listed: &[Listed]) -> rusqlite::Result<Plan> {
     Ok(plan)
 }
 
-/// The entry files of `dir` (none if it does not exist).
-fn list_dir(dir: &Path) -> Result<Vec<Listed>, StorageError> {
+/// Where the entry file `path` really is, given the canonical path `root` of its
+/// folder: `Ok(path)` for a file that is not a symlink, `Ok(target)` for a symlink
+/// whose canonical target is under `root`, `Err(target)` for one that leaves it.
+/// Errors: the link's target does not exist (or cannot be resolved).
+fn resolve_inside(root: &Path, path: &Path) -> io::Result<Result<PathBuf, PathBuf>> {
+    if !fs::symlink_metadata(path)?.file_type().is_symlink() {
+        return Ok(Ok(path.to_path_buf()));
+    }
+    let target = fs::canonicalize(path)?;
+    Ok(if target.starts_with(root) {
+        Ok(target)
+    } else {
+        Err(target)
+    })
+}
+
+/// The entry files of `dir` (none if it does not exist); symlinks leading outside it
+/// are listed apart.
+fn list_dir(dir: &Path) -> Result<Listing, StorageError> {
     let io = |op: &'static str| {
         let path = dir.to_path_buf();
         move |source| StorageError::Io { path, op, source }
     };
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Listing::default()),
         Err(e) => return Err(io("list the knowledge dir")(e)),
     };
-    let mut listed = Vec::new();
+    let root = match fs::canonicalize(dir) {
+        Ok(root) => root,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Listing::default()),
+        Err(e) => return Err(io("resolve the knowledge dir")(e)),
+    };
+    let mut listing = Listing::default();
     for entry in entries {
         let entry = entry.map_err(io("list the knowledge dir"))?;
         let file_name = entry.file_name();
@@ -479,19 +533,49 @@ fn list_dir(dir: &Path) -> Result<Vec<Listed>, StorageError> {
         else {
             continue;
         };
-        // Follows a symlink; a file removed since the listing is skipped.
-        let Ok(meta) = fs::metadata(entry.path()) else {
+        // A symlink is followed only inside the folder; a dangling one, or a file
+        // removed since the listing, is skipped.
+        let path = match resolve_inside(&root, &entry.path()) {
+            Ok(Ok(path)) => path,
+            Ok(Err(target)) => {
+                listing.outside.push((name.to_string(), target));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let Ok(meta) = fs::metadata(&path) else {
             continue;
         };
         if meta.is_file() {
-            listed.push(Listed {
+            listing.files.push(Listed {
                 name: name.to_string(),
                 size: meta.len(),
                 mtime_ns: mtime_ns(&meta),
             });
         }
     }
-    Ok(listed)
+    Ok(listing)
+}
+
+/// Opens the entry file `path` for reading: a symlink only when it resolves inside the
+/// folder `dir` (checked again here: it may have been swapped since the listing), and
+/// the resolved path with `O_NOFOLLOW`, so no link is followed after the check.
+fn open_inside(dir: &Path, path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let root = fs::canonicalize(dir)?;
+    let real = resolve_inside(&root, path)?.map_err(|target| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "symlink to {} leads outside the knowledge folder; not followed",
+                target.display()
+            ),
+        )
+    })?;
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(real)
 }
 
 /// Reads and segments the files `names` of `dir`. Size and time come from the open
@@ -500,7 +584,7 @@ fn read_changed(dir: &Path, names: Vec<String>) -> Reads {
     let mut reads = Reads::default();
     for name in names {
         let path = dir.join(format!("{name}.md"));
-        let mut file = match File::open(&path) {
+        let mut file = match open_inside(dir, &path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 reads.drop.push(name);
@@ -863,6 +947,79 @@ mod tests {
             names(&knowledge.search("later", 5).await.unwrap()),
             ["after"]
         );
+    }
+
+    #[tokio::test]
+    async fn symlinks_are_followed_only_inside_the_folder() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = dir.path();
+        let secret = "SECRET-ADMIN-TOKEN-zebra";
+        fs::write(data_dir.join("admin.token"), secret).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(
+            outside.path().join("notes.md"),
+            "zebra notes from elsewhere",
+        )
+        .unwrap();
+        let kdir = data_dir.join("knowledge");
+        fs::create_dir_all(kdir.join("2024")).unwrap();
+        fs::write(kdir.join("2024/plan.md"), "zebra plan inside a subfolder").unwrap();
+        fs::write(kdir.join("real.md"), "zebra real entry").unwrap();
+        // Leaving the folder: relative, absolute, through a chain, and into the
+        // folder's parent by a path that starts like the folder's.
+        symlink("../admin.token", kdir.join("token.md")).unwrap();
+        symlink(outside.path().join("notes.md"), kdir.join("abs.md")).unwrap();
+        symlink("token.md", kdir.join("chain.md")).unwrap();
+        fs::create_dir(data_dir.join("knowledge-evil")).unwrap();
+        fs::write(data_dir.join("knowledge-evil/x.md"), "zebra sibling").unwrap();
+        symlink("../knowledge-evil/x.md", kdir.join("sibling.md")).unwrap();
+        // Inside: to a file of the folder and of a subfolder.
+        symlink("real.md", kdir.join("alias.md")).unwrap();
+        symlink("2024/plan.md", kdir.join("latest.md")).unwrap();
+        // Dangling.
+        symlink("missing.md", kdir.join("dangling.md")).unwrap();
+
+        let knowledge = open(data_dir).await;
+        assert_eq!(knowledge.list().await.unwrap(), ["alias", "latest", "real"]);
+        let found = knowledge.search("zebra", 20).await.unwrap();
+        let mut got = names(&found);
+        got.sort();
+        assert_eq!(got, ["alias", "latest", "real"]);
+        for e in &found {
+            assert!(
+                !e.content.contains("SECRET")
+                    && !e.content.contains("elsewhere")
+                    && !e.content.contains("sibling"),
+                "{e:?}"
+            );
+        }
+        assert!(knowledge.search("SECRET", 5).await.unwrap().is_empty());
+
+        // A link that was an entry (inside) and is pointed outside later is dropped
+        // from the index, contents and all.
+        fs::remove_file(kdir.join("alias.md")).unwrap();
+        symlink("../admin.token", kdir.join("alias.md")).unwrap();
+        assert_eq!(knowledge.list().await.unwrap(), ["latest", "real"]);
+        assert!(knowledge.search("SECRET", 5).await.unwrap().is_empty());
+
+        // Read time checks again: a listed file swapped for an outside link before it is
+        // read is not followed.
+        let swapped = kdir.join("swapped.md");
+        fs::write(&swapped, "x").unwrap();
+        let err = open_inside(&kdir, &swapped).map(|_| ());
+        assert!(err.is_ok(), "{err:?}");
+        fs::remove_file(&swapped).unwrap();
+        symlink("../admin.token", &swapped).unwrap();
+        let err = open_inside(&kdir, &swapped).unwrap_err();
+        assert!(
+            err.to_string().contains("outside the knowledge folder"),
+            "{err}"
+        );
+        let reads = read_changed(&kdir, vec!["swapped".into(), "latest".into()]);
+        assert_eq!(reads.drop, ["swapped"]);
+        assert_eq!(reads.indexed.len(), 1);
+        assert_eq!(reads.indexed[0].content, "zebra plan inside a subfolder");
     }
 
     #[tokio::test]

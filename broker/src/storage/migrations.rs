@@ -171,6 +171,15 @@ pub const MIGRATIONS: &[Migration] = &[
             );
         ",
     },
+    Migration {
+        name: "injected input",
+        // The plugin that injected a history message as input (`Input` host service,
+        // `storage::conversations`); NULL for a client's message and for what the
+        // agent wrote. Only the input message of a turn carries it.
+        sql: "
+            ALTER TABLE conversation_messages ADD COLUMN injected_by TEXT;
+        ",
+    },
 ];
 
 /// The schema version this build creates: the number of [`MIGRATIONS`].

@@ -43,7 +43,10 @@ pub use memory::{
     Entity, GraphMemory, MemoryStats, PurgeCriteria, PurgeMode, Relation, Subgraph, Triple,
 };
 pub use search::{keywords, warm_up_segmenter, DEFAULT_TOP_K, MAX_QUERY_TERMS, MAX_TOP_K};
-pub use settings::{ConfigDef, PluginSettings, Scope, Settings, MAX_NAME_CHARS, SECRET_MASK};
+pub use settings::{
+    secret_by_name, ConfigDef, PluginSettings, Scope, Secrets, Settings, MAX_NAME_CHARS,
+    SECRET_KEY_SUFFIXES, SECRET_MASK,
+};
 pub use text_memory::{TextEvent, TextMemory, TextMemoryOptions};
 
 /// Why a storage operation failed. Each variant names the file, operation or message

@@ -26,9 +26,20 @@
 //! `config_my_plugin_v2`, `x; DROP TABLE config` → `config_x__drop_table_config`.
 //!
 //! # Secrets
-//! A key whose [`ConfigDef::secret`] is set is shown as [`SECRET_MASK`] in
-//! [`Settings::dump`]. Values are never logged. [`Settings::get`] returns the real
-//! value: the plugin needs its API key.
+//! A key is secret when its [`ConfigDef::secret`] is set (plugin keys and core keys
+//! alike: core defs live in `settings_defs` under the table `config`), and a core key
+//! is secret by its name alone when it ends like a credential ([`secret_by_name`]:
+//! `…api_key`, `…apikey`, `…token`, `…secret`, `…password`, any case, `-` as `_`) —
+//! so an LLM source key kept in core settings (`llm.openai.api_key`) is secret with no
+//! def. A def can make any key secret but never makes a credential-named core key
+//! public.
+//!
+//! A secret value is shown as [`SECRET_MASK`] (the JSON string `"••••••"`, whatever the
+//! value's type) in [`Settings::dump`] and wherever a read asks for
+//! [`Secrets::Masked`] ([`Settings::read`]); which callers see it in clear is decided
+//! by whoever serves them (the `Settings` host service by capability, the
+//! `hearth settings` CLI by `--show-secrets`). Values are never logged.
+//! [`Settings::get`] returns the real value: the plugin needs its API key.
 //!
 //! # Durability
 //! Every write is one transaction, committed (WAL fsynced, see [`Db`]) before the call
@@ -44,8 +55,30 @@ use serde_json::{Map, Value};
 
 use super::{Db, StorageError};
 
-/// What [`Settings::dump`] shows instead of a secret value.
+/// What [`Settings::dump`] and masked reads show instead of a secret value (as a
+/// JSON string).
 pub const SECRET_MASK: &str = "••••••";
+
+/// Endings of core key names that make a key secret without a def (compared in ASCII
+/// lower case, with `-` read as `_`); see [`secret_by_name`].
+pub const SECRET_KEY_SUFFIXES: &[&str] = &["api_key", "apikey", "token", "secret", "password"];
+
+/// Whether a core key is secret by its name alone: it ends with one of
+/// [`SECRET_KEY_SUFFIXES`] (`llm.openai.api_key`, `core.bot_token`, `Smtp-Password`),
+/// whether or not a def says so.
+pub fn secret_by_name(key: &str) -> bool {
+    let key = key.to_ascii_lowercase().replace('-', "_");
+    SECRET_KEY_SUFFIXES.iter().any(|end| key.ends_with(end))
+}
+
+/// How a read treats secret values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// A secret value reads as [`SECRET_MASK`].
+    Masked,
+    /// Every value reads as stored.
+    Clear,
+}
 
 /// Most characters of a plugin name kept in its table name (after `config_`).
 pub const MAX_NAME_CHARS: usize = 48;
@@ -202,6 +235,74 @@ impl Settings {
             .await?
     }
 
+    /// The value of `key` in `scope` like [`Settings::get`], but with
+    /// [`Secrets::Masked`] a secret key (module docs, "Secrets") reads as the string
+    /// [`SECRET_MASK`]. Errors as [`Settings::get`].
+    pub async fn read(
+        &self,
+        scope: &Scope,
+        key: &str,
+        secrets: Secrets,
+    ) -> Result<Value, StorageError> {
+        check_scope(scope)?;
+        check_key(key)?;
+        let (scope, key) = (scope.clone(), key.to_string());
+        self.db
+            .call(format!("read setting `{key}` of {scope}"), move |conn| {
+                let Some(table) = table_of(conn, &scope)? else {
+                    return Ok(Err(not_found(&scope, key)));
+                };
+                let row = conn
+                    .prepare_cached(&format!(
+                        "SELECT t.value, coalesce(d.secret, 0) FROM \"{table}\" t
+                         LEFT JOIN settings_defs d ON d.table_name = ?1 AND d.key = t.key
+                         WHERE t.key = ?2"
+                    ))?
+                    .query_row([&table, &key], |row| {
+                        let defined: bool = row.get(1)?;
+                        let secret = defined || (table == CORE_TABLE && secret_by_name(&key));
+                        if secret && secrets == Secrets::Masked {
+                            Ok(Value::String(SECRET_MASK.into()))
+                        } else {
+                            json_column(row, 0)
+                        }
+                    })
+                    .optional()?;
+                Ok(row.ok_or(StorageError::NotFound { table, key }))
+            })
+            .await?
+    }
+
+    /// Whether `key` of `scope` is secret (module docs, "Secrets"), set or not: its def
+    /// says `secret`, or it is a core key named like a credential.
+    ///
+    /// Errors: [`StorageError::Invalid`] for an empty key or plugin name.
+    pub async fn is_secret(&self, scope: &Scope, key: &str) -> Result<bool, StorageError> {
+        check_scope(scope)?;
+        check_key(key)?;
+        if *scope == Scope::Core && secret_by_name(key) {
+            return Ok(true);
+        }
+        let (scope, key) = (scope.clone(), key.to_string());
+        self.db
+            .call(
+                format!("check whether `{key}` of {scope} is secret"),
+                move |conn| {
+                    let Some(table) = table_of(conn, &scope)? else {
+                        return Ok(false);
+                    };
+                    Ok(conn
+                        .prepare_cached(
+                            "SELECT secret FROM settings_defs WHERE table_name = ?1 AND key = ?2",
+                        )?
+                        .query_row([&table, &key], |row| row.get::<_, bool>(0))
+                        .optional()?
+                        .unwrap_or(false))
+                },
+            )
+            .await
+    }
+
     /// Sets `key` in `scope` to `value` (any JSON, `null` included), creating the
     /// plugin's table on its first write. Returns once committed.
     ///
@@ -315,7 +416,8 @@ impl Settings {
 
     /// Every setting, secrets masked:
     /// `{"core": {key: value, …}, "plugins": {plugin: {key: value, …}, …}}`, with each
-    /// secret value (its def has `secret`) replaced by the string [`SECRET_MASK`].
+    /// secret value (its def has `secret`, or a core key named like a credential)
+    /// replaced by the string [`SECRET_MASK`].
     /// Plugins are keyed by their real names, and listed even with no keys set.
     pub async fn dump(&self) -> Result<Value, StorageError> {
         self.db
@@ -365,6 +467,10 @@ impl Settings {
 /// One plugin's settings, shaped after `hearth.v1.Settings` and the seed's
 /// `SettingsAPI`: the plain methods use the caller's own table. Errors as on
 /// [`Settings`]. Cheap to clone.
+///
+/// This is the storage view: values read in clear and nothing is refused. Which
+/// plugin may call what, and whose secrets it sees masked, is the `Settings` host
+/// service's business (`grpc/host.rs`, with [`Settings::read`]).
 #[derive(Debug, Clone)]
 pub struct PluginSettings {
     settings: Settings,
@@ -587,7 +693,8 @@ fn registered_tables(conn: &Connection) -> rusqlite::Result<Vec<(String, String)
     rows.collect()
 }
 
-/// All keys of `table` with their values, secret ones replaced by [`SECRET_MASK`].
+/// All keys of `table` with their values, secret ones (by def, or by name in the core
+/// table) replaced by [`SECRET_MASK`].
 fn dump_table(conn: &Connection, table: &str) -> rusqlite::Result<Map<String, Value>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT t.key, t.value, coalesce(d.secret, 0) FROM \"{table}\" t
@@ -597,7 +704,7 @@ fn dump_table(conn: &Connection, table: &str) -> rusqlite::Result<Map<String, Va
     let rows = stmt.query_map([table], |row| {
         let key: String = row.get(0)?;
         let secret: bool = row.get(2)?;
-        let value = if secret {
+        let value = if secret || (table == CORE_TABLE && secret_by_name(&key)) {
             Value::String(SECRET_MASK.into())
         } else {
             json_column(row, 1)?
@@ -1093,6 +1200,152 @@ mod tests {
         // The plugin itself still reads its real key.
         assert_eq!(llm.get("provider_key").await.unwrap(), json!(secret));
         assert_eq!(SECRET_MASK, "••••••");
+    }
+
+    #[test]
+    fn core_keys_named_like_credentials_are_secret() {
+        for key in [
+            "llm.openai.api_key",
+            "core.llm.API_KEY",
+            "weather.apikey",
+            "telegram.bot_token",
+            "token",
+            "oauth.client_secret",
+            "smtp-password",
+            "Mail.Password",
+            "db.api-key",
+        ] {
+            assert!(secret_by_name(key), "{key}");
+        }
+        for key in [
+            "llm.max_tokens",
+            "core.daemon.data_dir",
+            "token_limit",
+            "secrets_dir",
+            "password_hint",
+        ] {
+            assert!(!secret_by_name(key), "{key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn masked_reads_hide_secrets_by_def_and_core_keys_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = open(dir.path()).await;
+        let llm = plugin("llm-proxy");
+        settings
+            .register_def(
+                &llm,
+                ConfigDef {
+                    key: "provider_key".into(),
+                    secret: true,
+                    ..ConfigDef::default()
+                },
+            )
+            .await
+            .unwrap();
+        settings
+            .set(&llm, "provider_key", json!({"k": "sk-1"}))
+            .await
+            .unwrap();
+        settings.set(&llm, "model", json!("gpt")).await.unwrap();
+        // A plugin key named like a credential is not secret without its def: the
+        // plugin says what its secrets are.
+        settings.set(&llm, "token", json!("t-1")).await.unwrap();
+        settings
+            .set(&Scope::Core, "llm.openai.api_key", json!("sk-core"))
+            .await
+            .unwrap();
+        settings
+            .set(&Scope::Core, "core.plain", json!(3))
+            .await
+            .unwrap();
+        settings
+            .set(&Scope::Core, "core.admin_pin", json!(1234))
+            .await
+            .unwrap();
+        settings
+            .register_def(
+                &Scope::Core,
+                ConfigDef {
+                    key: "core.admin_pin".into(),
+                    secret: true,
+                    ..ConfigDef::default()
+                },
+            )
+            .await
+            .unwrap();
+        // A def cannot make a credential-named core key public.
+        settings
+            .register_def(
+                &Scope::Core,
+                ConfigDef {
+                    key: "llm.openai.api_key".into(),
+                    secret: false,
+                    ..ConfigDef::default()
+                },
+            )
+            .await
+            .unwrap();
+
+        let mask = json!(SECRET_MASK);
+        let cases = [
+            (&llm, "provider_key", mask.clone(), json!({"k": "sk-1"})),
+            (&llm, "model", json!("gpt"), json!("gpt")),
+            (&llm, "token", json!("t-1"), json!("t-1")),
+            (
+                &Scope::Core,
+                "llm.openai.api_key",
+                mask.clone(),
+                json!("sk-core"),
+            ),
+            (&Scope::Core, "core.admin_pin", mask.clone(), json!(1234)),
+            (&Scope::Core, "core.plain", json!(3), json!(3)),
+        ];
+        for (scope, key, masked, clear) in cases {
+            assert_eq!(
+                settings.read(scope, key, Secrets::Masked).await.unwrap(),
+                masked,
+                "{scope} {key}"
+            );
+            assert_eq!(
+                settings.read(scope, key, Secrets::Clear).await.unwrap(),
+                clear,
+                "{scope} {key}"
+            );
+            assert_eq!(settings.get(scope, key).await.unwrap(), clear);
+            assert_eq!(
+                settings.is_secret(scope, key).await.unwrap(),
+                masked == mask,
+                "{scope} {key}"
+            );
+        }
+        // Secret whether set or not; a missing key is still NOT_FOUND when masked.
+        assert!(settings
+            .is_secret(&Scope::Core, "x.bot_token")
+            .await
+            .unwrap());
+        assert!(!settings.is_secret(&plugin("none"), "k").await.unwrap());
+        assert!(matches!(
+            settings
+                .read(&Scope::Core, "x.bot_token", Secrets::Masked)
+                .await
+                .unwrap_err(),
+            StorageError::NotFound { .. }
+        ));
+        assert!(matches!(
+            settings
+                .read(&plugin("none"), "k", Secrets::Masked)
+                .await
+                .unwrap_err(),
+            StorageError::NotFound { .. }
+        ));
+        // Dump masks core credentials by name too.
+        let dump = settings.dump().await.unwrap();
+        assert_eq!(dump["core"]["llm.openai.api_key"], mask);
+        assert_eq!(dump["core"]["core.admin_pin"], mask);
+        assert_eq!(dump["core"]["core.plain"], json!(3));
+        assert!(!dump.to_string().contains("sk-"), "{dump}");
     }
 
     #[tokio::test]

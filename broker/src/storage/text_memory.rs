@@ -87,6 +87,10 @@ pub struct TextEvent {
     /// Source channel; omitted from the line when empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub channel: String,
+    /// The plugin that injected this message as input (`Input` host service); empty
+    /// (and omitted from the line) for anything else.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub injected_by: String,
 }
 
 /// Handle to the TextMemory log. Cheap to clone; all clones feed one writer thread,
@@ -511,6 +515,7 @@ mod tests {
             content: content.into(),
             timestamp,
             channel: "qq".into(),
+            injected_by: String::new(),
         }
     }
 
@@ -848,6 +853,7 @@ mod tests {
             content: "ok".into(),
             timestamp: 0,
             channel: String::new(),
+            injected_by: String::new(),
         };
         memory.append(&first).await.unwrap();
         let before = unix_now();

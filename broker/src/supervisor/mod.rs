@@ -13,12 +13,14 @@
 //! session through [`Plugin::ready_session`].
 
 mod handshake;
+pub mod homes;
 pub mod plugin;
 pub mod process;
 pub mod reaper;
+pub mod sandbox;
 pub mod session;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -32,6 +34,7 @@ use plugin::{state_reason, Control, TERM_GRACE};
 pub use plugin::{Plugin, PluginSnapshot};
 use process::Interpreters;
 use reaper::Reaper;
+use sandbox::Protected;
 
 /// Broker-wide supervisor settings.
 #[derive(Debug)]
@@ -48,6 +51,25 @@ pub struct SupervisorConfig {
     pub drain_timeout: Duration,
     /// Kills plugin process groups if the broker dies.
     pub reaper: Reaper,
+    /// The broker's data dir: plugins' own data (`plugin-data/<name>`) and temp
+    /// (`tmp/<name>`) folders live in it.
+    pub data_dir: PathBuf,
+    /// What plugin sandboxes keep out: the data dir and every plugin root; the
+    /// supervisor adds each loaded plugin's folder.
+    pub protected: RwLock<Protected>,
+}
+
+impl SupervisorConfig {
+    /// `<data_dir>/plugin-data/<name>`: the plugin's own persistent folder
+    /// (`HEARTH_PLUGIN_DATA`).
+    pub fn plugin_data_dir(&self, plugin: &str) -> PathBuf {
+        self.data_dir.join("plugin-data").join(plugin)
+    }
+
+    /// `<data_dir>/tmp/<name>`: the plugin's `TMPDIR`, emptied at each spawn.
+    pub fn plugin_tmp_dir(&self, plugin: &str) -> PathBuf {
+        self.data_dir.join("tmp").join(plugin)
+    }
 }
 
 /// A plugin directory that could not be loaded, shown as `failed` in listings.
@@ -99,8 +121,9 @@ impl Supervisor {
     }
 
     /// Loads the plugin in `dir` and starts supervising it. A directory that cannot
-    /// be loaded (bad manifest, name in use) is logged and listed as failed; it never
-    /// stops the broker. The error says why.
+    /// be loaded (bad manifest, name in use, folder writable by group or others, name
+    /// owned by another folder — see [`homes`]) is logged and listed as failed; it
+    /// never stops the broker. The error says why.
     pub fn load(&self, dir: &Path) -> Result<Arc<Plugin>, PluginError> {
         let dir_name = dir
             .file_name()
@@ -131,10 +154,23 @@ impl Supervisor {
             drop(plugins);
             return Err(remember(spec.name, reason));
         }
+        let trusted = crate::server::refuse_shared_writable(&spec.dir)
+            .map_err(|e| e.to_string())
+            .and_then(|()| homes::Homes::new(&self.config.data_dir).claim(&spec.name, &spec.dir));
+        if let Err(reason) = trusted {
+            drop(plugins);
+            return Err(remember(spec.name, reason));
+        }
         self.load_errors
             .lock()
             .unwrap()
             .retain(|e| e.dir != spec.dir.display().to_string());
+        {
+            let mut protected = self.config.protected.write().unwrap();
+            if !protected.paths.contains(&spec.dir) {
+                protected.paths.push(spec.dir.clone());
+            }
+        }
         let (plugin, control) = Plugin::new(spec, self.registry.clone());
         plugins.push(plugin.clone());
         self.registry
@@ -204,6 +240,7 @@ impl Supervisor {
                     version: String::new(),
                     sdk: String::new(),
                     startup: None,
+                    sandbox: sandbox::SandboxState::Pending,
                 }),
         );
         out

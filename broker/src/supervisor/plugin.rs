@@ -11,6 +11,7 @@ use hearth_proto::v1::{host_message::Msg as HostMsg, PluginState, Shutdown};
 use tokio::sync::{mpsc, watch};
 
 use super::process::{self, LogRing};
+use super::sandbox::SandboxState;
 use super::session::Session;
 use super::SupervisorConfig;
 use crate::error::{CallError, Target};
@@ -58,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) last_exit: String,
     pub(crate) reason: String,
     pub(crate) sdk: String,
+    /// How the current (or last) process is confined.
+    pub(crate) sandbox: SandboxState,
     /// Session of the current process, registered or not yet published.
     pub(crate) live: Option<Arc<Session>>,
 }
@@ -111,6 +114,8 @@ pub struct PluginSnapshot {
     pub sdk: String,
     /// Spawn to registered of the current process.
     pub startup: Option<Duration>,
+    /// How its process is confined.
+    pub sandbox: SandboxState,
 }
 
 fn random_token() -> String {
@@ -177,6 +182,7 @@ impl Plugin {
                 last_exit: String::new(),
                 reason: String::new(),
                 sdk: String::new(),
+                sandbox: SandboxState::Pending,
                 live: None,
             }),
             session: watch::Sender::new(None),
@@ -238,6 +244,7 @@ impl Plugin {
             version: spec.version.clone(),
             sdk: s.sdk.clone(),
             startup: s.startup.filter(|_| s.state == PluginState::Ready),
+            sandbox: s.sandbox.clone(),
         }
     }
 
@@ -425,8 +432,25 @@ impl Plugin {
             s.startup = None;
             s.generation
         };
-        let mut child = match process::spawn(spec, &config.interpreters, &config.addr, &token) {
-            Ok(c) => c,
+        let protected = config.protected.read().unwrap().clone();
+        let launch = process::Launch {
+            addr: &config.addr,
+            token: &token,
+            data: config.plugin_data_dir(name),
+            tmp: config.plugin_tmp_dir(name),
+            protected: &protected,
+        };
+        let mut child = match process::spawn(spec, &config.interpreters, &launch).await {
+            Ok(spawned) => {
+                match &spawned.sandbox {
+                    SandboxState::OptedOut => {
+                        tracing::warn!(plugin = %name, "runs without its sandbox: plugin.json says \"sandbox\": false")
+                    }
+                    state => tracing::debug!(plugin = %name, sandbox = %state, "sandbox"),
+                }
+                self.status.lock().unwrap().sandbox = spawned.sandbox;
+                spawned.child
+            }
             Err(e) => {
                 tracing::error!(plugin = %name, "{e}");
                 return ProcessEnd {

@@ -1,12 +1,17 @@
-//! Spawning one plugin process: command line per runtime, environment, its own
-//! process group, PR_SET_PDEATHSIG, and capped line-by-line capture of its output.
+//! Spawning one plugin process: command line per runtime, a clean environment, its
+//! token on an inherited pipe, its sandbox, its own process group, PR_SET_PDEATHSIG
+//! (from a thread that never exits), and capped line-by-line capture of its output.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
+use super::sandbox::{self, Protected, SandboxState};
 use crate::manifest::{PluginSpec, Runtime};
 
 /// Longest captured output line in bytes; the rest of a longer line is dropped and
@@ -59,47 +64,287 @@ pub fn command_line(spec: &PluginSpec, interp: &Interpreters) -> (String, Vec<St
     (program, args)
 }
 
+/// Variables of the broker's environment every plugin gets: what runtimes need to
+/// find programs, libraries, locales, time zones and TLS roots, and nothing that
+/// usually holds a secret. `LC_*` are passed too. Anything else only through the
+/// manifest's `env` or `env_passthrough`.
+pub const BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "PYTHONPATH",
+    "NODE_PATH",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+];
+
+/// The file descriptor number on which a plugin finds its token pipe
+/// ([`hearth_proto::ENV_TOKEN_FD`]).
+pub const TOKEN_FD: i32 = 3;
+
+/// What a spawn needs besides the manifest.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// Address the plugin dials (`HEARTH_ADDR`).
+    pub addr: &'a str,
+    /// Its fresh spawn token (passed through a pipe on fd [`TOKEN_FD`]).
+    pub token: &'a str,
+    /// Its own data directory (`HEARTH_PLUGIN_DATA`), created 0700.
+    pub data: PathBuf,
+    /// Its own temp directory (`TMPDIR`), emptied and created 0700 at each spawn.
+    pub tmp: PathBuf,
+    /// What the sandbox keeps out.
+    pub protected: &'a Protected,
+}
+
+/// A started plugin process and how it is confined.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The process.
+    pub child: Child,
+    /// Its sandbox.
+    pub sandbox: SandboxState,
+}
+
+/// The environment of `spec`'s process: [`BASE_ENV`] (and `LC_*`) from `broker_env`,
+/// `TMPDIR`, the manifest's `env`, the variables `env_passthrough` names, then the
+/// session variables.
+pub fn plugin_env(
+    spec: &PluginSpec,
+    broker_env: &[(String, String)],
+    launch: &Launch<'_>,
+) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = broker_env
+        .iter()
+        .filter(|(k, _)| BASE_ENV.contains(&k.as_str()) || k.starts_with("LC_"))
+        .cloned()
+        .collect();
+    env.insert("TMPDIR".into(), launch.tmp.display().to_string());
+    env.extend(spec.env.clone());
+    for (key, value) in broker_env {
+        let passed = spec
+            .env_passthrough
+            .iter()
+            .any(|p| match p.strip_suffix('*') {
+                Some(prefix) => key.starts_with(prefix),
+                None => key == p,
+            });
+        let session = crate::manifest::SESSION_ENV.contains(&key.as_str());
+        if passed && !session && (spec.allow_loader_env || !crate::manifest::is_loader_env(key)) {
+            env.insert(key.clone(), value.clone());
+        }
+    }
+    env.insert(hearth_proto::ENV_ADDR.into(), launch.addr.into());
+    env.insert(hearth_proto::ENV_PLUGIN.into(), spec.name.clone());
+    env.insert(hearth_proto::ENV_TOKEN_FD.into(), TOKEN_FD.to_string());
+    env.insert(
+        hearth_proto::ENV_PLUGIN_DATA.into(),
+        launch.data.display().to_string(),
+    );
+    env.insert("PYTHONUNBUFFERED".into(), "1".into());
+    env.into_iter().collect()
+}
+
+/// `program` as an absolute path: as given when it has a `/`, else the first
+/// executable match on `PATH` (the sandbox grants its folder).
+fn resolve_program(program: &str, env: &[(String, String)]) -> PathBuf {
+    if program.contains('/') {
+        return std::path::absolute(program).unwrap_or_else(|_| program.into());
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
+    std::env::split_paths(path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| program.into())
+}
+
+/// The umask plugins get (the operator's, from before the broker tightened its own).
+static PLUGIN_UMASK: AtomicU32 = AtomicU32::new(0o022);
+
+/// Sets the umask plugin processes start with (the broker's own stays 077).
+pub fn set_plugin_umask(mask: u32) {
+    PLUGIN_UMASK.store(mask, Ordering::Relaxed);
+}
+
+/// A job for the spawner thread.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// The thread every plugin is forked from. PR_SET_PDEATHSIG fires when the *thread*
+/// that forked the child exits, not the process: forked from a tokio worker, a plugin
+/// was SIGKILLed when that worker retired (a worker that ran `block_in_place` becomes
+/// a blocking-pool thread and exits after 10 s idle). This thread never exits, so the
+/// signal comes only when the broker process dies.
+fn spawner() -> &'static std::sync::mpsc::Sender<SpawnJob> {
+    static SPAWNER: OnceLock<std::sync::mpsc::Sender<SpawnJob>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("hearth-spawner".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })
+            .expect("starting the plugin spawner thread");
+        tx
+    })
+}
+
 /// Spawns the plugin in its own process group (pgid = pid), with stdin closed,
-/// stdout/stderr piped, the Hearth environment, and (Linux) SIGKILL on broker death.
-pub fn spawn(
+/// stdout/stderr piped, a clean environment ([`plugin_env`]), its token on fd
+/// [`TOKEN_FD`], its sandbox (unless opted out or unavailable), the operator's umask,
+/// and (Linux) SIGKILL when the broker dies. Errors: the program cannot start, its
+/// folders cannot be created, or its sandbox cannot be built (it is then not started).
+pub async fn spawn(
     spec: &PluginSpec,
     interp: &Interpreters,
-    addr: &str,
-    token: &str,
-) -> std::io::Result<Child> {
+    launch: &Launch<'_>,
+) -> std::io::Result<Spawned> {
     let (program, args) = command_line(spec, interp);
+    let broker_env: Vec<(String, String)> = std::env::vars().collect();
+    let env = plugin_env(spec, &broker_env, launch);
+    let program_path = resolve_program(&program, &env);
+
+    // Folders, probes and the ruleset: blocking work, off the async workers.
+    let prepared = {
+        let spec = spec.clone();
+        let (data, tmp) = (launch.data.clone(), launch.tmp.clone());
+        let protected = launch.protected.clone();
+        let env = env.clone();
+        let program_path = program_path.clone();
+        tokio::task::spawn_blocking(move || {
+            private_dir(&data, false)?;
+            private_dir(&tmp, true)?;
+            sandbox::prepare(&spec, &program_path, &env, &data, &tmp, &protected)
+                .map_err(std::io::Error::other)
+        })
+        .await
+        .map_err(std::io::Error::other)??
+    };
+    let (ruleset, state) = match prepared {
+        Ok(p) => {
+            for path in &p.refused {
+                tracing::warn!(plugin = %spec.name, path = %path.display(), "sandbox path not granted: it is inside the broker's data dir or a plugin root");
+            }
+            (Some(p.ruleset), p.state)
+        }
+        Err(state) => (None, state),
+    };
+
+    let (reader, mut writer) = std::io::pipe()?;
+    {
+        use std::io::Write;
+        // A token is far below the pipe's buffer: this never blocks.
+        writer.write_all(launch.token.as_bytes())?;
+    }
+    drop(writer);
+
     let mut cmd = Command::new(&program);
     cmd.args(&args)
         .current_dir(&spec.dir)
-        .envs(&spec.env)
-        .env(hearth_proto::ENV_ADDR, addr)
-        .env(hearth_proto::ENV_PLUGIN, &spec.name)
-        .env(hearth_proto::ENV_TOKEN, token)
-        .env("PYTHONUNBUFFERED", "1")
+        .env_clear()
+        .envs(env)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: only async-signal-safe libc calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
+    let token_fd = reader.as_raw_fd();
+    let ruleset_fd = ruleset.as_ref().map(|r| r.as_raw_fd());
+    let umask = PLUGIN_UMASK.load(Ordering::Relaxed) as libc::mode_t;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe libc calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            #[cfg(target_os = "linux")]
+            {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // The broker may have died between fork and prctl.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
+            }
+            // The broker may have died between fork and prctl.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            libc::umask(umask);
+            if let Some(fd) = ruleset_fd {
+                sandbox::restrict_self(fd)?;
+            }
+            if token_fd == TOKEN_FD {
+                // dup2 onto itself keeps close-on-exec: clear it instead.
+                if libc::fcntl(token_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
-                Ok(())
-            });
+            } else if libc::dup2(token_fd, TOKEN_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = tokio::runtime::Handle::current();
+    let job: SpawnJob = Box::new(move || {
+        let _runtime = handle.enter();
+        let result = cmd.spawn();
+        // The fds the child inherited are closed here, in the broker.
+        drop((reader, ruleset));
+        let _ = tx.send(result);
+    });
+    spawner()
+        .send(job)
+        .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?;
+    let child = rx
+        .await
+        .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot start `{}`: {e}", program_path.display()),
+            )
+        })?;
+    Ok(Spawned {
+        child,
+        sandbox: state,
+    })
+}
+
+/// Creates `dir` (and parents) mode 0700; `fresh` empties it first.
+fn private_dir(dir: &Path, fresh: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if fresh {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("emptying {}: {e}", dir.display()),
+                ))
+            }
+            _ => {}
         }
     }
-    cmd.spawn()
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start `{program}`: {e}")))
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", dir.display())))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Sends `signal` to the process group `pgid`. Errors (no such group) are ignored:
@@ -260,5 +505,115 @@ pub async fn capture<R: AsyncRead + Unpin>(
     }
     if !line.is_empty() || dropped > 0 {
         emit(&mut line, &mut dropped);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sleeper(dir: &Path) -> PluginSpec {
+        use std::os::unix::fs::PermissionsExt;
+        let plugin = dir.join("sleeper");
+        std::fs::create_dir_all(&plugin).unwrap();
+        let entry = plugin.join("sleeper");
+        std::fs::write(&entry, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::manifest::PluginSpec::load(&plugin).unwrap()
+    }
+
+    fn launch<'a>(dir: &Path, protected: &'a Protected) -> Launch<'a> {
+        Launch {
+            addr: "unix:///nowhere",
+            token: "t0ken",
+            data: dir.join("data/plugin-data/sleeper"),
+            tmp: dir.join("data/tmp/sleeper"),
+            protected,
+        }
+    }
+
+    /// PR_SET_PDEATHSIG fires when the forking *thread* exits: a plugin spawned while
+    /// the broker ran on a thread that later ends (a retired blocking-pool thread) must
+    /// live on.
+    #[test]
+    fn a_plugin_outlives_the_thread_that_asked_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = sleeper(dir.path());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        let protected = Protected::default();
+        let root = dir.path().to_path_buf();
+        let child = std::thread::spawn(move || {
+            let interp = Interpreters::from_env();
+            handle
+                .block_on(spawn(&spec, &interp, &launch(&root, &protected)))
+                .unwrap()
+                .child
+        })
+        .join()
+        .unwrap();
+        let pid = child.id().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
+        assert!(
+            matches!(state, Some("S" | "R")),
+            "plugin died with its thread: {stat}"
+        );
+        signal_group(pid, libc::SIGKILL);
+        drop(child);
+        drop(rt);
+    }
+
+    #[test]
+    fn the_environment_is_an_allow_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = sleeper(dir.path());
+        spec.env.insert("MODE".into(), "x".into());
+        spec.env_passthrough = vec!["AWS_PROFILE".into(), "MYAPP_*".into(), "LD_PRELOAD".into()];
+        let broker: Vec<(String, String)> = [
+            ("PATH", "/usr/bin"),
+            ("LC_ALL", "C.UTF-8"),
+            ("OPENAI_API_KEY", "sk-1"),
+            ("HEARTH_LLM_API_KEY", "sk-2"),
+            ("AWS_PROFILE", "dev"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("MYAPP_URL", "u"),
+            ("LD_PRELOAD", "/evil.so"),
+            ("HEARTH_TOKEN", "stale"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let protected = Protected::default();
+        let env: BTreeMap<String, String> =
+            plugin_env(&spec, &broker, &launch(dir.path(), &protected))
+                .into_iter()
+                .collect();
+        let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "AWS_PROFILE",
+                "HEARTH_ADDR",
+                "HEARTH_PLUGIN",
+                "HEARTH_PLUGIN_DATA",
+                "HEARTH_TOKEN_FD",
+                "LC_ALL",
+                "MODE",
+                "MYAPP_URL",
+                "PATH",
+                "PYTHONUNBUFFERED",
+                "TMPDIR"
+            ]
+        );
+        assert_eq!(env["HEARTH_TOKEN_FD"], "3");
+        spec.allow_loader_env = true;
+        let env = plugin_env(&spec, &broker, &launch(dir.path(), &protected));
+        assert!(env.iter().any(|(k, _)| k == "LD_PRELOAD"));
     }
 }

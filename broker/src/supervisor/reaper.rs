@@ -25,8 +25,11 @@ impl Reaper {
     pub fn start() -> std::io::Result<Reaper> {
         use std::os::unix::process::CommandExt;
         let exe = std::env::current_exe()?;
+        // A clean environment: plugins can read a process's initial environment in
+        // /proc, and the broker's may hold API keys.
         let mut child = Command::new(exe)
             .arg("__reaper")
+            .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -24,59 +24,59 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/admin.proto\x12\thearth.v1\"\x14\n\x12ListPluginsRequest\"\xf7\x01\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07runtime\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\r\n\x05tools\x18\x06 \x03(\t\x12\x0b\n\x03\x64ir\x18\x07 \x01(\t\x12\x11\n\tuptime_ms\x18\x08 \x01(\x04\x12\x11\n\tlast_exit\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0b\n\x03sdk\x18\x0c \x01(\t\x12\x12\n\nstartup_ms\x18\r \x01(\r\"?\n\x13ListPluginsResponse\x12(\n\x07plugins\x18\x01 \x03(\x0b\x32\x17.hearth.v1.PluginStatus\"$\n\x14RestartPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x15RestartPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"!\n\x11LoadPluginRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"=\n\x12LoadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13UnloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14UnloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13ReloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14ReloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"?\n\x11PluginLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tail\x18\x02 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"H\n\x07LogLine\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0f\n\x07unix_ms\x18\x04 \x01(\x04\"\x12\n\x10ListToolsRequest\"V\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\"7\n\x11ListToolsResponse\x12\"\n\x05tools\x18\x01 \x03(\x0b\x32\x13.hearth.v1.ToolInfo\"i\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12\x0f\n\x07user_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\"\x88\x01\n\x10\x43\x61llToolResponse\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\tdata_json\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x12\n\nelapsed_us\x18\x07 \x01(\x04\"\x14\n\x12ListSourcesRequest\"\xf5\x01\n\nSourceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x03\x12\x0f\n\x07\x63urrent\x18\x06 \x01(\x08\x12\r\n\x05state\x18\x07 \x01(\t\x12\x13\n\x0b\x63ooldown_ms\x18\x08 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\t \x01(\r\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x16\n\x0emax_concurrent\x18\x0b \x01(\r\x12\x11\n\tin_flight\x18\x0c \x01(\r\x12\x0f\n\x07waiting\x18\r \x01(\r\"N\n\x13ListSourcesResponse\x12&\n\x07sources\x18\x01 \x03(\x0b\x32\x15.hearth.v1.SourceInfo\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\t\" \n\x10UseSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t*\xe0\x01\n\x0bPluginState\x12\x1c\n\x18PLUGIN_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PLUGIN_STATE_STARTING\x10\x01\x12\x16\n\x12PLUGIN_STATE_READY\x10\x02\x12\x18\n\x14PLUGIN_STATE_CRASHED\x10\x03\x12\x18\n\x14PLUGIN_STATE_BACKOFF\x10\x04\x12\x17\n\x13PLUGIN_STATE_FAILED\x10\x05\x12\x19\n\x15PLUGIN_STATE_STOPPING\x10\x06\x12\x18\n\x14PLUGIN_STATE_STOPPED\x10\x07\x32\xfd\x05\n\x05\x41\x64min\x12L\n\x0bListPlugins\x12\x1d.hearth.v1.ListPluginsRequest\x1a\x1e.hearth.v1.ListPluginsResponse\x12R\n\rRestartPlugin\x12\x1f.hearth.v1.RestartPluginRequest\x1a .hearth.v1.RestartPluginResponse\x12I\n\nLoadPlugin\x12\x1c.hearth.v1.LoadPluginRequest\x1a\x1d.hearth.v1.LoadPluginResponse\x12O\n\x0cUnloadPlugin\x12\x1e.hearth.v1.UnloadPluginRequest\x1a\x1f.hearth.v1.UnloadPluginResponse\x12O\n\x0cReloadPlugin\x12\x1e.hearth.v1.ReloadPluginRequest\x1a\x1f.hearth.v1.ReloadPluginResponse\x12@\n\nPluginLogs\x12\x1c.hearth.v1.PluginLogsRequest\x1a\x12.hearth.v1.LogLine0\x01\x12L\n\x0bListSources\x12\x1d.hearth.v1.ListSourcesRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12H\n\tUseSource\x12\x1b.hearth.v1.UseSourceRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12\x46\n\tListTools\x12\x1b.hearth.v1.ListToolsRequest\x1a\x1c.hearth.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.hearth.v1.CallToolRequest\x1a\x1b.hearth.v1.CallToolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/admin.proto\x12\thearth.v1\"\x14\n\x12ListPluginsRequest\"\x88\x02\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07runtime\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\r\n\x05tools\x18\x06 \x03(\t\x12\x0b\n\x03\x64ir\x18\x07 \x01(\t\x12\x11\n\tuptime_ms\x18\x08 \x01(\x04\x12\x11\n\tlast_exit\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0b\n\x03sdk\x18\x0c \x01(\t\x12\x12\n\nstartup_ms\x18\r \x01(\r\x12\x0f\n\x07sandbox\x18\x0e \x01(\t\"?\n\x13ListPluginsResponse\x12(\n\x07plugins\x18\x01 \x03(\x0b\x32\x17.hearth.v1.PluginStatus\"$\n\x14RestartPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x15RestartPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"!\n\x11LoadPluginRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"=\n\x12LoadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13UnloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14UnloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13ReloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14ReloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"?\n\x11PluginLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tail\x18\x02 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"H\n\x07LogLine\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0f\n\x07unix_ms\x18\x04 \x01(\x04\"\x12\n\x10ListToolsRequest\"V\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\"7\n\x11ListToolsResponse\x12\"\n\x05tools\x18\x01 \x03(\x0b\x32\x13.hearth.v1.ToolInfo\"i\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12\x0f\n\x07user_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\"\x88\x01\n\x10\x43\x61llToolResponse\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\tdata_json\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x12\n\nelapsed_us\x18\x07 \x01(\x04\"\x14\n\x12ListSourcesRequest\"\xf5\x01\n\nSourceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x03\x12\x0f\n\x07\x63urrent\x18\x06 \x01(\x08\x12\r\n\x05state\x18\x07 \x01(\t\x12\x13\n\x0b\x63ooldown_ms\x18\x08 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\t \x01(\r\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x16\n\x0emax_concurrent\x18\x0b \x01(\r\x12\x11\n\tin_flight\x18\x0c \x01(\r\x12\x0f\n\x07waiting\x18\r \x01(\r\"N\n\x13ListSourcesResponse\x12&\n\x07sources\x18\x01 \x03(\x0b\x32\x15.hearth.v1.SourceInfo\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\t\" \n\x10UseSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t*\xe0\x01\n\x0bPluginState\x12\x1c\n\x18PLUGIN_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PLUGIN_STATE_STARTING\x10\x01\x12\x16\n\x12PLUGIN_STATE_READY\x10\x02\x12\x18\n\x14PLUGIN_STATE_CRASHED\x10\x03\x12\x18\n\x14PLUGIN_STATE_BACKOFF\x10\x04\x12\x17\n\x13PLUGIN_STATE_FAILED\x10\x05\x12\x19\n\x15PLUGIN_STATE_STOPPING\x10\x06\x12\x18\n\x14PLUGIN_STATE_STOPPED\x10\x07\x32\xfd\x05\n\x05\x41\x64min\x12L\n\x0bListPlugins\x12\x1d.hearth.v1.ListPluginsRequest\x1a\x1e.hearth.v1.ListPluginsResponse\x12R\n\rRestartPlugin\x12\x1f.hearth.v1.RestartPluginRequest\x1a .hearth.v1.RestartPluginResponse\x12I\n\nLoadPlugin\x12\x1c.hearth.v1.LoadPluginRequest\x1a\x1d.hearth.v1.LoadPluginResponse\x12O\n\x0cUnloadPlugin\x12\x1e.hearth.v1.UnloadPluginRequest\x1a\x1f.hearth.v1.UnloadPluginResponse\x12O\n\x0cReloadPlugin\x12\x1e.hearth.v1.ReloadPluginRequest\x1a\x1f.hearth.v1.ReloadPluginResponse\x12@\n\nPluginLogs\x12\x1c.hearth.v1.PluginLogsRequest\x1a\x12.hearth.v1.LogLine0\x01\x12L\n\x0bListSources\x12\x1d.hearth.v1.ListSourcesRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12H\n\tUseSource\x12\x1b.hearth.v1.UseSourceRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12\x46\n\tListTools\x12\x1b.hearth.v1.ListToolsRequest\x1a\x1c.hearth.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.hearth.v1.CallToolRequest\x1a\x1b.hearth.v1.CallToolResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hearth.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PLUGINSTATE']._serialized_start=1714
-  _globals['_PLUGINSTATE']._serialized_end=1938
+  _globals['_PLUGINSTATE']._serialized_start=1731
+  _globals['_PLUGINSTATE']._serialized_end=1955
   _globals['_LISTPLUGINSREQUEST']._serialized_start=36
   _globals['_LISTPLUGINSREQUEST']._serialized_end=56
   _globals['_PLUGINSTATUS']._serialized_start=59
-  _globals['_PLUGINSTATUS']._serialized_end=306
-  _globals['_LISTPLUGINSRESPONSE']._serialized_start=308
-  _globals['_LISTPLUGINSRESPONSE']._serialized_end=371
-  _globals['_RESTARTPLUGINREQUEST']._serialized_start=373
-  _globals['_RESTARTPLUGINREQUEST']._serialized_end=409
-  _globals['_RESTARTPLUGINRESPONSE']._serialized_start=411
-  _globals['_RESTARTPLUGINRESPONSE']._serialized_end=475
-  _globals['_LOADPLUGINREQUEST']._serialized_start=477
-  _globals['_LOADPLUGINREQUEST']._serialized_end=510
-  _globals['_LOADPLUGINRESPONSE']._serialized_start=512
-  _globals['_LOADPLUGINRESPONSE']._serialized_end=573
-  _globals['_UNLOADPLUGINREQUEST']._serialized_start=575
-  _globals['_UNLOADPLUGINREQUEST']._serialized_end=610
-  _globals['_UNLOADPLUGINRESPONSE']._serialized_start=612
-  _globals['_UNLOADPLUGINRESPONSE']._serialized_end=675
-  _globals['_RELOADPLUGINREQUEST']._serialized_start=677
-  _globals['_RELOADPLUGINREQUEST']._serialized_end=712
-  _globals['_RELOADPLUGINRESPONSE']._serialized_start=714
-  _globals['_RELOADPLUGINRESPONSE']._serialized_end=777
-  _globals['_PLUGINLOGSREQUEST']._serialized_start=779
-  _globals['_PLUGINLOGSREQUEST']._serialized_end=842
-  _globals['_LOGLINE']._serialized_start=844
-  _globals['_LOGLINE']._serialized_end=916
-  _globals['_LISTTOOLSREQUEST']._serialized_start=918
-  _globals['_LISTTOOLSREQUEST']._serialized_end=936
-  _globals['_TOOLINFO']._serialized_start=938
-  _globals['_TOOLINFO']._serialized_end=1024
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=1026
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=1081
-  _globals['_CALLTOOLREQUEST']._serialized_start=1083
-  _globals['_CALLTOOLREQUEST']._serialized_end=1188
-  _globals['_CALLTOOLRESPONSE']._serialized_start=1191
-  _globals['_CALLTOOLRESPONSE']._serialized_end=1327
-  _globals['_LISTSOURCESREQUEST']._serialized_start=1329
-  _globals['_LISTSOURCESREQUEST']._serialized_end=1349
-  _globals['_SOURCEINFO']._serialized_start=1352
-  _globals['_SOURCEINFO']._serialized_end=1597
-  _globals['_LISTSOURCESRESPONSE']._serialized_start=1599
-  _globals['_LISTSOURCESRESPONSE']._serialized_end=1677
-  _globals['_USESOURCEREQUEST']._serialized_start=1679
-  _globals['_USESOURCEREQUEST']._serialized_end=1711
-  _globals['_ADMIN']._serialized_start=1941
-  _globals['_ADMIN']._serialized_end=2706
+  _globals['_PLUGINSTATUS']._serialized_end=323
+  _globals['_LISTPLUGINSRESPONSE']._serialized_start=325
+  _globals['_LISTPLUGINSRESPONSE']._serialized_end=388
+  _globals['_RESTARTPLUGINREQUEST']._serialized_start=390
+  _globals['_RESTARTPLUGINREQUEST']._serialized_end=426
+  _globals['_RESTARTPLUGINRESPONSE']._serialized_start=428
+  _globals['_RESTARTPLUGINRESPONSE']._serialized_end=492
+  _globals['_LOADPLUGINREQUEST']._serialized_start=494
+  _globals['_LOADPLUGINREQUEST']._serialized_end=527
+  _globals['_LOADPLUGINRESPONSE']._serialized_start=529
+  _globals['_LOADPLUGINRESPONSE']._serialized_end=590
+  _globals['_UNLOADPLUGINREQUEST']._serialized_start=592
+  _globals['_UNLOADPLUGINREQUEST']._serialized_end=627
+  _globals['_UNLOADPLUGINRESPONSE']._serialized_start=629
+  _globals['_UNLOADPLUGINRESPONSE']._serialized_end=692
+  _globals['_RELOADPLUGINREQUEST']._serialized_start=694
+  _globals['_RELOADPLUGINREQUEST']._serialized_end=729
+  _globals['_RELOADPLUGINRESPONSE']._serialized_start=731
+  _globals['_RELOADPLUGINRESPONSE']._serialized_end=794
+  _globals['_PLUGINLOGSREQUEST']._serialized_start=796
+  _globals['_PLUGINLOGSREQUEST']._serialized_end=859
+  _globals['_LOGLINE']._serialized_start=861
+  _globals['_LOGLINE']._serialized_end=933
+  _globals['_LISTTOOLSREQUEST']._serialized_start=935
+  _globals['_LISTTOOLSREQUEST']._serialized_end=953
+  _globals['_TOOLINFO']._serialized_start=955
+  _globals['_TOOLINFO']._serialized_end=1041
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=1043
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=1098
+  _globals['_CALLTOOLREQUEST']._serialized_start=1100
+  _globals['_CALLTOOLREQUEST']._serialized_end=1205
+  _globals['_CALLTOOLRESPONSE']._serialized_start=1208
+  _globals['_CALLTOOLRESPONSE']._serialized_end=1344
+  _globals['_LISTSOURCESREQUEST']._serialized_start=1346
+  _globals['_LISTSOURCESREQUEST']._serialized_end=1366
+  _globals['_SOURCEINFO']._serialized_start=1369
+  _globals['_SOURCEINFO']._serialized_end=1614
+  _globals['_LISTSOURCESRESPONSE']._serialized_start=1616
+  _globals['_LISTSOURCESRESPONSE']._serialized_end=1694
+  _globals['_USESOURCEREQUEST']._serialized_start=1696
+  _globals['_USESOURCEREQUEST']._serialized_end=1728
+  _globals['_ADMIN']._serialized_start=1958
+  _globals['_ADMIN']._serialized_end=2723
 # @@protoc_insertion_point(module_scope)

@@ -31,7 +31,7 @@ class ListPluginsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PluginStatus(_message.Message):
-    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms")
+    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms", "sandbox")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class PluginStatus(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SDK_FIELD_NUMBER: _ClassVar[int]
     STARTUP_MS_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
     name: str
     runtime: str
     pid: int
@@ -58,7 +59,8 @@ class PluginStatus(_message.Message):
     version: str
     sdk: str
     startup_ms: int
-    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ...) -> None: ...
+    sandbox: str
+    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ..., sandbox: _Optional[str] = ...) -> None: ...
 
 class ListPluginsResponse(_message.Message):
     __slots__ = ("plugins",)

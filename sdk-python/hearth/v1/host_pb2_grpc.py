@@ -29,6 +29,11 @@ if _version_not_supported:
 class SettingsStub:
     """---------------------------------------------------------------- settings
 
+    A plugin's own keys need no capability; core keys need `settings_core`, other
+    plugins' keys and Dump `settings_cross`. Secrets (a def's `secret`; core keys named
+    like credentials, `…api_key`, `…token`, `…secret`, `…password`) of the core and of
+    other plugins read as the JSON string "••••••" and cannot be set without
+    `settings_secrets` (PERMISSION_DENIED); Dump masks them always.
     """
 
     def __init__(self, channel):
@@ -107,6 +112,11 @@ class SettingsStub:
 class SettingsServicer:
     """---------------------------------------------------------------- settings
 
+    A plugin's own keys need no capability; core keys need `settings_core`, other
+    plugins' keys and Dump `settings_cross`. Secrets (a def's `secret`; core keys named
+    like credentials, `…api_key`, `…token`, `…secret`, `…password`) of the core and of
+    other plugins read as the JSON string "••••••" and cannot be set without
+    `settings_secrets` (PERMISSION_DENIED); Dump masks them always.
     """
 
     def Get(self, request, context):
@@ -266,6 +276,11 @@ def add_SettingsServicer_to_server(servicer, server):
 class Settings:
     """---------------------------------------------------------------- settings
 
+    A plugin's own keys need no capability; core keys need `settings_core`, other
+    plugins' keys and Dump `settings_cross`. Secrets (a def's `secret`; core keys named
+    like credentials, `…api_key`, `…token`, `…secret`, `…password`) of the core and of
+    other plugins read as the JSON string "••••••" and cannot be set without
+    `settings_secrets` (PERMISSION_DENIED); Dump masks them always.
     """
 
     @staticmethod

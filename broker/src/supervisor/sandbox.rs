@@ -1,0 +1,561 @@
+//! The filesystem and network sandbox of one plugin process (Linux Landlock; see
+//! SECURITY.md).
+//!
+//! A sandboxed plugin may read (and execute) the system directories, its runtime (the
+//! interpreter's prefix, a venv and the packages it imports, `node_modules` up the tree
+//! and the packages they link to), its own folder, the folder of an absolute `entry` and
+//! the manifest's `sandbox.read`; it may write its own data and temp directories and
+//! the manifest's `sandbox.write`. No rule reaches the broker's data dir (`hearth.db`,
+//! `admin.token`, `hearth.toml`, `adapters/`, `knowledge/`, other plugins' data) or a
+//! plugin root (other plugins' folders): a broad rule whose subtree holds one of those
+//! is split into rules for each of its other entries. With `sandbox.net_connect` the
+//! plugin may only open TCP connections to those ports (Landlock matches ports, not
+//! hosts). From ABI 6 on it may not signal or reach the abstract Unix sockets of
+//! processes outside its sandbox.
+//!
+//! The ruleset is built in the broker before the fork; the child only calls
+//! `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self` (both async-signal-safe)
+//! before `exec`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+};
+
+use crate::manifest::{PluginSpec, Runtime};
+
+/// Newest Landlock ABI the broker's rules were written and tested for; a newer kernel
+/// is used at this level (its extra restrictions are not asked for).
+pub const TESTED_ABI: i32 = 6;
+
+/// Read-only system roots every sandboxed plugin may read and execute from (those
+/// that exist).
+const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/sys",
+    "/nix/store",
+    "/run/systemd/resolve",
+    "/run/resolvconf",
+];
+
+/// Files under the system roots no plugin may read even as root: password hashes,
+/// host keys, sudo rules, TLS private keys.
+const SYSTEM_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+];
+
+/// Devices a plugin may read and write.
+const DEVICES_RW: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
+/// Devices a plugin may read.
+const DEVICES_R: &[&str] = &["/dev/random", "/dev/urandom", "/dev/fd"];
+
+/// The kernel's Landlock ABI version, or `None` when plugins cannot be sandboxed: the
+/// kernel has no Landlock (not built in, or not in the `lsm=` boot list), or a
+/// process cannot restrict itself (e.g. a container's seccomp filter refuses
+/// `landlock_restrict_self`). Asked once per process: the version, then a forked
+/// child that applies a ruleset and reports.
+pub fn landlock_abi() -> Option<i32> {
+    static ABI_VERSION: OnceLock<Option<i32>> = OnceLock::new();
+    *ABI_VERSION.get_or_init(|| {
+        // SAFETY: LANDLOCK_CREATE_RULESET_VERSION (1) with a null attr only queries.
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<u8>(),
+                0usize,
+                1u32,
+            )
+        };
+        let abi = (v > 0).then_some(v as i32)?;
+        restrict_works(ABI::from(abi.min(TESTED_ABI))).then_some(abi)
+    })
+}
+
+/// Whether a child process can apply a Landlock ruleset.
+fn restrict_works(abi: ABI) -> bool {
+    let created = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .and_then(|r| r.create());
+    let Ok(created) = created else { return false };
+    let fd: Option<OwnedFd> = created.into();
+    let Some(fd) = fd else { return false };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    // SAFETY: the child only makes async-signal-safe calls (prctl, syscall, _exit);
+    // the parent waits for that one pid.
+    unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            let code = if restrict_self(raw).is_ok() { 0 } else { 1 };
+            libc::_exit(code);
+        }
+        if pid < 0 {
+            return false;
+        }
+        let mut status = 0;
+        if libc::waitpid(pid, &mut status, 0) != pid {
+            return false;
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+}
+
+/// How a plugin process is confined; shown by `hearth plugins list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxState {
+    /// Not started yet.
+    Pending,
+    /// Landlock rules applied at this ABI; `ports` are the only TCP ports it may
+    /// connect to (`None`: any).
+    Landlock {
+        /// ABI level the rules were applied at.
+        abi: i32,
+        /// Allowed TCP connect ports, if restricted.
+        ports: Option<Vec<u16>>,
+    },
+    /// The manifest says `"sandbox": false`.
+    OptedOut,
+    /// The kernel has no Landlock: the plugin runs unconfined.
+    Unavailable,
+}
+
+impl std::fmt::Display for SandboxState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SandboxState::Pending => f.write_str("-"),
+            SandboxState::Landlock { abi, ports: None } => write!(f, "landlock v{abi}"),
+            SandboxState::Landlock {
+                abi,
+                ports: Some(p),
+            } => {
+                let ports: Vec<_> = p.iter().map(|p| p.to_string()).collect();
+                write!(f, "landlock v{abi}, tcp {}", ports.join(","))
+            }
+            SandboxState::OptedOut => f.write_str("off (plugin.json)"),
+            SandboxState::Unavailable => f.write_str("off (no Landlock in this kernel)"),
+        }
+    }
+}
+
+/// What the broker knows beyond the manifest: where its own state lives.
+#[derive(Debug, Clone, Default)]
+pub struct Protected {
+    /// Paths no broad rule may reach: the data dir, every plugin root and every
+    /// loaded plugin's folder.
+    pub paths: Vec<PathBuf>,
+}
+
+/// A sandbox ready to apply in the child: the ruleset fd and what it means.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The Landlock ruleset (close-on-exec; the child applies it before `exec`).
+    pub ruleset: OwnedFd,
+    /// What `plugins list` shows.
+    pub state: SandboxState,
+    /// Paths of the manifest's `sandbox.read`/`write` that were not granted (inside
+    /// the broker's data dir or a plugin root), to log.
+    pub refused: Vec<PathBuf>,
+}
+
+/// The paths one plugin may read (and execute) and write.
+#[derive(Debug, Default)]
+struct Grants {
+    read: BTreeSet<PathBuf>,
+    write: BTreeSet<PathBuf>,
+    refused: Vec<PathBuf>,
+}
+
+impl Grants {
+    /// Grants `path` (made absolute and resolved) minus every protected subtree.
+    fn add_except(&mut self, path: &Path, protected: &[PathBuf], write: bool, explicit: bool) {
+        let Ok(path) = std::fs::canonicalize(path) else {
+            return;
+        };
+        if protected.iter().any(|p| path.starts_with(p)) {
+            if explicit {
+                self.refused.push(path);
+            }
+            return;
+        }
+        if !protected.iter().any(|p| p.starts_with(&path)) {
+            if write {
+                self.write.insert(path);
+            } else {
+                self.read.insert(path);
+            }
+            return;
+        }
+        // A protected path lies below: grant each other entry instead.
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            self.add_except(&entry.path(), protected, write, false);
+        }
+    }
+
+    /// Grants `path` as it is (the plugin's own folders).
+    fn add_own(&mut self, path: &Path, write: bool) {
+        if let Ok(path) = std::fs::canonicalize(path) {
+            if write {
+                self.write.insert(path);
+            } else {
+                self.read.insert(path);
+            }
+        }
+    }
+}
+
+/// Builds the Landlock ruleset of `spec` started as `program` with `env`, or says why
+/// it runs unconfined (`Err(state)`: opted out, or no Landlock). `data` and `tmp` are
+/// its own writable directories. Errors creating the ruleset itself are returned as
+/// text (the plugin is then not started: it never runs less confined than promised).
+pub fn prepare(
+    spec: &PluginSpec,
+    program: &Path,
+    env: &[(String, String)],
+    data: &Path,
+    tmp: &Path,
+    protected: &Protected,
+) -> Result<Result<Prepared, SandboxState>, String> {
+    let sandbox = &spec.sandbox;
+    if !sandbox.enabled {
+        return Ok(Err(SandboxState::OptedOut));
+    }
+    let Some(kernel_abi) = landlock_abi() else {
+        return Ok(Err(SandboxState::Unavailable));
+    };
+    let level = kernel_abi.min(TESTED_ABI);
+    let abi = ABI::from(level);
+
+    let mut protected_paths: Vec<PathBuf> = protected
+        .paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    protected_paths.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
+
+    let mut grants = Grants::default();
+    for root in SYSTEM_READ {
+        grants.add_except(Path::new(root), &protected_paths, false, false);
+    }
+    for dev in DEVICES_R {
+        grants.add_own(Path::new(dev), false);
+    }
+    for dev in DEVICES_RW {
+        grants.add_own(Path::new(dev), true);
+    }
+    grants.add_own(&spec.dir, false);
+    if !spec.entry.starts_with(&spec.dir) {
+        if let Some(parent) = spec.entry.parent() {
+            grants.add_except(parent, &protected_paths, false, false);
+        }
+    }
+    for path in runtime_paths(spec, program, env) {
+        grants.add_except(&path, &protected_paths, false, false);
+    }
+    // A listed path inside the plugin's own folder is its own (its folder sits in a
+    // protected plugin root); any other goes around the protected ones.
+    let own = std::fs::canonicalize(&spec.dir).unwrap_or_else(|_| spec.dir.clone());
+    for (paths, write) in [(&sandbox.read, false), (&sandbox.write, true)] {
+        for path in paths {
+            match std::fs::canonicalize(path) {
+                Ok(real) if real.starts_with(&own) => grants.add_own(&real, write),
+                _ => grants.add_except(path, &protected_paths, write, true),
+            }
+        }
+    }
+    grants.add_own(data, true);
+    grants.add_own(tmp, true);
+
+    let ports = sandbox.net_connect.as_ref().map(|list| {
+        let mut ports: Vec<u16> = list.iter().map(|(_, port)| *port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    });
+    let ports = ports.filter(|_| level >= 4);
+
+    let fail = |e: &dyn std::fmt::Display| format!("building the Landlock ruleset: {e}");
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(|e| fail(&e))?;
+    if ports.is_some() {
+        ruleset = ruleset
+            .handle_access(AccessNet::ConnectTcp)
+            .map_err(|e| fail(&e))?;
+    }
+    if level >= 6 {
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| fail(&e))?;
+    }
+    let mut created = ruleset.create().map_err(|e| fail(&e))?;
+    let read_access = AccessFs::from_read(abi);
+    let write_access = AccessFs::from_all(abi);
+    for (paths, access) in [(&grants.read, read_access), (&grants.write, write_access)] {
+        for path in paths {
+            // A path that vanished since it was listed is simply not granted.
+            let Ok(fd) = PathFd::new(path) else { continue };
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| fail(&format!("{}: {e}", path.display())))?;
+        }
+    }
+    for port in ports.iter().flatten() {
+        created = created
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+            .map_err(|e| fail(&e))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    let ruleset = fd.ok_or_else(|| fail(&"the kernel refused to create a ruleset"))?;
+    Ok(Ok(Prepared {
+        ruleset,
+        state: SandboxState::Landlock { abi: level, ports },
+        refused: grants.refused,
+    }))
+}
+
+/// Applies `ruleset` to the calling (child) process: `PR_SET_NO_NEW_PRIVS`, then
+/// `landlock_restrict_self`. Async-signal-safe: for use between fork and exec.
+///
+/// # Safety
+/// Only call in a freshly forked child before `exec`; `ruleset` must be a Landlock
+/// ruleset fd.
+pub unsafe fn restrict_self(ruleset: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: plain syscalls on integers.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The folders a plugin's runtime reads besides the system roots: the interpreter's
+/// prefix and, by asking the interpreter once, the paths it imports from.
+fn runtime_paths(spec: &PluginSpec, program: &Path, env: &[(String, String)]) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if let Ok(real) = std::fs::canonicalize(program) {
+        // <prefix>/bin/<interpreter>: the prefix holds its standard library.
+        if let Some(prefix) = real.parent().and_then(Path::parent) {
+            if spec.runtime != Runtime::Exec && prefix != Path::new("/") {
+                paths.push(prefix.to_path_buf());
+            }
+        }
+    }
+    match spec.runtime {
+        Runtime::Python => {
+            // A venv: <venv>/bin/python next to <venv>/pyvenv.cfg.
+            if let Some(venv) = program.parent().and_then(Path::parent) {
+                if venv.join("pyvenv.cfg").is_file() {
+                    paths.push(venv.to_path_buf());
+                }
+            }
+            paths.extend(probe(program, PYTHON_PROBE, env));
+        }
+        Runtime::Node => {
+            paths.extend(probe(program, NODE_PROBE, env));
+            let mut seen = BTreeSet::new();
+            node_modules_up(&spec.dir, &mut paths, &mut seen);
+            if let Some(parent) = spec.entry.parent() {
+                node_modules_up(parent, &mut paths, &mut seen);
+            }
+            for (key, value) in env {
+                if key == "NODE_PATH" {
+                    for dir in std::env::split_paths(value) {
+                        modules_dir(&dir, &mut paths, &mut seen);
+                    }
+                }
+            }
+        }
+        Runtime::Exec => {}
+    }
+    paths
+}
+
+/// Asks a Python interpreter where it imports from: `sys.path`, its prefixes, and the
+/// source folders of editable installs (setuptools' finders keep them in `MAPPING`).
+const PYTHON_PROBE: &[&str] = &[
+    "-I",
+    "-c",
+    "import sys,json\n\
+     p=set(x for x in sys.path if x)|{sys.prefix,sys.base_prefix,sys.exec_prefix}\n\
+     for f in sys.meta_path:\n\
+     \x20m=sys.modules.get(getattr(f,'__module__','') or '')\n\
+     \x20mp=getattr(m,'MAPPING',None)\n\
+     \x20if isinstance(mp,dict): p|=set(map(str,mp.values()))\n\
+     print(json.dumps(sorted(p)))",
+];
+
+/// Asks Node where it loads from: its executable's prefix and the global folders.
+const NODE_PROBE: &[&str] = &[
+    "-e",
+    "console.log(JSON.stringify([require('path').dirname(require('path').dirname(process.execPath))].concat(require('module').globalPaths)))",
+];
+
+/// Runs `program args` once per (program, args) and caches the JSON list of paths it
+/// prints. `-I` keeps Python from adding the working directory; the probe runs with
+/// the plugin's environment (PYTHONPATH, NODE_PATH). A failing probe grants nothing
+/// extra (the plugin may then fail to start, and its log says what it could not read).
+fn probe(program: &Path, args: &[&str], env: &[(String, String)]) -> Vec<PathBuf> {
+    type Probed = HashMap<(PathBuf, String), Vec<PathBuf>>;
+    static CACHE: OnceLock<Mutex<Probed>> = OnceLock::new();
+    let key_env: String = env
+        .iter()
+        .filter(|(k, _)| k == "PYTHONPATH" || k == "NODE_PATH" || k == "PYTHONHOME")
+        .map(|(k, v)| format!("{k}={v};"))
+        .collect();
+    let key = (program.to_path_buf(), key_env);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().unwrap().get(&key) {
+        return hit.clone();
+    }
+    let output = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let paths: Vec<PathBuf> = match output {
+        Ok(out) if out.status.success() => serde_json::from_slice::<Vec<String>>(&out.stdout)
+            .unwrap_or_default()
+            .into_iter()
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .collect(),
+        _ => Vec::new(),
+    };
+    cache.lock().unwrap().insert(key, paths.clone());
+    paths
+}
+
+/// Every `node_modules` in `dir` and its ancestors, and the real folders of the
+/// packages linked from them (npm workspaces, `npm link`), with their own ancestors'
+/// `node_modules`.
+fn node_modules_up(dir: &Path, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathBuf>) {
+    for ancestor in dir.ancestors() {
+        modules_dir(&ancestor.join("node_modules"), out, seen);
+    }
+}
+
+/// One folder of packages (a `node_modules`, or a `NODE_PATH` entry): itself, and the
+/// real folders of the packages linked from it with their ancestors' `node_modules`.
+fn modules_dir(modules: &Path, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathBuf>) {
+    if !seen.insert(modules.to_path_buf()) || !modules.is_dir() {
+        return;
+    }
+    out.push(modules.to_path_buf());
+    let Ok(entries) = std::fs::read_dir(modules) else {
+        return;
+    };
+    let mut linked = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let scoped = entry.file_name().to_string_lossy().starts_with('@');
+        let children: Vec<PathBuf> = if scoped {
+            std::fs::read_dir(&path)
+                .map(|d| d.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default()
+        } else {
+            vec![path]
+        };
+        linked.extend(
+            children
+                .iter()
+                .filter(|child| child.is_symlink())
+                .filter_map(|child| std::fs::canonicalize(child).ok()),
+        );
+    }
+    for real in linked {
+        if seen.insert(real.clone()) {
+            out.push(real.clone());
+            if let Some(parent) = real.parent() {
+                node_modules_up(parent, out, seen);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broad_grant_is_split_around_a_protected_subtree() {
+        let root = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(root.path()).unwrap();
+        for dir in ["a/data/x", "a/b", "c"] {
+            std::fs::create_dir_all(base.join(dir)).unwrap();
+        }
+        std::fs::write(base.join("a/file"), "f").unwrap();
+        let protected = vec![base.join("a/data")];
+        let mut grants = Grants::default();
+        grants.add_except(&base, &protected, false, true);
+        let got: Vec<_> = grants
+            .read
+            .iter()
+            .map(|p| p.strip_prefix(&base).unwrap().display().to_string())
+            .collect();
+        assert_eq!(got, ["a/b", "a/file", "c"]);
+        assert!(grants.refused.is_empty());
+
+        let mut inside = Grants::default();
+        inside.add_except(&base.join("a/data/x"), &protected, true, true);
+        assert!(inside.write.is_empty());
+        assert_eq!(inside.refused, [base.join("a/data/x")]);
+    }
+
+    #[test]
+    fn a_link_to_a_protected_folder_is_not_granted() {
+        let root = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(root.path()).unwrap();
+        std::fs::create_dir_all(base.join("data")).unwrap();
+        std::fs::create_dir_all(base.join("open")).unwrap();
+        std::os::unix::fs::symlink(base.join("data"), base.join("open/link")).unwrap();
+        let mut grants = Grants::default();
+        grants.add_except(&base.join("open/link"), &[base.join("data")], false, false);
+        assert!(grants.read.is_empty());
+    }
+
+    #[test]
+    fn states_read_as_plugins_list_shows_them() {
+        let on = SandboxState::Landlock {
+            abi: 6,
+            ports: Some(vec![443, 8080]),
+        };
+        assert_eq!(on.to_string(), "landlock v6, tcp 443,8080");
+        assert_eq!(SandboxState::OptedOut.to_string(), "off (plugin.json)");
+    }
+}
