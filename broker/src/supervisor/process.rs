@@ -112,6 +112,8 @@ pub struct Spawned {
     pub child: Child,
     /// Its sandbox.
     pub sandbox: SandboxState,
+    /// Time spent preparing its folders and sandbox before the fork.
+    pub prepared_in: std::time::Duration,
 }
 
 /// The environment of `spec`'s process: [`BASE_ENV`] (and `LC_*`) from `broker_env`,
@@ -222,6 +224,7 @@ pub async fn spawn(
     let program_path = resolve_program(&program, &env);
 
     // Folders, probes and the ruleset: blocking work, off the async workers.
+    let preparing = std::time::Instant::now();
     let prepared = {
         let spec = spec.clone();
         let (data, tmp) = (launch.data.clone(), launch.tmp.clone());
@@ -322,6 +325,7 @@ pub async fn spawn(
     Ok(Spawned {
         child,
         sandbox: state,
+        prepared_in: preparing.elapsed(),
     })
 }
 

@@ -196,9 +196,13 @@ struct Grants {
 impl Grants {
     /// Grants `path` (made absolute and resolved) minus every protected subtree.
     fn add_except(&mut self, path: &Path, protected: &[PathBuf], write: bool, explicit: bool) {
-        let Ok(path) = std::fs::canonicalize(path) else {
-            return;
-        };
+        if let Ok(path) = std::fs::canonicalize(path) {
+            self.add_canonical(path, protected, write, explicit);
+        }
+    }
+
+    /// [`Grants::add_except`] of a path already resolved.
+    fn add_canonical(&mut self, path: PathBuf, protected: &[PathBuf], write: bool, explicit: bool) {
         if protected.iter().any(|p| path.starts_with(p)) {
             if explicit {
                 self.refused.push(path);
@@ -218,7 +222,12 @@ impl Grants {
             return;
         };
         for entry in entries.flatten() {
-            self.add_except(&entry.path(), protected, write, false);
+            // Only a link needs resolving: the rest of a resolved folder is resolved.
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                self.add_except(&entry.path(), protected, write, false);
+            } else {
+                self.add_canonical(entry.path(), protected, write, false);
+            }
         }
     }
 
@@ -363,8 +372,34 @@ pub unsafe fn restrict_self(ruleset: std::os::fd::RawFd) -> std::io::Result<()> 
 }
 
 /// The folders a plugin's runtime reads besides the system roots: the interpreter's
-/// prefix and, by asking the interpreter once, the paths it imports from.
+/// prefix and, by asking the interpreter once, the paths it imports from. Cached per
+/// runtime, program, folder, entry and module path variables: a restart reuses them
+/// (a package linked into `node_modules` later is seen after a broker restart).
 fn runtime_paths(spec: &PluginSpec, program: &Path, env: &[(String, String)]) -> Vec<PathBuf> {
+    type Key = (&'static str, PathBuf, PathBuf, PathBuf, String);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Vec<PathBuf>>>> = OnceLock::new();
+    let module_env: String = env
+        .iter()
+        .filter(|(k, _)| k == "PYTHONPATH" || k == "NODE_PATH" || k == "PYTHONHOME")
+        .map(|(k, v)| format!("{k}={v};"))
+        .collect();
+    let key = (
+        spec.runtime.as_str(),
+        program.to_path_buf(),
+        spec.dir.clone(),
+        spec.entry.clone(),
+        module_env,
+    );
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().unwrap().get(&key) {
+        return hit.clone();
+    }
+    let paths = find_runtime_paths(spec, program, env);
+    cache.lock().unwrap().insert(key, paths.clone());
+    paths
+}
+
+fn find_runtime_paths(spec: &PluginSpec, program: &Path, env: &[(String, String)]) -> Vec<PathBuf> {
     let mut paths = Vec::new();
     if let Ok(real) = std::fs::canonicalize(program) {
         // <prefix>/bin/<interpreter>: the prefix holds its standard library.
