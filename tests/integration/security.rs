@@ -390,8 +390,8 @@ async fn the_sandbox_keeps_plugins_out_of_the_data_dir_and_each_other() {
 }
 
 /// Issue 11.11: a relative entry stays in the plugin folder, `env` cannot steer the
-/// loader without saying so, and a known name cannot be claimed by another folder
-/// until `hearth plugins adopt`.
+/// loader without saying so, and a name with settings or data cannot be claimed by
+/// another folder until `hearth plugins adopt` (a name without them moves freely).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifests_are_trusted_within_bounds() {
     let mut b = Broker::spawn(
@@ -405,7 +405,8 @@ async fn manifests_are_trusted_within_bounds() {
                 manifest: json!({"name": "preload", "runtime": "python",
                     "entry": repo().join("tests/plugins/py_echo.py"), "env": {"LD_PRELOAD": "/tmp/x.so"}}),
             },
-            py_echo("named", json!({})),
+            probe("py", "named", json!({})),
+            py_echo("fresh", json!({})),
         ],
         &[],
     )
@@ -433,10 +434,24 @@ async fn manifests_are_trusted_within_bounds() {
         "{preload:?}"
     );
     b.wait_ready("named").await;
+    b.wait_ready("fresh").await;
 
-    // Another folder claiming `named`: refused with the command that fixes it.
+    // `fresh` has no state: another folder may take the name.
+    b.cli(&["plugins", "unload", "fresh"]);
+    let moved = b.write_plugin(&py_echo("fresh", json!({})));
+    let (code, _, err) = b.cli(&["plugins", "load", moved.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+
+    // `named` keeps data: another folder claiming it is refused with the command
+    // that fixes it.
+    let data = env_of(&mut b, "named").await["data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let got = ask(&mut b, "named", "write", &format!("{data}/state")).await;
+    assert!(got.starts_with("ok"), "{got}");
     b.cli(&["plugins", "unload", "named"]);
-    let other = b.write_plugin(&py_echo("named", json!({})));
+    let other = b.write_plugin(&probe("py", "named", json!({})));
     let other_text = other.display().to_string();
     let (code, _, err) = b.cli(&["plugins", "load", &other_text]);
     assert_ne!(code, 0);

@@ -56,6 +56,9 @@ enum Job {
     Write(WriteFn),
 }
 
+/// File name of the database inside the data dir.
+pub const DB_FILE: &str = "hearth.db";
+
 /// Handle to `<data_dir>/hearth.db`. Cheap to clone; every clone talks to the same
 /// connection thread.
 #[derive(Clone, Debug)]
@@ -69,7 +72,7 @@ impl Db {
     /// mode, `synchronous=FULL`, foreign keys on, a busy timeout, and the schema
     /// migrated to [`migrations::latest`].
     pub async fn open(data_dir: &Path) -> Result<Db, StorageError> {
-        let path: Arc<Path> = data_dir.join("hearth.db").into();
+        let path: Arc<Path> = data_dir.join(DB_FILE).into();
         let data_dir = data_dir.to_path_buf();
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready, opened) = oneshot::channel();

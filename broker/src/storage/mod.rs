@@ -36,7 +36,7 @@ mod text_memory;
 use std::path::PathBuf;
 
 pub use conversations::{ConversationKey, Conversations, HistoryBudget};
-pub use db::Db;
+pub use db::{Db, DB_FILE};
 pub use docs::{Doc, DocMemory};
 pub use knowledge::{Knowledge, KnowledgeEntry};
 pub use memory::{

@@ -1,8 +1,9 @@
 //! A plugin's identity is its name, and a name belongs to the folder that first
 //! loaded it: `<data_dir>/plugin-homes.json` maps each name to that folder
-//! (canonical path). Settings, secrets, memory and `plugin-data/<name>` follow the
-//! name, so a different folder claiming a known name is refused until the operator
-//! says it is the same plugin: `hearth plugins adopt NAME DIR`.
+//! (canonical path). Settings, secrets and `plugin-data/<name>` follow the name, so
+//! once a name has such state a different folder claiming it is refused until the
+//! operator says it is the same plugin: `hearth plugins adopt NAME DIR`. A name
+//! without state moves to the new folder freely.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,22 +57,27 @@ impl Homes {
     }
 
     /// Lets `dir` load as `name`: a new name is recorded for `dir`; a known name must
-    /// come from its recorded folder. Errors say which folder owns the name and the
-    /// command that moves it.
-    pub fn claim(&self, name: &str, dir: &Path) -> Result<(), String> {
+    /// come from its recorded folder while `has_state()` says settings or data exist
+    /// for it. Errors say which folder owns the name and the command that moves it.
+    pub fn claim(
+        &self,
+        name: &str,
+        dir: &Path,
+        has_state: impl FnOnce() -> bool,
+    ) -> Result<(), String> {
         let dir = canonical(dir);
         let mut homes = self.read()?;
         match homes.get(name) {
             Some(home) if *home == dir => Ok(()),
-            // The recorded folder is gone: moved or renamed on disk. Still refused:
-            // whoever put the new folder there must say it is the same plugin.
-            Some(home) => Err(format!(
+            // A recorded folder that is gone (moved or renamed on disk) changes
+            // nothing: whoever put the new folder there must say it is the same plugin.
+            Some(home) if has_state() => Err(format!(
                 "the name `{name}` belongs to {} (its settings, secrets and data follow the name); if {} is the same plugin, run `hearth plugins adopt {name} {}`",
                 home.display(),
                 dir.display(),
                 dir.display()
             )),
-            None => {
+            _ => {
                 homes.insert(name.to_string(), dir);
                 self.write(&homes)
             }
@@ -102,19 +108,23 @@ mod tests {
         std::fs::create_dir_all(&a).unwrap();
         std::fs::create_dir_all(&b).unwrap();
         let homes = Homes::new(data.path());
-        homes.claim("weather", &a).unwrap();
-        homes.claim("weather", &a).unwrap();
-        let err = homes.claim("weather", &b).unwrap_err();
+        let state = || true;
+        homes.claim("weather", &a, state).unwrap();
+        homes.claim("weather", &a, state).unwrap();
+        let err = homes.claim("weather", &b, state).unwrap_err();
         assert!(
             err.contains("hearth plugins adopt weather") && err.contains(&*b.to_string_lossy()),
             "{err}"
         );
-        homes.claim("other", &b).unwrap();
+        homes.claim("other", &b, state).unwrap();
         assert_eq!(
             homes.adopt("weather", &b).unwrap(),
             Some(std::fs::canonicalize(&a).unwrap())
         );
-        homes.claim("weather", &b).unwrap();
-        homes.claim("weather", &a).unwrap_err();
+        homes.claim("weather", &b, state).unwrap();
+        homes.claim("weather", &a, state).unwrap_err();
+        // A name with no settings or data yet moves freely.
+        homes.claim("weather", &a, || false).unwrap();
+        homes.claim("weather", &a, state).unwrap();
     }
 }

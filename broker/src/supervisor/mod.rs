@@ -156,7 +156,10 @@ impl Supervisor {
         }
         let trusted = crate::server::refuse_shared_writable(&spec.dir)
             .map_err(|e| e.to_string())
-            .and_then(|()| homes::Homes::new(&self.config.data_dir).claim(&spec.name, &spec.dir));
+            .and_then(|()| {
+                homes::Homes::new(&self.config.data_dir)
+                    .claim(&spec.name, &spec.dir, || self.has_state(&spec.name))
+            });
         if let Err(reason) = trusted {
             drop(plugins);
             return Err(remember(spec.name, reason));
@@ -177,6 +180,31 @@ impl Supervisor {
             .set_plugin_order(plugins.iter().map(|p| p.name().to_string()).collect());
         plugin.start(self.config.clone(), control);
         Ok(plugin)
+    }
+
+    /// Whether settings (a settings table in `hearth.db`) or files in
+    /// `plugin-data/<name>` exist for the plugin `name`: what a folder claiming the
+    /// name would inherit. A database that cannot be read counts as state.
+    fn has_state(&self, name: &str) -> bool {
+        let data = self.config.plugin_data_dir(name);
+        if std::fs::read_dir(&data).is_ok_and(|mut d| d.next().is_some()) {
+            return true;
+        }
+        let db = self.config.data_dir.join(crate::storage::DB_FILE);
+        if !db.exists() {
+            return false;
+        }
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        rusqlite::Connection::open_with_flags(&db, flags)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM settings_tables WHERE plugin = ?1)",
+                    [name],
+                    |row| row.get::<_, bool>(0),
+                )
+            })
+            .unwrap_or(true)
     }
 
     /// How long a call waits for a restarting plugin to be ready again.

@@ -446,7 +446,9 @@ impl Plugin {
                     SandboxState::OptedOut => {
                         tracing::warn!(plugin = %name, "runs without its sandbox: plugin.json says \"sandbox\": false")
                     }
-                    state => tracing::debug!(plugin = %name, sandbox = %state, prepared_us = spawned.prepared_in.as_micros() as u64, "sandbox"),
+                    state => {
+                        tracing::debug!(plugin = %name, sandbox = %state, prepared_us = spawned.prepared_in.as_micros() as u64, "sandbox")
+                    }
                 }
                 self.status.lock().unwrap().sandbox = spawned.sandbox;
                 spawned.child
