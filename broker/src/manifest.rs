@@ -368,6 +368,16 @@ impl PluginSpec {
             Some(n) => n,
             None => dir_name.clone(),
         };
+        // The name names folders (`plugin-data/<name>`, `tmp/<name>`): one plain
+        // component, never a path.
+        if let Err(why) = check_name(&name) {
+            let field_name = if manifest_path.exists() {
+                "name"
+            } else {
+                "(folder name)"
+            };
+            return Err(field(field_name, why));
+        }
         let raw_entry_relative = raw
             .entry
             .as_deref()
@@ -544,6 +554,28 @@ impl PluginSpec {
             dir,
         })
     }
+}
+
+/// Longest plugin name, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+
+/// A plugin name is 1 to [`MAX_NAME_BYTES`] ASCII letters, digits, `_`, `-` and `.`,
+/// starting with a letter or digit: it names the plugin's folders in the data dir, so
+/// it can never be a path (`a/b`, `..`, `/`). The error says what is wrong.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let starts_well = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
+    let allowed = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !starts_well || !allowed || name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "{name:?} is not a plugin name: use 1 to {MAX_NAME_BYTES} letters, digits, `_`, `-` or `.`, starting with a letter or digit"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `path` (symlinks resolved) lies inside `dir`.
@@ -746,6 +778,39 @@ mod tests {
         let err = PluginSpec::load(&dir).unwrap_err().to_string();
         assert!(
             err.contains("unknown capability `root`; known: memory"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_plugin_name_is_never_a_path() {
+        for good in ["calculator", "hc_node", "my-plugin.v2", "A1"] {
+            check_name(good).unwrap();
+        }
+        for bad in [
+            "",
+            "..",
+            ".hidden",
+            "/",
+            "a/b",
+            "../adapters",
+            "a b",
+            "-x",
+            "名字",
+        ] {
+            let err = check_name(bad).unwrap_err();
+            assert!(err.contains("is not a plugin name"), "{bad}: {err}");
+        }
+        assert!(check_name(&"x".repeat(MAX_NAME_BYTES + 1)).is_err());
+        let root = tempdir("name");
+        let dir = root.join("d");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.py"), "").unwrap();
+        std::fs::write(dir.join("plugin.json"), r#"{"name":"../adapters"}"#).unwrap();
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("field `name`") && err.contains("../adapters"),
             "{err}"
         );
         std::fs::remove_dir_all(root).unwrap();

@@ -533,3 +533,20 @@ pub fn final_of(events: &[hearth_proto::v1::chat_event::Event]) -> hearth_proto:
         other => panic!("last event is not Final: {other:?}"),
     }
 }
+
+/// A raw gRPC channel to the broker's Unix socket in `data_dir` (no token attached).
+pub async fn socket_channel(data_dir: &Path) -> tonic::transport::Channel {
+    let socket = data_dir.join("hearth.sock");
+    tonic::transport::Endpoint::try_from("http://localhost")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(socket).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap()
+}

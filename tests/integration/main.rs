@@ -206,19 +206,7 @@ async fn duplicate_tool_names_are_rejected_naming_both_plugins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_tokens_are_refused() {
     let b = Broker::start(vec![]).await;
-    let socket = b.data_dir().join("hearth.sock");
-    let channel = tonic::transport::Endpoint::try_from("http://localhost")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap();
+    let channel = harness::socket_channel(&b.data_dir()).await;
     let mut client = PluginHostClient::new(channel);
     let hello = PluginMessage {
         msg: Some(plugin_message::Msg::Hello(Hello {

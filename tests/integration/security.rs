@@ -464,3 +464,112 @@ async fn manifests_are_trusted_within_bounds() {
     let p = b.wait_ready("named").await;
     assert_eq!(p.dir, other_text);
 }
+
+/// Findings of an attack on the sandbox, each closed: plugin names are never paths;
+/// nothing a manifest names (its interpreter, NODE_OPTIONS) runs outside the
+/// sandbox, not even the broker's interpreter probe; a package link out of its
+/// workspace grants nothing; plugins have their own session (no terminal) and, under
+/// root, no capabilities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_a_plugin_ships_runs_or_reads_outside_its_sandbox() {
+    if hearth::supervisor::sandbox::landlock_abi().is_none() {
+        eprintln!("skipped: this kernel has no Landlock");
+        return;
+    }
+    let mut b = Broker::start(vec![probe("py", "pyc", json!({}))]).await;
+    let data = b.data_dir();
+    let token = std::fs::read_to_string(data.join("admin.token")).unwrap();
+    let loot = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside secret").unwrap();
+
+    // Names that would be paths: refused at load (`../adapters` once made the broker
+    // empty the operator's adapters/ as the plugin's TMPDIR).
+    std::fs::create_dir_all(data.join("adapters")).unwrap();
+    std::fs::write(data.join("adapters/keep.lua"), "return {}").unwrap();
+    for name in ["p1/up", "../adapters", "..", "/"] {
+        let dir = b.write_plugin(&PluginDir {
+            dir: format!("bad{}", name.len()),
+            manifest: json!({"name": name, "runtime": "python", "entry": repo().join("tests/plugins/probe.py")}),
+        });
+        let (code, _, err) = b.cli(&["plugins", "load", dir.to_str().unwrap()]);
+        assert_ne!(code, 0, "{name}");
+        assert!(err.contains("is not a plugin name"), "{name}: {err}");
+    }
+    assert!(data.join("adapters/keep.lua").exists());
+
+    // The manifest's interpreter: a script that steals when run as the probe (`-I`).
+    let thief = format!(
+        "#!/bin/sh\ncat {} > {}/by-probe 2>/dev/null\nexec {} \"$@\"\n",
+        data.join("admin.token").display(),
+        loot.path().display(),
+        python()
+    );
+    let fake = b.write_plugin(&probe("py", "fakepy", json!({"python": "./fakepy"})));
+    std::fs::write(fake.join("fakepy"), thief).unwrap();
+    std::fs::set_permissions(fake.join("fakepy"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // NODE_OPTIONS preloading a thief.
+    let preload = loot.path().join("preload.js");
+    std::fs::write(
+        &preload,
+        format!(
+            "try {{ require('fs').writeFileSync('{}/by-node', require('fs').readFileSync('{}')) }} catch (e) {{}}",
+            loot.path().display(),
+            data.join("admin.token").display()
+        ),
+    )
+    .unwrap();
+    let node = b.write_plugin(&probe(
+        "nd",
+        "nodeopt",
+        json!({"env": {"NODE_OPTIONS": format!("--require {}", preload.display())},
+               "sandbox": {"read": [loot.path()]}}),
+    ));
+    // A package link out of the plugin's workspace.
+    let linked = b.write_plugin(&probe("nd", "linked", json!({})));
+    std::fs::create_dir_all(linked.join("node_modules")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), linked.join("node_modules/innocent")).unwrap();
+    for dir in [&fake, &node, &linked] {
+        b.cli(&["plugins", "load", dir.to_str().unwrap()]);
+    }
+    b.wait_ready("nodeopt").await;
+    b.wait_ready("linked").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for stolen in ["by-probe", "by-node"] {
+        let got = std::fs::read_to_string(loot.path().join(stolen)).unwrap_or_default();
+        assert!(
+            !got.contains(token.trim()),
+            "{stolen}: the admin token left the sandbox"
+        );
+    }
+    let got = ask(
+        &mut b,
+        "linked",
+        "read",
+        &outside.path().join("secret.txt").display().to_string(),
+    )
+    .await;
+    assert!(got.starts_with("denied"), "{got}");
+
+    // Its own session, no controlling terminal; no capabilities under root.
+    let pid = env_of(&mut b, "pyc").await["pid"].as_u64().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // state ppid pgrp session tty_nr
+    assert_eq!(
+        (fields[2], fields[3], fields[4]),
+        (&*pid.to_string(), &*pid.to_string(), "0"),
+        "{stat}"
+    );
+    if unsafe { libc::geteuid() } == 0 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        for cap in ["CapEff:\t0000000000000000", "CapBnd:\t0000000000000000"] {
+            assert!(status.contains(cap), "{status}");
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! - tokens are checked before a request body is read: big unauthenticated calls are
 //!   refused at once, without the broker's memory growing by their size.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,6 @@ use hearth_proto::v1::admin_client::AdminClient;
 use hearth_proto::v1::knowledge_client::KnowledgeClient;
 use hearth_proto::v1::{CallToolRequest, KnowledgeEntry, ListToolsRequest};
 use serde_json::{json, Value};
-use tonic::transport::Channel;
 
 use crate::harness::{python, repo, Broker, PluginDir};
 
@@ -26,23 +25,6 @@ fn hostile(name: &str, capabilities: &[&str]) -> PluginDir {
         manifest: json!({"name": name, "runtime": "python",
             "entry": repo().join("tests/plugins/hostile.py"), "capabilities": capabilities}),
     }
-}
-
-/// A gRPC channel to the broker's socket.
-async fn channel(data_dir: &Path) -> Channel {
-    let socket = data_dir.join("hearth.sock");
-    tonic::transport::Endpoint::try_from("http://localhost")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap()
 }
 
 /// Peak resident memory (VmHWM) of `pid` in KiB.
@@ -265,7 +247,7 @@ async fn big_unauthenticated_calls_are_refused_before_their_body_is_read() {
     let mut b = Broker::start(vec![hostile("ax", &["knowledge"])]).await;
     let pid = b.pid();
     let data: PathBuf = b.data_dir();
-    let ch = channel(&data).await;
+    let ch = crate::harness::socket_channel(&data).await;
     // Warm up: a real call, so the baseline includes what any call allocates.
     assert!(b.call("ax_text", json!({})).await.unwrap().success);
     let before = peak_rss_kib(pid);

@@ -48,10 +48,28 @@ async fn host(b: &mut Broker, plugin: &str, call: &str, args: Value, kwargs: Val
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{tool}: not JSON ({e}): {text}"))
 }
 
-/// Asserts `plugin`'s `call(args…)` answers `value`.
-async fn ok(b: &mut Broker, plugin: &str, call: &str, args: Value, value: Value) {
-    let got = host(b, plugin, call, args.clone(), json!({})).await;
-    assert_eq!(got, json!({ "ok": value }), "{plugin}: {call}{args}");
+/// What a host call should answer.
+enum Want {
+    /// This value.
+    Is(Value),
+    /// PERMISSION_DENIED naming the method and the capability.
+    Denied(&'static str, &'static str),
+}
+use Want::{Denied, Is};
+
+/// Runs each `(plugin, call, args, want)` in order, asserting its answer.
+async fn run(b: &mut Broker, steps: &[(&str, &str, Value, Want)]) {
+    for (plugin, call, args, want) in steps {
+        match want {
+            Is(value) => {
+                let got = host(b, plugin, call, args.clone(), json!({})).await;
+                assert_eq!(got, json!({ "ok": value }), "{plugin}: {call}{args}");
+            }
+            Denied(method, capability) => {
+                denied(b, plugin, call, args.clone(), json!({}), method, capability).await
+            }
+        }
+    }
 }
 
 /// Asserts `plugin`'s `call(args…)` is PERMISSION_DENIED naming `method` and
@@ -91,80 +109,72 @@ async fn secrets_of_other_plugins_and_of_the_core_are_masked_without_settings_se
     // The owner defines a secret key and reads it in clear: it is its own.
     let def =
         json!({"key": "api_key", "type": "string", "display_name": "API key", "secret": true});
-    ok(
+    run(
         &mut b,
-        "owner",
-        "settings.register_def",
-        json!([def]),
-        json!(null),
-    )
-    .await;
-    ok(
-        &mut b,
-        "owner",
-        "settings.set",
-        json!(["api_key", "sk-owner-1"]),
-        json!(null),
-    )
-    .await;
-    ok(
-        &mut b,
-        "owner",
-        "settings.set",
-        json!(["greeting", "hi"]),
-        json!(null),
-    )
-    .await;
-    ok(
-        &mut b,
-        "owner",
-        "settings.get",
-        json!(["api_key"]),
-        json!("sk-owner-1"),
+        &[
+            (
+                "owner",
+                "settings.register_def",
+                json!([def]),
+                Is(json!(null)),
+            ),
+            (
+                "owner",
+                "settings.set",
+                json!(["api_key", "sk-owner-1"]),
+                Is(json!(null)),
+            ),
+            (
+                "owner",
+                "settings.set",
+                json!(["greeting", "hi"]),
+                Is(json!(null)),
+            ),
+            (
+                "owner",
+                "settings.get",
+                json!(["api_key"]),
+                Is(json!("sk-owner-1")),
+            ),
+        ],
     )
     .await;
 
     // settings_cross without settings_secrets: masked, and not overwritable.
-    ok(
+    run(
         &mut b,
-        "cross",
-        "settings.get_plugin",
-        json!(["owner", "api_key"]),
-        json!(MASK),
-    )
-    .await;
-    ok(
-        &mut b,
-        "cross",
-        "settings.get_plugin",
-        json!(["owner", "greeting"]),
-        json!("hi"),
-    )
-    .await;
-    denied(
-        &mut b,
-        "cross",
-        "settings.set_plugin",
-        json!(["owner", "api_key", "sk-attacker"]),
-        json!({}),
-        "Settings.SetPlugin",
-        "settings_secrets",
-    )
-    .await;
-    ok(
-        &mut b,
-        "cross",
-        "settings.set_plugin",
-        json!(["owner", "greeting", "yo"]),
-        json!(null),
-    )
-    .await;
-    ok(
-        &mut b,
-        "cross",
-        "settings.list_plugin",
-        json!(["owner", ""]),
-        json!(["api_key", "greeting"]),
+        &[
+            (
+                "cross",
+                "settings.get_plugin",
+                json!(["owner", "api_key"]),
+                Is(json!(MASK)),
+            ),
+            (
+                "cross",
+                "settings.get_plugin",
+                json!(["owner", "greeting"]),
+                Is(json!("hi")),
+            ),
+            (
+                "cross",
+                "settings.set_plugin",
+                json!(["owner", "api_key", "sk-attacker"]),
+                Denied("Settings.SetPlugin", "settings_secrets"),
+            ),
+            (
+                "cross",
+                "settings.set_plugin",
+                json!(["owner", "greeting", "yo"]),
+                Is(json!(null)),
+            ),
+            (
+                "cross",
+                "settings.list_plugin",
+                json!(["owner", ""]),
+                Is(json!(["api_key", "greeting"])),
+            ),
+        ],
     )
     .await;
     let dump = host(&mut b, "cross", "settings.dump", json!([]), json!({})).await;
@@ -173,38 +183,40 @@ async fn secrets_of_other_plugins_and_of_the_core_are_masked_without_settings_se
         json!(MASK),
         "{dump}"
     );
-    ok(
+    run(
         &mut b,
-        "owner",
-        "settings.get",
-        json!(["api_key"]),
-        json!("sk-owner-1"),
+        &[(
+            "owner",
+            "settings.get",
+            json!(["api_key"]),
+            Is(json!("sk-owner-1")),
+        )],
     )
     .await;
 
     // With settings_secrets: in clear, and overwritable; Dump still masks.
-    ok(
+    run(
         &mut b,
-        "keeper",
-        "settings.get_plugin",
-        json!(["owner", "api_key"]),
-        json!("sk-owner-1"),
-    )
-    .await;
-    ok(
-        &mut b,
-        "keeper",
-        "settings.set_plugin",
-        json!(["owner", "api_key", "sk-owner-2"]),
-        json!(null),
-    )
-    .await;
-    ok(
-        &mut b,
-        "owner",
-        "settings.get",
-        json!(["api_key"]),
-        json!("sk-owner-2"),
+        &[
+            (
+                "keeper",
+                "settings.get_plugin",
+                json!(["owner", "api_key"]),
+                Is(json!("sk-owner-1")),
+            ),
+            (
+                "keeper",
+                "settings.set_plugin",
+                json!(["owner", "api_key", "sk-owner-2"]),
+                Is(json!(null)),
+            ),
+            (
+                "owner",
+                "settings.get",
+                json!(["api_key"]),
+                Is(json!("sk-owner-2")),
+            ),
+        ],
     )
     .await;
     let dump = host(&mut b, "keeper", "settings.dump", json!([]), json!({})).await;
@@ -256,65 +268,53 @@ async fn secrets_of_other_plugins_and_of_the_core_are_masked_without_settings_se
         .await;
     }
     // settings_core: plain keys in clear, secrets masked and not overwritable.
-    ok(
+    run(
         &mut b,
-        "cross",
-        "settings.get_core",
-        json!(["llm.openai.model"]),
-        json!("gpt-4o-mini"),
-    )
-    .await;
-    ok(
-        &mut b,
-        "cross",
-        "settings.get_core",
-        json!(["llm.openai.api_key"]),
-        json!(MASK),
-    )
-    .await;
-    ok(
-        &mut b,
-        "cross",
-        "settings.get_core",
-        json!(["core.admin_pin"]),
-        json!(MASK),
-    )
-    .await;
-    ok(
-        &mut b,
-        "cross",
-        "settings.list_core",
-        json!(["llm.openai."]),
-        json!(["llm.openai.api_key", "llm.openai.model"]),
-    )
-    .await;
-    denied(
-        &mut b,
-        "cross",
-        "settings.set_core",
-        json!(["llm.openai.api_key", "sk-attacker"]),
-        json!({}),
-        "Settings.SetCore",
-        "settings_secrets",
-    )
-    .await;
-    // A credential-named key is secret before it exists, too.
-    denied(
-        &mut b,
-        "cross",
-        "settings.set_core",
-        json!(["llm.other.api_key", "sk-planted"]),
-        json!({}),
-        "Settings.SetCore",
-        "settings_secrets",
-    )
-    .await;
-    ok(
-        &mut b,
-        "cross",
-        "settings.set_core",
-        json!(["llm.openai.model", "gpt-4o"]),
-        json!(null),
+        &[
+            (
+                "cross",
+                "settings.get_core",
+                json!(["llm.openai.model"]),
+                Is(json!("gpt-4o-mini")),
+            ),
+            (
+                "cross",
+                "settings.get_core",
+                json!(["llm.openai.api_key"]),
+                Is(json!(MASK)),
+            ),
+            (
+                "cross",
+                "settings.get_core",
+                json!(["core.admin_pin"]),
+                Is(json!(MASK)),
+            ),
+            (
+                "cross",
+                "settings.list_core",
+                json!(["llm.openai."]),
+                Is(json!(["llm.openai.api_key", "llm.openai.model"])),
+            ),
+            (
+                "cross",
+                "settings.set_core",
+                json!(["llm.openai.api_key", "sk-attacker"]),
+                Denied("Settings.SetCore", "settings_secrets"),
+            ),
+            // A credential-named key is secret before it exists, too.
+            (
+                "cross",
+                "settings.set_core",
+                json!(["llm.other.api_key", "sk-planted"]),
+                Denied("Settings.SetCore", "settings_secrets"),
+            ),
+            (
+                "cross",
+                "settings.set_core",
+                json!(["llm.openai.model", "gpt-4o"]),
+                Is(json!(null)),
+            ),
+        ],
     )
     .await;
     let dump = host(&mut b, "cross", "settings.dump", json!([]), json!({})).await;
@@ -324,20 +324,22 @@ async fn secrets_of_other_plugins_and_of_the_core_are_masked_without_settings_se
         "{dump}"
     );
     assert_eq!(dump["ok"]["core"]["core.admin_pin"], json!(MASK), "{dump}");
-    ok(
+    run(
         &mut b,
-        "keeper",
-        "settings.get_core",
-        json!(["llm.openai.api_key"]),
-        json!("sk-core-1"),
-    )
-    .await;
-    ok(
-        &mut b,
-        "keeper",
-        "settings.get_core",
-        json!(["core.admin_pin"]),
-        json!(271828182),
+        &[
+            (
+                "keeper",
+                "settings.get_core",
+                json!(["llm.openai.api_key"]),
+                Is(json!("sk-core-1")),
+            ),
+            (
+                "keeper",
+                "settings.get_core",
+                json!(["core.admin_pin"]),
+                Is(json!(271828182)),
+            ),
+        ],
     )
     .await;
 

@@ -155,11 +155,12 @@ pub fn plugin_env(
     env.into_iter().collect()
 }
 
-/// `program` as an absolute path: as given when it has a `/`, else the first
-/// executable match on `PATH` (the sandbox grants its folder).
-fn resolve_program(program: &str, env: &[(String, String)]) -> PathBuf {
+/// `program` as an absolute path: relative to the plugin folder `dir` (its working
+/// directory) when it has a `/`, else the first executable match on `PATH`. The
+/// sandbox is built for, and the process started from, this one path.
+fn resolve_program(program: &str, dir: &Path, env: &[(String, String)]) -> PathBuf {
     if program.contains('/') {
-        return std::path::absolute(program).unwrap_or_else(|_| program.into());
+        return dir.join(program);
     }
     let path = env
         .iter()
@@ -208,7 +209,7 @@ fn spawner() -> &'static std::sync::mpsc::Sender<SpawnJob> {
     })
 }
 
-/// Spawns the plugin in its own process group (pgid = pid), with stdin closed,
+/// Spawns the plugin in its own session and process group (pgid = pid), with stdin closed,
 /// stdout/stderr piped, a clean environment ([`plugin_env`]), its token on fd
 /// [`TOKEN_FD`], its sandbox (unless opted out or unavailable), the operator's umask,
 /// and (Linux) SIGKILL when the broker dies. Errors: the program cannot start, its
@@ -219,9 +220,13 @@ pub async fn spawn(
     launch: &Launch<'_>,
 ) -> std::io::Result<Spawned> {
     let (program, args) = command_line(spec, interp);
-    let broker_env: Vec<(String, String)> = std::env::vars().collect();
+    // Variables that are not UTF-8 cannot be on the allow-list's names; skip them
+    // (std::env::vars would panic on one).
+    let broker_env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
     let env = plugin_env(spec, &broker_env, launch);
-    let program_path = resolve_program(&program, &env);
+    let program_path = resolve_program(&program, &spec.dir, &env);
 
     // Folders, probes and the ruleset: blocking work, off the async workers.
     let preparing = std::time::Instant::now();
@@ -245,6 +250,11 @@ pub async fn spawn(
             for path in &p.refused {
                 tracing::warn!(plugin = %spec.name, path = %path.display(), "sandbox path not granted: it is inside the broker's data dir or a plugin root");
             }
+            if spec.sandbox.net_connect.is_some()
+                && matches!(p.state, SandboxState::Landlock { ports: None, .. })
+            {
+                tracing::warn!(plugin = %spec.name, "sandbox.net_connect is not enforced: this kernel's Landlock (ABI < 4) cannot restrict TCP");
+            }
             (Some(p.ruleset), p.state)
         }
         Err(state) => (None, state),
@@ -258,7 +268,7 @@ pub async fn spawn(
     }
     drop(writer);
 
-    let mut cmd = Command::new(&program);
+    let mut cmd = Command::new(&program_path);
     cmd.args(&args)
         .current_dir(&spec.dir)
         .env_clear()
@@ -266,8 +276,7 @@ pub async fn spawn(
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+        .kill_on_drop(true);
     let token_fd = reader.as_raw_fd();
     let ruleset_fd = ruleset.as_ref().map(|r| r.as_raw_fd());
     let umask = PLUGIN_UMASK.load(Ordering::Relaxed) as libc::mode_t;
@@ -275,6 +284,12 @@ pub async fn spawn(
     // SAFETY: only async-signal-safe libc calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            // Its own session (and so its own process group, pgid = pid): no
+            // controlling terminal to inject keystrokes into, and the supervisor and
+            // the reaper signal the whole group.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             #[cfg(target_os = "linux")]
             {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
@@ -286,8 +301,8 @@ pub async fn spawn(
                 libc::_exit(1);
             }
             libc::umask(umask);
-            if let Some(fd) = ruleset_fd {
-                sandbox::restrict_self(fd)?;
+            if ruleset_fd.is_some() {
+                sandbox::restrict_self(ruleset_fd)?;
             }
             if token_fd == TOKEN_FD {
                 // dup2 onto itself keeps close-on-exec: clear it instead.

@@ -18,7 +18,7 @@
 //! before `exec`.
 
 use std::collections::{BTreeSet, HashMap};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -65,18 +65,12 @@ const SYSTEM_SECRETS: &[&str] = &[
     "/etc/ssl/private",
 ];
 
-/// Devices a plugin may read and write.
-const DEVICES_RW: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-    "/dev/shm",
-];
-/// Devices a plugin may read.
-const DEVICES_R: &[&str] = &["/dev/random", "/dev/urandom", "/dev/fd"];
+/// Devices a plugin may read and write. Not terminals (`/dev/tty`, `/dev/pts`: the
+/// operator's shells) nor `/dev/shm` (shared by every process of the machine); a
+/// plugin that needs them lists them in `sandbox.write`.
+const DEVICES_RW: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+/// Devices a plugin may read (`/dev/fd` is a link into `/proc`, granted with it).
+const DEVICES_R: &[&str] = &["/dev/random", "/dev/urandom"];
 
 /// The kernel's Landlock ABI version, or `None` when plugins cannot be sandboxed: the
 /// kernel has no Landlock (not built in, or not in the `lsm=` boot list), or a
@@ -114,7 +108,11 @@ fn restrict_works(abi: ABI) -> bool {
     unsafe {
         let pid = libc::fork();
         if pid == 0 {
-            let code = if restrict_self(raw).is_ok() { 0 } else { 1 };
+            let code = if restrict_self(Some(raw)).is_ok() {
+                0
+            } else {
+                1
+            };
             libc::_exit(code);
         }
         if pid < 0 {
@@ -245,8 +243,10 @@ impl Grants {
 
 /// Builds the Landlock ruleset of `spec` started as `program` with `env`, or says why
 /// it runs unconfined (`Err(state)`: opted out, or no Landlock). `data` and `tmp` are
-/// its own writable directories. Errors creating the ruleset itself are returned as
-/// text (the plugin is then not started: it never runs less confined than promised).
+/// its own writable directories: they must sit directly in `<data_dir>/plugin-data`
+/// and `<data_dir>/tmp` with no link on the way (checked here). Errors building the
+/// ruleset are returned as text (the plugin is then not started: it never runs less
+/// confined than promised).
 pub fn prepare(
     spec: &PluginSpec,
     program: &Path,
@@ -263,7 +263,6 @@ pub fn prepare(
         return Ok(Err(SandboxState::Unavailable));
     };
     let level = kernel_abi.min(TESTED_ABI);
-    let abi = ABI::from(level);
 
     let mut protected_paths: Vec<PathBuf> = protected
         .paths
@@ -272,6 +271,7 @@ pub fn prepare(
         .collect();
     protected_paths.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
 
+    // What every sandboxed process may use: the system, and its interpreter.
     let mut grants = Grants::default();
     for root in SYSTEM_READ {
         grants.add_except(Path::new(root), &protected_paths, false, false);
@@ -282,14 +282,22 @@ pub fn prepare(
     for dev in DEVICES_RW {
         grants.add_own(Path::new(dev), true);
     }
+    for path in interpreter_paths(spec, program) {
+        grants.add_except(&path, &protected_paths, false, false);
+    }
+    // The interpreter probe runs under these grants alone: it may be the manifest's
+    // program and must not run unconfined.
+    let probe_ruleset = build_ruleset(&grants, level, None)?;
+    for path in runtime_paths(spec, program, env, probe_ruleset.as_raw_fd()) {
+        grants.add_except(&path, &protected_paths, false, false);
+    }
+    drop(probe_ruleset);
+
     grants.add_own(&spec.dir, false);
     if !spec.entry.starts_with(&spec.dir) {
         if let Some(parent) = spec.entry.parent() {
             grants.add_except(parent, &protected_paths, false, false);
         }
-    }
-    for path in runtime_paths(spec, program, env) {
-        grants.add_except(&path, &protected_paths, false, false);
     }
     // A listed path inside the plugin's own folder is its own (its folder sits in a
     // protected plugin root); any other goes around the protected ones.
@@ -302,8 +310,15 @@ pub fn prepare(
             }
         }
     }
-    grants.add_own(data, true);
-    grants.add_own(tmp, true);
+    for dir in [data, tmp] {
+        if !is_plain_child(dir) {
+            return Err(format!(
+                "{} is not a plain folder of the data dir (a link on the way?); not granting it",
+                dir.display()
+            ));
+        }
+        grants.write.insert(dir.to_path_buf());
+    }
 
     let ports = sandbox.net_connect.as_ref().map(|list| {
         let mut ports: Vec<u16> = list.iter().map(|(_, port)| *port).collect();
@@ -312,7 +327,26 @@ pub fn prepare(
         ports
     });
     let ports = ports.filter(|_| level >= 4);
+    let ruleset = build_ruleset(&grants, level, ports.as_deref())?;
+    Ok(Ok(Prepared {
+        ruleset,
+        state: SandboxState::Landlock { abi: level, ports },
+        refused: grants.refused,
+    }))
+}
 
+/// Whether `dir` exists as a real folder (not a link) whose parent, up to the root,
+/// resolves to itself: nothing on the way can redirect it.
+fn is_plain_child(dir: &Path) -> bool {
+    let is_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir());
+    is_dir && std::fs::canonicalize(dir).is_ok_and(|real| real == dir)
+}
+
+/// A Landlock ruleset granting `grants` (reads with execute; writes with every
+/// right but making devices), TCP connect only to `ports` when given, and (ABI 6)
+/// scoped signals and abstract Unix sockets.
+fn build_ruleset(grants: &Grants, level: i32, ports: Option<&[u16]>) -> Result<OwnedFd, String> {
+    let abi = ABI::from(level);
     let fail = |e: &dyn std::fmt::Display| format!("building the Landlock ruleset: {e}");
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -328,7 +362,7 @@ pub fn prepare(
     }
     let mut created = ruleset.create().map_err(|e| fail(&e))?;
     let read_access = AccessFs::from_read(abi);
-    let write_access = AccessFs::from_all(abi);
+    let write_access = AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     for (paths, access) in [(&grants.read, read_access), (&grants.write, write_access)] {
         for path in paths {
             // A path that vanished since it was listed is simply not granted.
@@ -338,44 +372,81 @@ pub fn prepare(
                 .map_err(|e| fail(&format!("{}: {e}", path.display())))?;
         }
     }
-    for port in ports.iter().flatten() {
+    for port in ports.into_iter().flatten() {
         created = created
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
             .map_err(|e| fail(&e))?;
     }
     let fd: Option<OwnedFd> = created.into();
-    let ruleset = fd.ok_or_else(|| fail(&"the kernel refused to create a ruleset"))?;
-    Ok(Ok(Prepared {
-        ruleset,
-        state: SandboxState::Landlock { abi: level, ports },
-        refused: grants.refused,
-    }))
+    fd.ok_or_else(|| fail(&"the kernel refused to create a ruleset"))
 }
 
-/// Applies `ruleset` to the calling (child) process: `PR_SET_NO_NEW_PRIVS`, then
+/// Confines the calling (child) process: drops every capability when it runs as
+/// root (so root plugins cannot ptrace, mknod or override file modes), sets
+/// `PR_SET_NO_NEW_PRIVS`, then applies `ruleset` (if any) with
 /// `landlock_restrict_self`. Async-signal-safe: for use between fork and exec.
 ///
 /// # Safety
 /// Only call in a freshly forked child before `exec`; `ruleset` must be a Landlock
 /// ruleset fd.
-pub unsafe fn restrict_self(ruleset: std::os::fd::RawFd) -> std::io::Result<()> {
+pub unsafe fn restrict_self(ruleset: Option<std::os::fd::RawFd>) -> std::io::Result<()> {
     // SAFETY: plain syscalls on integers.
     unsafe {
+        if libc::geteuid() == 0 {
+            // An empty bounding set: no exec can bring the capabilities back. Numbers
+            // past the kernel's last capability fail with EINVAL, which ends the loop.
+            for cap in 0..64 {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    break;
+                }
+            }
+        }
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) != 0 {
-            return Err(std::io::Error::last_os_error());
+        if let Some(fd) = ruleset {
+            if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
         }
     }
     Ok(())
+}
+
+/// The interpreter's own folders: the prefix of its real executable (`<prefix>/bin/x`
+/// holds its standard library) and, for a venv's python, the venv.
+fn interpreter_paths(spec: &PluginSpec, program: &Path) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if spec.runtime == Runtime::Exec {
+        return paths;
+    }
+    if let Ok(real) = std::fs::canonicalize(program) {
+        if let Some(prefix) = real.parent().and_then(Path::parent) {
+            if prefix != Path::new("/") {
+                paths.push(prefix.to_path_buf());
+            }
+        }
+    }
+    if spec.runtime == Runtime::Python {
+        if let Some(venv) = program.parent().and_then(Path::parent) {
+            if venv.join("pyvenv.cfg").is_file() {
+                paths.push(venv.to_path_buf());
+            }
+        }
+    }
+    paths
 }
 
 /// The folders a plugin's runtime reads besides the system roots: the interpreter's
 /// prefix and, by asking the interpreter once, the paths it imports from. Cached per
 /// runtime, program, folder, entry and module path variables: a restart reuses them
 /// (a package linked into `node_modules` later is seen after a broker restart).
-fn runtime_paths(spec: &PluginSpec, program: &Path, env: &[(String, String)]) -> Vec<PathBuf> {
+fn runtime_paths(
+    spec: &PluginSpec,
+    program: &Path,
+    env: &[(String, String)],
+    probe_ruleset: RawFd,
+) -> Vec<PathBuf> {
     type Key = (&'static str, PathBuf, PathBuf, PathBuf, String);
     static CACHE: OnceLock<Mutex<HashMap<Key, Vec<PathBuf>>>> = OnceLock::new();
     let module_env: String = env
@@ -394,44 +465,39 @@ fn runtime_paths(spec: &PluginSpec, program: &Path, env: &[(String, String)]) ->
     if let Some(hit) = cache.lock().unwrap().get(&key) {
         return hit.clone();
     }
-    let paths = find_runtime_paths(spec, program, env);
+    let paths = find_runtime_paths(spec, program, env, probe_ruleset);
     cache.lock().unwrap().insert(key, paths.clone());
     paths
 }
 
-fn find_runtime_paths(spec: &PluginSpec, program: &Path, env: &[(String, String)]) -> Vec<PathBuf> {
+fn find_runtime_paths(
+    spec: &PluginSpec,
+    program: &Path,
+    env: &[(String, String)],
+    probe_ruleset: RawFd,
+) -> Vec<PathBuf> {
     let mut paths = Vec::new();
-    if let Ok(real) = std::fs::canonicalize(program) {
-        // <prefix>/bin/<interpreter>: the prefix holds its standard library.
-        if let Some(prefix) = real.parent().and_then(Path::parent) {
-            if spec.runtime != Runtime::Exec && prefix != Path::new("/") {
-                paths.push(prefix.to_path_buf());
-            }
-        }
-    }
+    let module_path = |name: &str| {
+        env.iter()
+            .filter(|(k, _)| k == name)
+            .flat_map(|(_, v)| std::env::split_paths(v).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
     match spec.runtime {
         Runtime::Python => {
-            // A venv: <venv>/bin/python next to <venv>/pyvenv.cfg.
-            if let Some(venv) = program.parent().and_then(Path::parent) {
-                if venv.join("pyvenv.cfg").is_file() {
-                    paths.push(venv.to_path_buf());
-                }
-            }
-            paths.extend(probe(program, PYTHON_PROBE, env));
+            paths.extend(probe(program, PYTHON_PROBE, env, probe_ruleset));
+            // `-I` keeps the probe from PYTHONPATH; the plugin imports from it.
+            paths.extend(module_path("PYTHONPATH"));
         }
         Runtime::Node => {
-            paths.extend(probe(program, NODE_PROBE, env));
+            paths.extend(probe(program, NODE_PROBE, env, probe_ruleset));
             let mut seen = BTreeSet::new();
             node_modules_up(&spec.dir, &mut paths, &mut seen);
             if let Some(parent) = spec.entry.parent() {
                 node_modules_up(parent, &mut paths, &mut seen);
             }
-            for (key, value) in env {
-                if key == "NODE_PATH" {
-                    for dir in std::env::split_paths(value) {
-                        modules_dir(&dir, &mut paths, &mut seen);
-                    }
-                }
+            for dir in module_path("NODE_PATH") {
+                modules_dir(&dir, &mut paths, &mut seen);
             }
         }
         Runtime::Exec => {}
@@ -463,37 +529,74 @@ const NODE_PROBE: &[&str] = &[
 /// prints. `-I` keeps Python from adding the working directory; the probe runs with
 /// the plugin's environment (PYTHONPATH, NODE_PATH). A failing probe grants nothing
 /// extra (the plugin may then fail to start, and its log says what it could not read).
-fn probe(program: &Path, args: &[&str], env: &[(String, String)]) -> Vec<PathBuf> {
+fn probe(program: &Path, args: &[&str], env: &[(String, String)], ruleset: RawFd) -> Vec<PathBuf> {
     type Probed = HashMap<(PathBuf, String), Vec<PathBuf>>;
     static CACHE: OnceLock<Mutex<Probed>> = OnceLock::new();
-    let key_env: String = env
+    // Only what locates programs and modules: nothing of the manifest's `env` that
+    // could run code (NODE_OPTIONS, LD_PRELOAD, …) reaches the probe.
+    let probe_env: Vec<(String, String)> = env
         .iter()
-        .filter(|(k, _)| k == "PYTHONPATH" || k == "NODE_PATH" || k == "PYTHONHOME")
-        .map(|(k, v)| format!("{k}={v};"))
+        .filter(|(k, _)| matches!(k.as_str(), "PATH" | "HOME" | "LANG" | "NODE_PATH"))
+        .cloned()
         .collect();
+    let key_env: String = probe_env.iter().map(|(k, v)| format!("{k}={v};")).collect();
     let key = (program.to_path_buf(), key_env);
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().unwrap().get(&key) {
         return hit.clone();
     }
-    let output = std::process::Command::new(program)
+    let mut command = std::process::Command::new(program);
+    command
         .args(args)
         .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
+        .envs(probe_env)
         .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
-    let paths: Vec<PathBuf> = match output {
-        Ok(out) if out.status.success() => serde_json::from_slice::<Vec<String>>(&out.stdout)
-            .unwrap_or_default()
-            .into_iter()
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .collect(),
-        _ => Vec::new(),
-    };
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec (restrict_self).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            restrict_self(Some(ruleset))
+        });
+    }
+    let paths = run_bounded(command, PROBE_TIMEOUT)
+        .and_then(|stdout| serde_json::from_slice::<Vec<String>>(&stdout).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .collect::<Vec<_>>();
     cache.lock().unwrap().insert(key, paths.clone());
     paths
+}
+
+/// How long an interpreter probe may take before it is killed (and grants nothing).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs `command` and returns its stdout if it exits 0 within `limit`; kills it
+/// otherwise.
+fn run_bounded(mut command: std::process::Command, limit: std::time::Duration) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut child = command.spawn().ok()?;
+    let mut stdout = child.stdout.take()?;
+    // The probe prints a line of JSON: far below a pipe's buffer, so it never blocks
+    // on a full pipe before it exits.
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => break,
+            Ok(Some(_)) | Err(_) => return None,
+            Ok(None) if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(2)),
+        }
+    }
+    let mut out = Vec::new();
+    stdout.read_to_end(&mut out).ok()?;
+    Some(out)
 }
 
 /// Every `node_modules` in `dir` and its ancestors, and the real folders of the
@@ -506,7 +609,11 @@ fn node_modules_up(dir: &Path, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathB
 }
 
 /// One folder of packages (a `node_modules`, or a `NODE_PATH` entry): itself, and the
-/// real folders of the packages linked from it with their ancestors' `node_modules`.
+/// real folders of the packages linked from it (npm workspaces, `npm link` inside a
+/// project) with their ancestors' `node_modules`. A link only counts when its target
+/// lies inside the folder that holds this `node_modules` (the workspace): a link to
+/// anywhere else (`node_modules/x -> /home/me`) would widen the sandbox without the
+/// manifest saying so, and needs `sandbox.read`.
 fn modules_dir(modules: &Path, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathBuf>) {
     if !seen.insert(modules.to_path_buf()) || !modules.is_dir() {
         return;
@@ -526,12 +633,18 @@ fn modules_dir(modules: &Path, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathB
         } else {
             vec![path]
         };
-        linked.extend(
-            children
-                .iter()
-                .filter(|child| child.is_symlink())
-                .filter_map(|child| std::fs::canonicalize(child).ok()),
-        );
+        let workspace = modules.parent().and_then(|p| std::fs::canonicalize(p).ok());
+        for child in children.iter().filter(|child| child.is_symlink()) {
+            match (std::fs::canonicalize(child), &workspace) {
+                (Ok(real), Some(root)) if real.starts_with(root) => linked.push(real),
+                (Ok(real), _) => tracing::debug!(
+                    link = %child.display(),
+                    target = %real.display(),
+                    "package link leaves its workspace: not granted (add it to sandbox.read)"
+                ),
+                _ => {}
+            }
+        }
     }
     for real in linked {
         if seen.insert(real.clone()) {
