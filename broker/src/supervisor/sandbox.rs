@@ -287,11 +287,15 @@ pub fn prepare(
     }
     // The interpreter probe runs under these grants alone: it may be the manifest's
     // program and must not run unconfined.
-    let probe_ruleset = build_ruleset(&grants, level, None)?;
-    for path in runtime_paths(spec, program, env, probe_ruleset.as_raw_fd()) {
+    let probe_grants = Grants {
+        read: grants.read.clone(),
+        write: grants.write.clone(),
+        refused: Vec::new(),
+    };
+    let probe_ruleset = || build_ruleset(&probe_grants, level, None);
+    for path in runtime_paths(spec, program, env, probe_ruleset)? {
         grants.add_except(&path, &protected_paths, false, false);
     }
-    drop(probe_ruleset);
 
     grants.add_own(&spec.dir, false);
     if !spec.entry.starts_with(&spec.dir) {
@@ -445,8 +449,8 @@ fn runtime_paths(
     spec: &PluginSpec,
     program: &Path,
     env: &[(String, String)],
-    probe_ruleset: RawFd,
-) -> Vec<PathBuf> {
+    probe_ruleset: impl FnOnce() -> Result<OwnedFd, String>,
+) -> Result<Vec<PathBuf>, String> {
     type Key = (&'static str, PathBuf, PathBuf, PathBuf, String);
     static CACHE: OnceLock<Mutex<HashMap<Key, Vec<PathBuf>>>> = OnceLock::new();
     let module_env: String = env
@@ -463,18 +467,24 @@ fn runtime_paths(
     );
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().unwrap().get(&key) {
-        return hit.clone();
+        return Ok(hit.clone());
     }
-    let paths = find_runtime_paths(spec, program, env, probe_ruleset);
+    // Built only when the interpreter has to be asked.
+    let ruleset = match spec.runtime {
+        Runtime::Exec => None,
+        _ => Some(probe_ruleset()?),
+    };
+    let raw = ruleset.as_ref().map(|r| r.as_raw_fd());
+    let paths = find_runtime_paths(spec, program, env, raw);
     cache.lock().unwrap().insert(key, paths.clone());
-    paths
+    Ok(paths)
 }
 
 fn find_runtime_paths(
     spec: &PluginSpec,
     program: &Path,
     env: &[(String, String)],
-    probe_ruleset: RawFd,
+    probe_ruleset: Option<RawFd>,
 ) -> Vec<PathBuf> {
     let mut paths = Vec::new();
     let module_path = |name: &str| {
@@ -482,6 +492,9 @@ fn find_runtime_paths(
             .filter(|(k, _)| k == name)
             .flat_map(|(_, v)| std::env::split_paths(v).collect::<Vec<_>>())
             .collect::<Vec<_>>()
+    };
+    let Some(probe_ruleset) = probe_ruleset else {
+        return paths;
     };
     match spec.runtime {
         Runtime::Python => {
