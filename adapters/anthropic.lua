@@ -17,9 +17,14 @@
 --   whose `input` is the parsed arguments object (text that is not a JSON object is kept
 --   as `{"_raw": "<text>"}`); `tool` messages → `tool_result` blocks in a user message.
 --   Consecutive messages of one role are merged into one (the API wants alternating
---   turns), tool results first. Ids are made safe for the API (`[A-Za-z0-9_-]`); a tool
---   call without an id gets one, and a tool result without `tool_call_id` takes the
---   pending ids in order. A message left with no blocks is dropped.
+--   turns), tool results first. Ids are made safe for the API (`[A-Za-z0-9_-]`) one to
+--   one: letters, digits and `_` stay, `-` becomes `--`, any other byte `-` and two hex
+--   digits (`a.1` → `a-2e1`, `a:1` → `a-3a1`), so different ids never become one. Each
+--   tool_use of the request gets its own id: a call without an id gets
+--   `toolu_hearth_<n>`, and an id already sent (a later turn repeating it) gets `-x<n>`
+--   appended (never the output of the mapping); a tool result takes the id of the latest
+--   earlier call it names, and one without `tool_call_id` the first call of the turn
+--   before it not answered yet. A message left with no blocks is dropped.
 -- * The messages' `reasoning_content` is dropped: replaying thinking needs the signed
 --   `thinking` blocks, which the unified shape does not keep.
 -- * `max_tokens` is required by the API: default 4096, sent as an integer. `temperature`
@@ -35,13 +40,13 @@
 -- * Response: `text` blocks → content, `thinking` → reasoning_content, `tool_use` →
 --   tool_calls {id, name, arguments = input}. stop_reason: end_turn/stop_sequence → stop,
 --   tool_use → tool_calls, max_tokens → length, refusal → content_filter, other values as
---   they are. Usage: prompt = input + cache creation + cache read tokens.
+--   they are; `stop` with tool calls → tool_calls. Usage: prompt = input + cache creation + cache read tokens.
 -- * Stream: the content block index is the tool-call index (stable per call). A
 --   `message_delta` without `input_tokens` (older API versions) reports prompt 0: the
 --   adapter keeps no state between chunks (one VM serves concurrent streams).
--- * An error body (`{"type":"error","error":{...}}`, also as a stream event) raises a Lua
---   error with the API's message, type and request id; a body that is not JSON, one
---   quoting its start.
+-- * An error body (`{"type":"error","error":{...}}`, also as a stream event) is raised as
+--   the API's typed error (`raise_api_error`: message, type, request id); a body that is
+--   not JSON is a Lua error quoting its start.
 
 local adapter = {}
 
@@ -63,32 +68,24 @@ local function is_object(t)
   return type(t) == "table" and getmetatable(t) == nil and t ~= json.null
 end
 
-local function api_error(body)
+-- An error body → raised as the API's typed error (`raise_api_error`): message, type and
+-- request id. Inside a stream (after HTTP 200) there is no status: failover reads the type
+-- (`overloaded_error`, `rate_limit_error`, `invalid_request_error`, …).
+local function check_error(body)
+  if body.type ~= "error" and body.error == nil then
+    return
+  end
   local err = body.error
   if type(err) == "string" then
-    return "API error: " .. err
-  end
-  if type(err) ~= "table" then
+    err = { message = err }
+  elseif type(err) ~= "table" then
     err = {}
   end
-  local details = {}
-  if type(err.type) == "string" then
-    details[#details + 1] = "type " .. err.type
-  end
-  if type(body.request_id) == "string" then
-    details[#details + 1] = "request_id " .. body.request_id
-  end
-  local text = "API error: " .. tostring(err.message or "(no message)")
-  if #details > 0 then
-    text = text .. " (" .. table.concat(details, ", ") .. ")"
-  end
-  return text
-end
-
-local function check_error(body)
-  if body.type == "error" or body.error ~= nil then
-    error(api_error(body), 0)
-  end
+  raise_api_error({
+    type = type(err.type) == "string" and err.type or nil,
+    message = type(err.message) == "string" and err.message or "(no message)",
+    request_id = type(body.request_id) == "string" and body.request_id or nil,
+  })
 end
 
 local function decode_body(raw)
@@ -114,12 +111,17 @@ local function parse_arguments(args)
   return { _raw = args }
 end
 
--- An id the API accepts (`^[a-zA-Z0-9_-]+$`).
+-- An id the API accepts (`^[a-zA-Z0-9_-]+$`), one to one (see the header); "" stays "".
 local function safe_id(id)
   if type(id) ~= "string" then
     return ""
   end
-  return (id:gsub("[^%w_%-]", "_"))
+  return (id:gsub("[^%w_]", function(c)
+    if c == "-" then
+      return "--"
+    end
+    return string.format("-%02x", c:byte())
+  end))
 end
 
 local function usage_of(u)
@@ -302,8 +304,34 @@ function adapter.transform_request(raw_json)
   -- Messages: (role, blocks) turns, merged by role.
   local system = {}
   local turns = {}
-  local pending_ids = {} -- synthesized tool_use ids not yet answered, in order
+  -- Tool-use ids (see the header): `taken` = sent so far; `latest` = a call's id as given
+  -- → the id sent for its latest call; `open` = the last assistant turn's calls not
+  -- answered yet, in order: {id, made = it had no id}.
+  local taken, latest, open = {}, {}, {}
   local synthesized = 0
+  local function unique(id)
+    local out, n = id, 1
+    while taken[out] do
+      n = n + 1
+      out = id .. "-x" .. n
+    end
+    taken[out] = true
+    return out
+  end
+  -- The id a result answers: `id` (taken off the open calls); without one, the first open
+  -- call that had none, else the first open call.
+  local function answer(id)
+    local at
+    for i, call in ipairs(open) do
+      if (id ~= nil and call.id == id) or (id == nil and at == nil and call.made) then
+        at = i
+      end
+    end
+    if at == nil and id == nil and #open > 0 then
+      at = 1
+    end
+    return at and table.remove(open, at).id or id or ""
+  end
 
   local function push(role, blocks)
     if #blocks == 0 then
@@ -328,15 +356,20 @@ function adapter.transform_request(raw_json)
       end
     elseif role == "assistant" then
       local blocks = content_blocks(msg.content, {})
-      if type(msg.tool_calls) == "table" then
+      if type(msg.tool_calls) == "table" and #msg.tool_calls > 0 then
+        open = {}
         for _, tc in ipairs(msg.tool_calls) do
           local fn = tc["function"] or {}
-          local id = safe_id(tc.id)
-          if id == "" then
+          local id
+          local made = type(tc.id) ~= "string" or tc.id == ""
+          if made then
             synthesized = synthesized + 1
-            id = "toolu_hearth_" .. synthesized
-            pending_ids[#pending_ids + 1] = id
+            id = unique("toolu_hearth_" .. synthesized)
+          else
+            id = unique(safe_id(tc.id))
+            latest[tc.id] = id
           end
+          open[#open + 1] = { id = id, made = made }
           blocks[#blocks + 1] = {
             type = "tool_use",
             id = id,
@@ -347,9 +380,12 @@ function adapter.transform_request(raw_json)
       end
       push("assistant", blocks)
     elseif role == "tool" then
-      local id = safe_id(msg.tool_call_id)
-      if id == "" and #pending_ids > 0 then
-        id = table.remove(pending_ids, 1)
+      local given = msg.tool_call_id
+      local id
+      if type(given) == "string" and given ~= "" then
+        id = answer(latest[given] or safe_id(given))
+      else
+        id = answer(nil)
       end
       local result = { type = "tool_result", tool_use_id = id }
       if type(msg.content) == "string" then
@@ -435,7 +471,8 @@ function adapter.transform_response(raw_json)
   return json.encode({
     content = table.concat(text),
     reasoning_content = table.concat(reasoning),
-    finish_reason = finish_reason(body.stop_reason),
+    finish_reason = (#tool_calls > 0 and finish_reason(body.stop_reason) == "stop") and "tool_calls"
+      or finish_reason(body.stop_reason),
     token_usage = usage_of(body.usage),
     tool_calls = tool_calls,
   })

@@ -17,7 +17,8 @@
 --   audio `data:` URLs → `inlineData {mimeType, data}`, other URLs → `fileData {fileUri}`.
 -- * assistant `tool_calls` → `functionCall {name, args}` parts after the text (arguments
 --   JSON text is decoded to an object; text that is not a JSON object is sent as
---   `{"_raw": text}`). An id that is not one of ours (`call_<n>`) is sent as `id`.
+--   `{"_raw": text}`). An id that is not one of ours (the broker's `call_hearth_…`, the
+--   older `call_<n>`) is sent as `id`.
 -- * thought signatures: Gemini 3 rejects (400) a request whose current-turn function calls
 --   lack the `thoughtSignature` it returned. A signature found on the unified tool call
 --   (`thought_signature`, `thoughtSignature`, or OpenAI-compat Gemini's
@@ -29,8 +30,9 @@
 --   documented placeholder `skip_thought_signature_validator`.
 -- * tool messages → `functionResponse {name, response}` parts of one `user` turn
 --   (consecutive tool messages merged, in order). The name comes from the latest earlier
---   assistant tool call with that `tool_call_id` (else the message's own `name`; else an
---   error). `response`: the content if it is JSON text of an object, else
+--   assistant tool call with that `tool_call_id` (else the message's own `name`; else,
+--   for a result without an id or with one no call has, the first call of the assistant
+--   turn before it not answered yet; else an error). `response`: the content if it is JSON text of an object, else
 --   `{"result": content}`.
 -- * messages' `reasoning_content` is dropped (Gemini gets its reasoning back through the
 --   signatures); a message with no parts left is dropped (Gemini rejects empty parts).
@@ -57,17 +59,17 @@
 -- Response (GenerateContentResponse → unified):
 -- * `candidates[0].content.parts`: `text` → content, `text` with `thought: true` →
 --   reasoning_content, `functionCall` → tool_calls `{id, name, arguments,
---   thought_signature}`. Gemini gives no call ids: a call gets `functionCall.id` when
---   present, else `call_<n>` (n counts the calls of the response from 0).
+--   thought_signature}`. A call's id is `functionCall.id` when present, else empty: the
+--   broker makes up one unique in the conversation (`call_hearth_…`, not sent back).
 -- * finishReason: STOP with tool calls → `tool_calls`, STOP → `stop`, MAX_TOKENS →
 --   `length`, SAFETY/RECITATION/BLOCKLIST/PROHIBITED_CONTENT/SPII/IMAGE_SAFETY →
 --   `content_filter`, any other → lower-cased (`malformed_function_call`, `other`).
 -- * usageMetadata → token_usage: prompt = promptTokenCount, completion =
 --   candidatesTokenCount + thoughtsTokenCount, total = totalTokenCount (as reported).
 -- * an error body (`{"error": {code, message, status, details}}`, also as a one-element
---   array, also inside a stream) → a Lua error with the API's message, status, code and
---   RetryInfo delay; a prompt blocked with no candidates → an error naming the reason; a
---   body that is not JSON → an error quoting its start.
+--   array, also inside a stream) → the API's typed error (`raise_api_error`: HTTP status
+--   `code`, type `status`, message, RetryInfo delay); a prompt blocked with no candidates
+--   → an error naming the reason; a body that is not JSON → an error quoting its start.
 --
 -- Stream: each `data:` is handled like a response, but calls are numbered across the
 -- stream. A whole `functionCall` becomes one complete tool-call delta (id, name and the
@@ -132,29 +134,27 @@ end
 
 ---------------------------------------------------------------- errors
 
-local function api_error(err)
+-- Google's error object → raised as the API's typed error (`raise_api_error`): `code` is
+-- the HTTP status, `status` the type (`RESOURCE_EXHAUSTED`, `INVALID_ARGUMENT`), a
+-- RetryInfo `retryDelay` ("34.4s") the time to wait.
+local function raise_error(err)
   if type(err) ~= "table" then
-    return "Gemini API error: " .. tostring(err)
+    raise_api_error({ message = tostring(err) })
   end
-  local text = "Gemini API error: " .. tostring(err.message or "(no message)")
-  local details = {}
-  if type(err.status) == "string" then
-    details[#details + 1] = err.status
-  end
-  if type(err.code) == "number" or type(err.code) == "string" then
-    details[#details + 1] = "code " .. tostring(math.tointeger(err.code) or err.code)
-  end
+  local retry
   if type(err.details) == "table" then
     for _, d in ipairs(err.details) do
       if type(d) == "table" and type(d.retryDelay) == "string" then
-        details[#details + 1] = "retry in " .. d.retryDelay
+        retry = tonumber(d.retryDelay:match("^%s*([%d%.]+)s%s*$"))
       end
     end
   end
-  if #details > 0 then
-    text = text .. " (" .. table.concat(details, ", ") .. ")"
-  end
-  return text
+  raise_api_error({
+    status = type(err.code) == "number" and err.code or nil,
+    type = nonempty_string(err.status) and err.status or nil,
+    message = type(err.message) == "string" and err.message or "(no message)",
+    retry_after = retry,
+  })
 end
 
 -- The body as a table; errors raised here.
@@ -168,7 +168,7 @@ local function decode_body(raw)
     body = body[1]
   end
   if body.error ~= nil then
-    error(api_error(body.error), 0)
+    raise_error(body.error)
   end
   return body
 end
@@ -553,6 +553,7 @@ end
 
 local function is_our_id(id)
   return type(id) ~= "string" or id == "" or id:match("^call_%d+$") ~= nil
+    or id:sub(1, 12) == "call_hearth_"
 end
 
 local function generation_config(body)
@@ -665,6 +666,7 @@ function adapter.transform_request(raw_json)
   local system = json.array()
   local contents = json.array()
   local names_by_id = {}
+  local open = {} -- the last assistant turn's calls not answered yet: {id, name}, in order
   local pending_tool -- the user content collecting consecutive tool results
 
   for _, msg in ipairs(body.messages or {}) do
@@ -685,6 +687,9 @@ function adapter.transform_request(raw_json)
       end
       local message_signature = nonempty_string(msg.thought_signature) and msg.thought_signature
         or nil
+      if type(msg.tool_calls) == "table" and #msg.tool_calls > 0 then
+        open = {}
+      end
       for i, tc in ipairs(type(msg.tool_calls) == "table" and msg.tool_calls or {}) do
         local fn = type(tc["function"]) == "table" and tc["function"] or tc
         local name = fn.name or ""
@@ -692,9 +697,10 @@ function adapter.transform_request(raw_json)
         if not is_our_id(tc.id) then
           call.id = tc.id
         end
-        if type(tc.id) == "string" then
+        if nonempty_string(tc.id) then
           names_by_id[tc.id] = name
         end
+        open[#open + 1] = { id = tc.id, name = name }
         local part = { functionCall = call }
         part.thoughtSignature = signature_of(tc) or (i == 1 and message_signature or nil)
         parts[#parts + 1] = part
@@ -704,7 +710,32 @@ function adapter.transform_request(raw_json)
       end
     elseif role == "tool" or role == "function" then
       local id = msg.tool_call_id
-      local name = (type(id) == "string" and names_by_id[id]) or msg.name
+      local name = (nonempty_string(id) and names_by_id[id]) or msg.name
+      -- The open call this result answers: by id, else by name, else the first call
+      -- without an id, else the first.
+      local answered
+      for i, call in ipairs(open) do
+        if answered == nil and nonempty_string(id) and call.id == id then
+          answered = i
+        end
+      end
+      for i, call in ipairs(open) do
+        if answered == nil and nonempty_string(name) and call.name == name then
+          answered = i
+        end
+      end
+      for i, call in ipairs(open) do
+        if answered == nil and not nonempty_string(name) and not nonempty_string(call.id) then
+          answered = i
+        end
+      end
+      if answered == nil and not nonempty_string(name) and #open > 0 then
+        answered = 1
+      end
+      if answered then
+        name = nonempty_string(name) and name or open[answered].name
+        table.remove(open, answered)
+      end
       if not nonempty_string(name) then
         error("tool message " .. tostring(id) .. ": no earlier assistant tool call has this id", 0)
       end
@@ -815,9 +846,8 @@ function adapter.transform_response(raw_json)
   for _, part in ipairs(parts_of(candidate)) do
     if type(part.functionCall) == "table" then
       local fc = part.functionCall
-      local index = #calls
       calls[#calls + 1] = {
-        id = nonempty_string(fc.id) and fc.id or ("call_" .. index),
+        id = nonempty_string(fc.id) and fc.id or "",
         type = "function",
         name = fc.name or "",
         arguments = is_object(fc.args) and fc.args or {},
@@ -914,7 +944,7 @@ local function open_call(state, fc, signature)
   state.next_index = index + 1
   return {
     index = index,
-    id = nonempty_string(fc.id) and fc.id or ("call_" .. index),
+    id = nonempty_string(fc.id) and fc.id or nil,
     name = fc.name or "",
     args = is_object(fc.args) and fc.args or {},
     signature = signature,

@@ -8,8 +8,10 @@
 --   `reasoning_content` are dropped as openai.lua does (Groq has no thinking switch that
 --   every model takes).
 -- * A failed tool generation arrives INSIDE the stream as an `event: error` frame whose
---   data is `{"error": {..., "code": "tool_use_failed", "failed_generation": ...}}` (also
---   as a 400 body): the error names the message, the code AND what the model generated.
+--   data is `{"error": {..., "code": "tool_use_failed", "failed_generation": ...,
+--   "status_code": 400}}` (also as a 400 body): openai.lua raises it as the API's typed
+--   error (HTTP 400, invalid_request_error, tool_use_failed) whose message ends with what
+--   the model generated.
 
 local adapter = builtin("openai")
 adapter.name = "groq"
@@ -18,8 +20,6 @@ adapter.endpoint = "/openai/v1/chat/completions"
 adapter.headers = {}
 
 local openai_request = adapter.transform_request
-local openai_response = adapter.transform_response
-local openai_chunk = adapter.transform_stream_chunk
 
 local UNSUPPORTED = { "logprobs", "logit_bias", "top_logprobs" }
 
@@ -36,24 +36,5 @@ function adapter.transform_request(raw_json)
   end
   return json.encode(body)
 end
-
--- openai.lua's transform, its API error extended with `failed_generation`.
-local function with_failed_generation(transform)
-  return function(raw)
-    local ok, out = pcall(transform, raw)
-    if ok then
-      return out
-    end
-    local decoded, body = pcall(json.decode, raw)
-    local err = decoded and type(body) == "table" and body.error
-    if type(err) == "table" and type(err.failed_generation) == "string" and type(out) == "string" then
-      error(out .. "; failed generation: " .. err.failed_generation, 0)
-    end
-    error(out, 0)
-  end
-end
-
-adapter.transform_response = with_failed_generation(openai_response)
-adapter.transform_stream_chunk = with_failed_generation(openai_chunk)
 
 return adapter

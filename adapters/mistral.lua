@@ -9,6 +9,8 @@
 --   OpenAI, `toolu_…` from Anthropic, left in the history by a source switch) are replaced
 --   by a 9-character hash of the id, the same in the assistant's `tool_calls` and in the
 --   tool message's `tool_call_id`, so the pairs still match. Mistral's own ids pass as is.
+--   One to one within a request: an id already sent (a later turn repeating an id, a
+--   hash collision) is hashed again with a counter; a result takes its latest call's id.
 -- * Mistral rejects unknown fields (422), so only its request fields are sent: other extra
 --   top-level keys are dropped (logged at debug), `stream_options` included (Mistral sends
 --   usage on the last chunk by itself); `seed` → `random_seed`. Tool messages get the
@@ -37,15 +39,17 @@ for _, k in ipairs({
   FIELDS[k] = true
 end
 
--- A valid Mistral id as is; any other → 9 characters [A-Za-z0-9] from its FNV-1a hash.
+-- 9 characters [A-Za-z0-9]: a valid Mistral id as is, any other (or any id with a `salt`)
+-- its FNV-1a hash.
 local ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-local function mistral_id(id)
+local function mistral_id(id, salt)
   if type(id) ~= "string" then
     id = ""
   end
-  if #id == 9 and id:match("^[A-Za-z0-9]+$") then
+  if salt == nil and #id == 9 and id:match("^[A-Za-z0-9]+$") then
     return id
   end
+  id = salt and (id .. "#" .. salt) or id
   local h = -3750763034362895579 -- 0xcbf29ce484222325, the 64-bit FNV offset basis
   for i = 1, #id do
     h = (h ~ id:byte(i)) * 1099511628211 -- wraps around, as FNV wants
@@ -70,14 +74,21 @@ function adapter.transform_request(raw_json)
       body[k] = nil
     end
   end
-  local names = {} -- tool call id (as sent) → tool name
+  -- names: id as sent → tool name; taken: ids sent; latest: id as given → as sent.
+  local names, taken, latest = {}, {}, {}
   for _, msg in ipairs(type(body.messages) == "table" and body.messages or {}) do
     for _, tc in ipairs(msg.tool_calls or {}) do
-      tc.id = mistral_id(tc.id)
-      names[tc.id] = type(tc["function"]) == "table" and tc["function"].name or nil
+      local id, n = mistral_id(tc.id), 0
+      while taken[id] do
+        n = n + 1
+        id = mistral_id(tc.id, n)
+      end
+      taken[id], latest[tostring(tc.id)] = true, id
+      tc.id = id
+      names[id] = type(tc["function"]) == "table" and tc["function"].name or nil
     end
     if msg.role == "tool" then
-      msg.tool_call_id = mistral_id(msg.tool_call_id)
+      msg.tool_call_id = latest[msg.tool_call_id] or mistral_id(msg.tool_call_id)
       msg.name = msg.name or names[msg.tool_call_id]
     end
   end

@@ -19,14 +19,17 @@
 --   remote image URLs cannot be sent (Ollama takes base64 only): dropped with a warning.
 --
 -- Ollama → unified:
--- * Tool calls carry no id: ids `call_<n>` are made up (the broker pairs results by id).
+-- * Tool calls carry no id (newer servers may send one: it is kept): the id stays empty
+--   and the broker makes up one unique in the conversation (an id counted per response,
+--   `call_0`, would come back every turn).
 -- * In a stream each call arrives whole in one chunk, without an index that is unique in
 --   the turn; calls get increasing indexes from a counter of this adapter (never reused,
 --   so concurrent streams sharing the adapter cannot mix their calls).
--- * `done_reason` is the finish reason as Ollama says it (`stop` also after tool calls);
---   usage = `prompt_eval_count`, `eval_count`, their sum.
--- * `{"error": "..."}` (an error status's body, or a line in the middle of a stream) is a
---   Lua error with the message.
+-- * `done_reason` is the finish reason, except that Ollama says `stop` also after tool
+--   calls: with calls (in the response, or in the stream's last chunk; the broker sees the
+--   whole stream) it is `tool_calls`. Usage = `prompt_eval_count`, `eval_count`, their sum.
+-- * `{"error": "..."}` (an error status's body, or a line in the middle of a stream) is
+--   raised as the API's typed error (`raise_api_error`) with the message.
 
 local adapter = {
   name = "ollama",
@@ -53,7 +56,7 @@ local function decode_body(raw)
     if type(e) == "table" then
       e = e.message
     end
-    error("API error: " .. tostring(e), 0)
+    raise_api_error({ message = type(e) == "string" and e or tostring(e) })
   end
   return body
 end
@@ -164,6 +167,14 @@ function adapter.transform_request(raw_json)
   return json.encode(body)
 end
 
+-- `done_reason` → the unified finish reason (see the header).
+local function finish_reason_of(reason, has_calls)
+  if has_calls and (reason == nil or reason == "" or reason == "stop") then
+    return "tool_calls"
+  end
+  return type(reason) == "string" and reason or ""
+end
+
 local function usage_of(body)
   if body.prompt_eval_count == nil and body.eval_count == nil then
     return nil
@@ -182,7 +193,7 @@ function adapter.transform_response(raw_json)
   for i, tc in ipairs(message.tool_calls or {}) do
     local fn = tc["function"] or {}
     tool_calls[i] = {
-      id = type(tc.id) == "string" and tc.id ~= "" and tc.id or ("call_" .. (i - 1)),
+      id = type(tc.id) == "string" and tc.id or "",
       type = "function",
       name = fn.name or "",
       arguments = arguments_object(fn.arguments),
@@ -191,7 +202,7 @@ function adapter.transform_response(raw_json)
   return {
     content = type(message.content) == "string" and message.content or "",
     reasoning_content = type(message.thinking) == "string" and message.thinking or "",
-    finish_reason = body.done_reason or "",
+    finish_reason = finish_reason_of(body.done_reason, #tool_calls > 0),
     token_usage = usage_of(body),
     tool_calls = tool_calls,
   }
@@ -217,7 +228,7 @@ function adapter.transform_stream_chunk(line)
     calls_seen = (calls_seen + 1) % 2147483648
     calls[#calls + 1] = {
       index = n,
-      id = type(tc.id) == "string" and tc.id ~= "" and tc.id or ("call_" .. n),
+      id = type(tc.id) == "string" and tc.id ~= "" and tc.id or nil,
       name = fn.name or "",
       arguments = json.encode(arguments_object(fn.arguments)),
     }
@@ -226,7 +237,7 @@ function adapter.transform_stream_chunk(line)
     out.tool_calls = calls
   end
   if out.done then
-    out.finish_reason = chunk.done_reason
+    out.finish_reason = finish_reason_of(chunk.done_reason, #calls > 0)
     out.token_usage = usage_of(chunk)
   end
   if out.content == "" and out.reasoning_content == "" and not out.done and #calls == 0 then

@@ -12,11 +12,21 @@
 --   kept in history by the broker), an empty `tools` list (OpenAI rejects `[]`) and
 --   then `tool_choice` with it.
 -- * `max_tokens` is sent as an integer. Streaming asks for usage (`stream_options`).
+-- * Tool-call ids in the history: the broker gives every call a unique id, but a history
+--   written elsewhere (a client, a hook, an older broker) may hold calls without one, or a
+--   later turn repeating an id (`call_0` counted per response). Such a call gets
+--   `call_hearth_<n>`, a repeated id `<id>_<n>` (unused in the request); a tool message
+--   takes the id of the latest call it names, and one without `tool_call_id` the first
+--   call of the assistant turn before it not answered yet.
+-- * Tool calls in a response keep the API's ids; an empty or missing id stays empty (the
+--   broker makes up a unique one). A response or chunk that carries tool calls and says
+--   `finish_reason: "stop"` (Ollama's and other compatible servers) reports `tool_calls`.
 -- * Tool-call arguments that are not a JSON object (the model can emit broken JSON) are
 --   kept as `{"_raw": "<text>"}` rather than failing the whole turn: the tool loop's
 --   schema check then sends the problem back to the model as that tool's error.
--- * An error body (`{"error": {...}}`, also inside a stream) raises a Lua error with the
---   API's message, type and code; a body that is not JSON, one quoting its start.
+-- * An error body (`{"error": {...}}`, also inside a stream) is raised as the API's typed
+--   error (`raise_api_error`: message, type, code); a body that is not JSON is a Lua error
+--   quoting its start.
 
 local adapter = {}
 
@@ -25,35 +35,37 @@ adapter.version = "1.0.0"
 adapter.endpoint = "/chat/completions"
 adapter.headers = {}
 
--- The API's error object → one line.
-local function api_error(err)
-  if type(err) == "string" then
-    return "API error: " .. err
-  end
+-- The API's error object → raised as the API's typed error (`raise_api_error`): message,
+-- type, code and the HTTP status it names (Groq's `status_code`; the broker uses the status
+-- of the response when it was an error status). `param` and Groq's `failed_generation`
+-- (what the model produced when a tool call failed) are added to the message.
+local function raise_error(err)
   if type(err) ~= "table" then
-    return "API error"
+    raise_api_error({ message = type(err) == "string" and err or "(no message)" })
   end
-  local details = {}
-  for _, key in ipairs({ "type", "code", "param" }) do
-    local v = err[key]
-    if type(v) == "string" or type(v) == "number" then
-      details[#details + 1] = key .. " " .. tostring(v)
-    end
+  local message = type(err.message) == "string" and err.message or "(no message)"
+  if type(err.param) == "string" then
+    message = message .. " (param " .. err.param .. ")"
   end
-  local text = "API error: " .. tostring(err.message or "(no message)")
-  if #details > 0 then
-    text = text .. " (" .. table.concat(details, ", ") .. ")"
+  if type(err.failed_generation) == "string" then
+    message = message .. "; failed generation: " .. err.failed_generation
   end
-  return text
+  local code = err.code
+  raise_api_error({
+    status = type(err.status_code) == "number" and err.status_code or nil,
+    type = type(err.type) == "string" and err.type or nil,
+    code = (type(code) == "string" or type(code) == "number") and code or nil,
+    message = message,
+  })
 end
 
 local function check_error(body)
   if body.error ~= nil then
-    error(api_error(body.error), 0)
+    raise_error(body.error)
   end
   -- Mistral-style: {"object": "error", "message": ...}
   if body.object == "error" then
-    error(api_error(body), 0)
+    raise_error(body)
   end
 end
 
@@ -111,6 +123,79 @@ local function decode_body(raw)
   return body
 end
 
+-- See the header: one distinct id per call of the history; results name their call.
+local function distinct_ids(messages)
+  local used = {}
+  for _, msg in ipairs(messages) do
+    for _, tc in ipairs(type(msg.tool_calls) == "table" and msg.tool_calls or {}) do
+      if type(tc) == "table" and type(tc.id) == "string" then
+        used[tc.id] = true
+      end
+    end
+  end
+  local function fresh(base)
+    local n = 2
+    while used[base .. "_" .. n] do
+      n = n + 1
+    end
+    used[base .. "_" .. n] = true
+    return base .. "_" .. n
+  end
+  -- sent: ids given to calls so far; latest: a call's id as given → as sent; open: the
+  -- last assistant turn's calls not answered yet, in order: {id, made = it had no id}.
+  local sent, latest, open, made = {}, {}, {}, 0
+  -- The open call a result answers: the one with `id`; without one, the first that had
+  -- no id, else the first.
+  local function answer(id)
+    local at
+    for i, call in ipairs(open) do
+      if (id ~= nil and call.id == id) or (id == nil and at == nil and call.made) then
+        at = i
+      end
+    end
+    if at == nil and id == nil and #open > 0 then
+      at = 1
+    end
+    return at and table.remove(open, at).id or id
+  end
+  for _, msg in ipairs(messages) do
+    if type(msg.tool_calls) == "table" and #msg.tool_calls > 0 then
+      open = {}
+      for _, tc in ipairs(msg.tool_calls) do
+        if type(tc) == "table" then
+          local given = type(tc.id) == "string" and tc.id or ""
+          if given == "" then
+            repeat
+              made = made + 1
+              tc.id = "call_hearth_" .. made
+            until not used[tc.id]
+            used[tc.id] = true
+          elseif sent[given] then
+            tc.id = fresh(given)
+          end
+          sent[tc.id], latest[given] = true, tc.id
+          open[#open + 1] = { id = tc.id, made = given == "" }
+        end
+      end
+    elseif msg.role == "tool" then
+      local id = msg.tool_call_id
+      if type(id) ~= "string" or id == "" then
+        msg.tool_call_id = answer(nil)
+      else
+        msg.tool_call_id = answer(latest[id] or id)
+      end
+    end
+  end
+end
+
+-- A normal end with tool calls is reported as `tool_calls` (see the header).
+local function finish_with_calls(reason, has_calls)
+  if has_calls and (reason == nil or reason == "" or reason == "stop") then
+    return "tool_calls"
+  end
+  return reason
+end
+
 function adapter.transform_request(raw_json)
   local body = json.decode(raw_json)
   body.disable_thinking = nil
@@ -125,6 +210,7 @@ function adapter.transform_request(raw_json)
   end
 
   if type(body.messages) == "table" then
+    distinct_ids(body.messages)
     for _, msg in ipairs(body.messages) do
       msg.reasoning_content = nil
       if type(msg.tool_calls) == "table" then
@@ -164,7 +250,7 @@ function adapter.transform_response(raw_json)
   for _, tc in ipairs(message.tool_calls or {}) do
     local fn = tc["function"] or {}
     tool_calls[#tool_calls + 1] = {
-      id = tc.id or "",
+      id = type(tc.id) == "string" and tc.id or "",
       type = "function",
       name = fn.name or "",
       arguments = parse_arguments(fn.arguments),
@@ -174,7 +260,7 @@ function adapter.transform_response(raw_json)
   return json.encode({
     content = text_of(message.content),
     reasoning_content = text_of(message.reasoning_content or message.reasoning),
-    finish_reason = choice.finish_reason or "",
+    finish_reason = finish_with_calls(choice.finish_reason, #tool_calls > 0) or "",
     token_usage = usage_of(body.usage),
     tool_calls = tool_calls,
   })
@@ -218,7 +304,8 @@ function adapter.transform_stream_chunk(raw_line)
     end
 
     if type(choice.finish_reason) == "string" and choice.finish_reason ~= "" then
-      out.finish_reason, out.done, useful = choice.finish_reason, true, true
+      out.finish_reason = finish_with_calls(choice.finish_reason, #calls > 0)
+      out.done, useful = true, true
     end
   end
 

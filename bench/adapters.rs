@@ -21,7 +21,10 @@
 //! shared machine spreads over all of them instead of one.
 //!
 //! Also the Lua JSON bridge on the openai request (probe scripts doing less than an
-//! adapter), the part that dominates `transform_request`.
+//! adapter), the part that dominates `transform_request`; one adapter called from 1, 2
+//! and 4 threads at once, and while another caller is stuck in a pathological pattern;
+//! and the VM pool (openai, gemini): a session per call, calls in one session, a new VM
+//! per call from bytecode.
 //!
 //! Run (release):
 //!
@@ -694,6 +697,205 @@ fn bridge(requests: &[(&str, &Value)], iters: usize, warmup: usize) {
     println!();
 }
 
+/// `n` timed calls of `f` after `warmup` untimed ones: latencies (µs) and mean thread CPU
+/// time per call (µs).
+fn timed(n: usize, warmup: usize, f: &mut dyn FnMut()) -> (Summary, f64) {
+    for _ in 0..warmup {
+        f();
+    }
+    let cpu0 = thread_cpu_us();
+    let mut us = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f();
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    (summarize(us), (thread_cpu_us() - cpu0) / n as f64)
+}
+
+/// What the wall-time bound costs and what the VM pool buys (BENCHMARKS.md "Adapters",
+/// "VM pool"), on the openai and gemini built-ins: a call through a session of its own
+/// (what `Adapter::transform_*` does: check out a VM, run the call on its thread, check it
+/// back in), calls inside one session (what the LLM client does: one VM per completion),
+/// and one new VM per call from the precompiled bytecode (`Limits::idle_vms = 0`). Thread
+/// CPU is the caller's; the VM thread's work is not in it.
+fn pool(benches: &[Bench], iters: usize, warmup: usize) {
+    println!("## VM pool: per-call cost of the wall-time bound\n");
+    println!(
+        "µs per call, p50 / p99 (caller's thread CPU per call); {iters} calls per cell after {warmup} warm-up (a new VM per call: {} after {}); loadavg {}.\n",
+        iters / 10,
+        warmup / 10,
+        loadavg()
+    );
+    println!("| adapter | how | transform_request | chunk: recorded stream, each in turn |");
+    println!("|---|---|---:|---:|");
+    let cell = |(s, cpu): (Summary, f64)| format!("{:.1} / {:.1} ({cpu:.1})", s.p50, s.p99);
+    for b in benches
+        .iter()
+        .filter(|b| b.name == "openai" || b.name == "gemini")
+    {
+        let a = &b.adapter;
+        let (request, stream) = (&b.inputs.request, &b.inputs.stream);
+        let mut next = 0;
+        let mut chunk = |a: &dyn Fn(&str)| {
+            a(&stream[next % stream.len()]);
+            next += 1;
+        };
+        let one_shot = (
+            timed(iters, warmup, &mut || {
+                black_box(a.transform_request(black_box(request)).unwrap());
+            }),
+            timed(iters, warmup, &mut || {
+                chunk(&|c| {
+                    black_box(a.transform_stream_chunk(c).unwrap());
+                })
+            }),
+        );
+        let session = a.session();
+        let in_session = (
+            timed(iters, warmup, &mut || {
+                black_box(session.transform_request(black_box(request)).unwrap());
+            }),
+            timed(iters, warmup, &mut || {
+                chunk(&|c| {
+                    black_box(session.transform_stream_chunk(c).unwrap());
+                })
+            }),
+        );
+        drop(session);
+        let source = BUILTINS.iter().find(|(n, _)| *n == b.name).unwrap().1;
+        let fresh = Adapter::from_source(
+            &format!("{}.lua", b.name),
+            source,
+            &Limits {
+                idle_vms: 0,
+                ..Limits::default()
+            },
+        )
+        .expect("built-in loads");
+        let per_call = (
+            timed(iters / 10, warmup / 10, &mut || {
+                black_box(fresh.transform_request(black_box(request)).unwrap());
+            }),
+            timed(iters / 10, warmup / 10, &mut || {
+                chunk(&|c| {
+                    black_box(fresh.transform_stream_chunk(c).unwrap());
+                })
+            }),
+        );
+        for (how, (r, c)) in [
+            (
+                "a session per call (checkout, VM thread, checkin)",
+                one_shot,
+            ),
+            (
+                "calls in one session (as the LLM client makes them)",
+                in_session,
+            ),
+            ("a new VM per call, from bytecode", per_call),
+        ] {
+            println!("| {} | {how} | {} | {} |", b.name, cell(r), cell(c));
+        }
+    }
+    println!();
+}
+
+/// Calls from several threads at once on one adapter, each thread its own calls; and
+/// calls made while another caller is stuck in a pathological pattern. Only API that the
+/// single-VM host had too, so the same code measures before and after.
+fn concurrency(benches: &[Bench], iters: usize) {
+    let Some(b) = benches.iter().find(|b| b.name == "openai") else {
+        return;
+    };
+    println!("## One adapter, several callers at once (openai)\n");
+    println!(
+        "{iters} calls in all per row, split over the threads; µs per call; loadavg {}.\n",
+        loadavg()
+    );
+    println!("| operation | threads | calls/s | p50 | p99 |");
+    println!("|---|---:|---:|---:|---:|");
+    let stream = Arc::new(b.inputs.stream.clone());
+    let request = Arc::new(b.inputs.request.clone());
+    for op in ["transform_request", "chunk: recorded stream"] {
+        for threads in [1usize, 2, 4] {
+            let per = iters / threads;
+            let barrier = Arc::new(std::sync::Barrier::new(threads));
+            let started = Instant::now();
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (a, barrier) = (b.adapter.clone(), barrier.clone());
+                    let (request, stream) = (request.clone(), stream.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let mut us = Vec::with_capacity(per);
+                        for i in 0..per {
+                            let t0 = Instant::now();
+                            if op == "transform_request" {
+                                black_box(a.transform_request(&*request).unwrap());
+                            } else {
+                                let c = &stream[(i + t) % stream.len()];
+                                black_box(a.transform_stream_chunk(c).unwrap());
+                            }
+                            us.push(t0.elapsed().as_secs_f64() * 1e6);
+                        }
+                        us
+                    })
+                })
+                .collect();
+            let us: Vec<f64> = workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect();
+            let took = started.elapsed().as_secs_f64();
+            let n = us.len();
+            let s = summarize(us);
+            println!(
+                "| {op} | {threads} | {:.0} | {:.1} | {:.1} |",
+                n as f64 / took,
+                s.p50,
+                s.p99
+            );
+        }
+    }
+
+    // A script stuck in `string.find` on one caller; another caller's calls meanwhile.
+    let slow = Arc::new(
+        Adapter::from_source(
+            "slow.lua",
+            "local a = { name = 'slow', endpoint = '' }\n\
+             function a.transform_request(raw)\n\
+               if raw:find('stuck', 1, true) then string.find(string.rep('a', 500), '.-.-.-b') end\n\
+               return '{}'\n\
+             end\n\
+             function a.transform_response(raw) return raw end\n\
+             return a",
+            &Limits::default(),
+        )
+        .expect("probe loads"),
+    );
+    let stuck = {
+        let slow = slow.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let r = slow.transform_request(&json!({"stuck": true}));
+            (t.elapsed(), r.err().map(|e| e.to_string()))
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (s, _) = timed(200, 0, &mut || {
+        black_box(slow.transform_request(&json!({})).unwrap());
+    });
+    let (stuck_took, error) = stuck.join().unwrap();
+    println!(
+        "\nWhile one call is stuck in `string.find(string.rep(\"a\", 500), \".-.-.-b\")` (it returned after {:.2} s: {}), 200 calls of another caller: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs.\n",
+        stuck_took.as_secs_f64(),
+        error.as_deref().unwrap_or("ok"),
+        s.p50,
+        s.p99,
+        s.max
+    );
+}
+
 fn main() {
     let iters = env_num("HEARTH_BENCH_ITERS", 5000) as usize;
     let warmup = env_num("HEARTH_BENCH_WARMUP", 500) as usize;
@@ -853,6 +1055,8 @@ fn main() {
             warmup,
         );
     }
+    concurrency(&benches, iters);
+    pool(&benches, iters, warmup);
     println!("loadavg at the end: {}", loadavg());
     if failed {
         std::process::exit(1);

@@ -185,10 +185,19 @@ pub enum PluginsCommand {
 pub enum AdaptersCommand {
     /// Every adapter the broker would load, and scripts that fail to load (with the line).
     List,
-    /// Load NAME and run its transforms on sample data, reporting each step.
+    /// Load NAME and run its transforms on sample data, reporting each step; with
+    /// `--response` or `--stream`, replay a capture of your provider instead and print
+    /// what the broker would make of it: text, each tool call (id, name, arguments),
+    /// the finish reason and the usage.
     Check {
         /// Adapter name.
         name: String,
+        /// A recorded non-streamed response body, as the API sent it.
+        #[arg(long, value_name = "FILE", conflicts_with = "stream")]
+        response: Option<PathBuf>,
+        /// A recorded stream (SSE or NDJSON bytes, as the API sent them).
+        #[arg(long, value_name = "FILE")]
+        stream: Option<PathBuf>,
     },
 }
 
@@ -263,11 +272,29 @@ pub fn main() -> ExitCode {
         Command::Adapters { command } => {
             let (report, ok) = match command {
                 AdaptersCommand::List => (crate::adapters::check::list(&cli.data_dir).0, true),
-                AdaptersCommand::Check { name } => {
+                AdaptersCommand::Check {
+                    name,
+                    response: Some(file),
+                    ..
+                } => crate::adapters::check::replay(
+                    &cli.data_dir,
+                    &name,
+                    crate::adapters::check::Capture::Response(file),
+                ),
+                AdaptersCommand::Check {
+                    name,
+                    stream: Some(file),
+                    ..
+                } => crate::adapters::check::replay(
+                    &cli.data_dir,
+                    &name,
+                    crate::adapters::check::Capture::Stream(file),
+                ),
+                AdaptersCommand::Check { name, .. } => {
                     crate::adapters::check::check(&cli.data_dir, &name)
                 }
             };
-            print!("{report}");
+            print!("{}", crate::term::Printer::stdout().text(&report));
             Ok(if ok {
                 ExitCode::SUCCESS
             } else {

@@ -85,11 +85,11 @@ async fn start_agent(
     opts: &RunOptions,
     supervisor: Arc<Supervisor>,
 ) -> anyhow::Result<Started> {
-    let adapters = Arc::new(AdapterSet::load(data_dir));
+    let config = Config::load(data_dir, &opts.quick).map_err(|e| anyhow::anyhow!(e))?;
+    let adapters = Arc::new(AdapterSet::load_with(data_dir, &config.adapter_limits));
     for (name, e) in adapters.errors() {
         tracing::error!(adapter = %name, "adapter not loaded: {e}");
     }
-    let config = Config::load(data_dir, &opts.quick).map_err(|e| anyhow::anyhow!(e))?;
     match config.sources.first() {
         Some(s) => tracing::info!(source = %s.name, url = %s.base_url, adapter = %s.adapter, "LLM source"),
         None => tracing::warn!("no LLM source configured: chat answers with an error until one is (hearth.toml or --llm-url)"),

@@ -13,6 +13,10 @@ mod security;
 mod security_io;
 mod security_secrets;
 mod supervision;
+mod wire_adapters;
+mod wire_server;
+mod wire_streams;
+mod wire_toolcalls;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -8,10 +8,21 @@ use serde_json::{json, Value};
 
 use super::{AdapterError, AdapterSet};
 
+/// The adapters of `data_dir` with the limits its `hearth.toml` sets
+/// (`[llm] adapter_timeout_ms`, `[adapters] http_allow`), as the broker loads them;
+/// defaults when there is no `hearth.toml` or it does not parse (the broker would
+/// refuse to start then, and says why).
+fn load(data_dir: &Path) -> AdapterSet {
+    match crate::llm::config::Config::load(data_dir, &Default::default()) {
+        Ok(config) => AdapterSet::load_with(data_dir, &config.adapter_limits),
+        Err(_) => AdapterSet::load(data_dir),
+    }
+}
+
 /// One line per adapter: name, version, endpoint, streaming, file; then the scripts
 /// that failed to load with their error.
 pub fn list(data_dir: &Path) -> (String, bool) {
-    let set = AdapterSet::load(data_dir);
+    let set = load(data_dir);
     let mut out = format!(
         "{:<12} {:<8} {:<9} {:<40} FILE\n",
         "NAME", "VERSION", "STREAMING", "ENDPOINT"
@@ -59,7 +70,7 @@ fn sample_request() -> Value {
 /// "<API JSON>", stream = {"<data payload>", …}}`) go through `transform_response` and
 /// `transform_stream_chunk`. Returns the report and whether everything passed.
 pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
-    let set = AdapterSet::load(data_dir);
+    let set = load(data_dir);
     let adapter = match set.get(name) {
         Ok(a) => a,
         Err(e) => return (format!("✗ load: {e}\n"), false),
@@ -131,9 +142,137 @@ pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
     (out, ok)
 }
 
+/// A capture of a provider's answer to replay through an adapter.
+#[derive(Debug, Clone)]
+pub enum Capture {
+    /// A non-streamed response body.
+    Response(std::path::PathBuf),
+    /// A streamed body: SSE or NDJSON bytes as the API sent them.
+    Stream(std::path::PathBuf),
+}
+
+/// `hearth adapters check NAME --response FILE | --stream FILE`: replays `capture`
+/// through adapter `name` the way the broker reads a live answer (for a stream: the
+/// same framing, chunk transform and tool-call assembly) and reports the text, each
+/// tool call (id, name, arguments), the finish reason and the usage. Returns the
+/// report and whether the replay succeeded; a failure names the step, as a live
+/// request would.
+pub fn replay(data_dir: &Path, name: &str, capture: Capture) -> (String, bool) {
+    let set = load(data_dir);
+    let adapter = match set.get(name) {
+        Ok(a) => a,
+        Err(e) => return (format!("✗ load: {e}\n"), false),
+    };
+    let (path, streamed) = match &capture {
+        Capture::Response(p) => (p, false),
+        Capture::Stream(p) => (p, true),
+    };
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return (format!("✗ {}: {e}\n", path.display()), false),
+    };
+    let mut out = format!(
+        "✓ load: {} {} ({})\n",
+        adapter.name(),
+        adapter.version(),
+        adapter.file()
+    );
+    let result = if streamed {
+        crate::llm::replay_stream(&adapter, bytes).map_err(|e| e.to_string())
+    } else {
+        adapter
+            .transform_response(&String::from_utf8_lossy(&bytes))
+            .map(|mut r| {
+                // What a live answer gets: ids for calls without one, `tool_calls`.
+                r.settle_tool_calls();
+                r
+            })
+            .map_err(|e| e.to_string())
+    };
+    let what = if streamed {
+        "stream"
+    } else {
+        "transform_response"
+    };
+    match result {
+        Ok(r) => {
+            out.push_str(&format!("✓ {what}: {}\n", path.display()));
+            out.push_str(&describe(&r));
+            (out, true)
+        }
+        Err(e) => {
+            out.push_str(&format!("✗ {what}: {e}\n"));
+            (out, false)
+        }
+    }
+}
+
+/// The parts of a completion a user checks against their provider, one per line.
+fn describe(r: &super::CompletionResponse) -> String {
+    let mut out = String::new();
+    let one_line = |s: &str| s.replace('\n', "\\n");
+    out.push_str(&format!("  text: {:?}\n", r.content));
+    if !r.reasoning_content.is_empty() {
+        out.push_str(&format!("  reasoning: {:?}\n", r.reasoning_content));
+    }
+    out.push_str(&format!("  tool calls: {}\n", r.tool_calls.len()));
+    for (i, call) in r.tool_calls.iter().enumerate() {
+        out.push_str(&format!(
+            "    [{i}] id {:?} name {:?} arguments {}\n",
+            call.id,
+            call.name,
+            one_line(&call.arguments.to_string())
+        ));
+    }
+    out.push_str(&format!("  finish reason: {:?}\n", r.finish_reason));
+    let u = &r.token_usage;
+    out.push_str(&format!(
+        "  usage: prompt {}, completion {}, total {}\n",
+        u.prompt, u.completion, u.total
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn testdata(rel: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../adapters/testdata")
+            .join(rel)
+    }
+
+    #[test]
+    fn captures_replay_with_ids_names_arguments_and_finish_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let stream = testdata("openai/openai-chat-stream-parallel-toolcalls-usage.sse");
+        let (report, ok) = replay(dir.path(), "openai", Capture::Stream(stream));
+        assert!(ok, "{report}");
+        assert!(report.contains("tool calls: 2"), "{report}");
+        assert!(report.contains("[1] id \"call_"), "{report}");
+        assert!(report.contains("finish reason: \"tool_calls\""), "{report}");
+        assert!(report.contains("usage: prompt "), "{report}");
+
+        let body = testdata("anthropic/anthropic-response-text-tooluse.json");
+        let (report, ok) = replay(dir.path(), "anthropic", Capture::Response(body));
+        assert!(ok, "{report}");
+        assert!(
+            report.contains("tool calls: 1") && report.contains("name \""),
+            "{report}"
+        );
+
+        // A capture of an error is reported as the provider's error, not passed.
+        let error = testdata("anthropic/anthropic-error-529-overloaded.json");
+        let (report, ok) = replay(dir.path(), "anthropic", Capture::Response(error));
+        assert!(!ok && report.contains("overloaded"), "{report}");
+        let (report, ok) = replay(
+            dir.path(),
+            "openai",
+            Capture::Stream(dir.path().join("nope.sse")),
+        );
+        assert!(!ok && report.contains("nope.sse"), "{report}");
+    }
 
     #[test]
     fn the_builtin_openai_passes_and_a_broken_script_is_named_with_its_line() {

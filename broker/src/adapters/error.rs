@@ -48,6 +48,18 @@ pub enum AdapterError {
         /// The Lua error message, e.g. `openai.lua:40: OpenAI API error: …`.
         message: String,
     },
+    /// The script read an error of the LLM API (an error body, or an error event inside a
+    /// stream) and raised it typed, with `raise_api_error{…}`: the provider's error, not a
+    /// script failure.
+    #[error("adapter {adapter}: {function}: {error}")]
+    Upstream {
+        /// The adapter's name.
+        adapter: String,
+        /// The function that read it (`transform_response`, `transform_stream_chunk`).
+        function: String,
+        /// The API's error (boxed: it is the largest of these).
+        error: Box<super::UpstreamError>,
+    },
     /// A call ran past the instruction bound (an endless loop, or far too much work).
     #[error("adapter {adapter}: {function} exceeded {limit} instructions")]
     InstructionLimit {
@@ -67,6 +79,32 @@ pub enum AdapterError {
         function: String,
         /// The bound, in bytes, for the whole VM.
         limit: usize,
+    },
+    /// A call ran past the wall-time bound (`[llm] adapter_timeout_ms` in hearth.toml).
+    /// Only this call fails: its VM is abandoned (it ends as soon as the script is back in
+    /// Lua code) and the next call gets another one.
+    #[error("adapter {adapter}: {function} did not finish within {limit_ms} ms (`[llm] adapter_timeout_ms` in hearth.toml); the call was abandoned")]
+    Timeout {
+        /// The adapter's name.
+        adapter: String,
+        /// The function that was running (or `load` for the script's top level).
+        function: String,
+        /// The bound, in milliseconds.
+        limit_ms: u64,
+    },
+    /// Too many of this adapter's calls ran past the wall-time bound and are still running
+    /// (stuck in a C function such as `string.find` with a pathological pattern): new calls
+    /// are refused until some end.
+    #[error("adapter {adapter}: {function}: refused: {stuck} earlier calls ran past `[llm] adapter_timeout_ms` ({limit_ms} ms) and are still running")]
+    Stuck {
+        /// The adapter's name.
+        adapter: String,
+        /// The function that was to be called.
+        function: String,
+        /// Abandoned calls still running.
+        stuck: usize,
+        /// The bound, in milliseconds.
+        limit_ms: u64,
     },
     /// The adapter has no `transform_stream_chunk`.
     #[error(

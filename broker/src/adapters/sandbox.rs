@@ -6,14 +6,16 @@
 //! - `load` compiles text only (mode `"t"`): bytecode is refused.
 //! - An instruction budget per call (a count hook every [`HOOK_STEP`] instructions) and a
 //!   memory bound for the whole VM. `pcall`/`xpcall` re-raise once the budget is spent, so
-//!   a script cannot swallow the bound and loop on.
+//!   a script cannot swallow the bound and loop on. The same hook ends a call its caller
+//!   abandoned ([`CallState::abandoned`]) as soon as the script is back in Lua code.
 //! - `json.encode`, `json.decode`, `json.null`, `json.array(t)` (mark `t` as an array, so an
 //!   empty one encodes as `[]`), `log(level, message)`, `http_get(url)`,
-//!   `http_post(url, body)`.
+//!   `http_post(url, body)`, `raise_api_error{…}` (see `upstream.rs`).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use mlua::{
     ffi, HookTriggers, Lua, LuaOptions, LuaSerdeExt, MultiValue, StdLib, Table, Value as LuaValue,
@@ -21,7 +23,7 @@ use mlua::{
 };
 use serde_json::{Map, Value};
 
-use super::{http, Limits};
+use super::{http, HostPort, Limits};
 
 /// The count hook fires every this many VM instructions (at most): fine enough for the
 /// bound, rare enough to cost nothing measurable.
@@ -62,15 +64,68 @@ impl Budget {
     }
 }
 
-/// One adapter's Lua VM with its bounds. Not shared: the adapter keeps it behind a mutex.
+/// What the host and a VM's thread share about the call the VM is running.
+#[derive(Debug, Default)]
+pub(crate) struct CallState {
+    /// Set when the caller gave up on the call (it ran past the wall-time bound): the
+    /// count hook then fails the script as soon as it runs Lua code again, and `pcall`
+    /// cannot catch that.
+    pub(crate) abandoned: AtomicBool,
+    /// The host of the source the current call serves: `http_get`'s default allowance.
+    source: Mutex<Option<HostPort>>,
+    /// Time the current call spent in `http_get` / `http_post`.
+    http: Mutex<HttpWait>,
+}
+
+#[derive(Debug, Default)]
+struct HttpWait {
+    total: Duration,
+    since: Option<Instant>,
+}
+
+impl CallState {
+    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Before a call: the source it serves; no HTTP wait yet.
+    pub(crate) fn begin_call(&self, source: Option<HostPort>) {
+        *Self::lock(&self.source) = source;
+        *Self::lock(&self.http) = HttpWait::default();
+    }
+
+    /// How long the current call has waited in `http_get` / `http_post` so far (each is
+    /// bounded by [`Limits::http_timeout`] instead of the call's bound).
+    pub(crate) fn http_wait(&self, now: Instant) -> Duration {
+        let wait = Self::lock(&self.http);
+        wait.total
+            + wait
+                .since
+                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t))
+    }
+
+    fn http_begin(&self) {
+        Self::lock(&self.http).since = Some(Instant::now());
+    }
+
+    fn http_end(&self) {
+        let mut wait = Self::lock(&self.http);
+        if let Some(t) = wait.since.take() {
+            wait.total += t.elapsed();
+        }
+    }
+}
+
+/// One adapter's Lua VM with its bounds. Not shared: one VM thread owns it (`pool.rs`).
 pub(crate) struct Vm {
     pub(crate) lua: Lua,
     budget: Arc<Budget>,
 }
 
 impl Vm {
-    /// A fresh sandboxed VM; `log_name` tags its `log` and `print` output.
-    pub(crate) fn new(limits: &Limits, log_name: &str) -> mlua::Result<Vm> {
+    /// A fresh sandboxed VM; `log_name` tags its `log` and `print` output; `call` is
+    /// what its host says about the running call.
+    pub(crate) fn new(limits: &Limits, log_name: &str, call: Arc<CallState>) -> mlua::Result<Vm> {
         let libs = StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8;
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         let budget = Arc::new(Budget {
@@ -81,9 +136,15 @@ impl Vm {
 
         let step = HOOK_STEP.min(limits.instructions).max(1);
         let hook_budget = budget.clone();
+        let hook_call = call.clone();
         lua.set_global_hook(
             HookTriggers::new().every_nth_instruction(step as u32),
             move |_, _| {
+                if hook_call.abandoned.load(Ordering::Relaxed) {
+                    return Err(mlua::Error::runtime(
+                        "abandoned: the call ran past its wall-time bound",
+                    ));
+                }
                 let used = hook_budget.used.fetch_add(step, Ordering::Relaxed) + step;
                 if used >= hook_budget.limit {
                     hook_budget.exceeded.store(true, Ordering::Relaxed);
@@ -94,16 +155,23 @@ impl Vm {
         )?;
 
         let check_budget = budget.clone();
+        let check_call = call.clone();
         let check = lua.create_function(move |_, args: MultiValue| {
             if check_budget.exceeded.load(Ordering::Relaxed) {
                 return Err(check_budget.error());
+            }
+            if check_call.abandoned.load(Ordering::Relaxed) {
+                return Err(mlua::Error::runtime(
+                    "abandoned: the call ran past its wall-time bound",
+                ));
             }
             Ok(args)
         })?;
         lua.load(PRELUDE)
             .set_name("=hearth sandbox")
             .call::<()>(check)?;
-        install_builtins(&lua, limits, log_name)?;
+        install_builtins(&lua, limits, log_name, call)?;
+        super::upstream::install(&lua)?;
         lua.set_memory_limit(limits.memory)?;
         Ok(Vm { lua, budget })
     }
@@ -120,7 +188,12 @@ impl Vm {
     }
 }
 
-fn install_builtins(lua: &Lua, limits: &Limits, log_name: &str) -> mlua::Result<()> {
+fn install_builtins(
+    lua: &Lua,
+    limits: &Limits,
+    log_name: &str,
+    call: Arc<CallState>,
+) -> mlua::Result<()> {
     let globals = lua.globals();
 
     let json = lua.create_table()?;
@@ -200,19 +273,28 @@ fn install_builtins(lua: &Lua, limits: &Limits, log_name: &str) -> mlua::Result<
     )?;
 
     let (timeout, max_body) = (limits.http_timeout, limits.http_max_body);
+    let allow: Arc<[HostPort]> = limits.http_allow.clone().into();
+    // One request, its wait recorded as HTTP time (see `CallState::http_wait`).
+    let fetch = move |method, url: &str, body| {
+        let source = CallState::lock(&call.source).clone();
+        let scope = http::Scope {
+            source: source.as_ref(),
+            allow: &allow,
+        };
+        call.http_begin();
+        let out = http::fetch(method, url, body, timeout, max_body, scope);
+        call.http_end();
+        out.map_err(mlua::Error::runtime)
+    };
+    let get = fetch.clone();
     globals.set(
         "http_get",
-        lua.create_function(move |_, url: String| {
-            http::fetch(http::Method::Get, &url, None, timeout, max_body)
-                .map_err(mlua::Error::runtime)
-        })?,
+        lua.create_function(move |_, url: String| get(http::Method::Get, &url, None))?,
     )?;
     globals.set(
         "http_post",
         lua.create_function(move |_, (url, body): (String, mlua::String)| {
-            let body = body.as_bytes().to_vec();
-            http::fetch(http::Method::Post, &url, Some(body), timeout, max_body)
-                .map_err(mlua::Error::runtime)
+            fetch(http::Method::Post, &url, Some(body.as_bytes().to_vec()))
         })?,
     )?;
     Ok(())

@@ -47,6 +47,23 @@ pub(super) fn golden(rel: &str, actual: &Value) {
     );
 }
 
+/// The API error a transform raised with `raise_api_error`; panics on any other result.
+pub(super) fn api_error<T: std::fmt::Debug>(r: Result<T, AdapterError>) -> UpstreamError {
+    match r {
+        Err(AdapterError::Upstream { error, .. }) => *error,
+        other => panic!("expected the API's typed error, got {other:?}"),
+    }
+}
+
+/// An [`UpstreamError`] from its fields (`retry_after_s` and `request_id` unset).
+pub(super) fn typed(status: Option<u16>, kind: &str, code: &str, message: &str) -> UpstreamError {
+    let mut e = UpstreamError::message(message);
+    e.status = status;
+    e.kind = kind.into();
+    e.code = code.into();
+    e
+}
+
 fn openai() -> Arc<Adapter> {
     AdapterSet::load(Path::new("/nonexistent-hearth-data-dir"))
         .get("openai")
@@ -267,7 +284,7 @@ fn openai_response_text_reasoning_and_bad_arguments() {
     let out = openai().transform_response(&body.to_string()).unwrap();
     assert_eq!(out.content, "Hello!");
     assert_eq!(out.reasoning_content, "thinking");
-    assert_eq!(out.finish_reason, "stop");
+    assert_eq!(out.finish_reason, "tool_calls", "`stop` with tool calls");
     assert_eq!(out.token_usage, TokenUsage::default());
     assert_eq!(out.tool_calls[0].arguments, json!({"_raw": "{\"x\": "}));
     assert_eq!(out.tool_calls[1].arguments, json!({}));
@@ -275,36 +292,39 @@ fn openai_response_text_reasoning_and_bad_arguments() {
 }
 
 #[test]
-fn openai_error_bodies_are_clear_errors() {
+fn openai_error_bodies_are_typed_api_errors() {
     let a = openai();
     let e = a
         .transform_response(&read("openai/openai-chat-error-400-invalid-request.json"))
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "adapter openai: transform_response: API error: Unsupported parameter: 'max_tokens' is not supported \
-         with this model. Use 'max_completion_tokens' instead. (type invalid_request_error, code \
-         unsupported_parameter, param max_tokens)"
+        "adapter openai: transform_response: API error: Unsupported parameter: 'max_tokens' is not \
+         supported with this model. Use 'max_completion_tokens' instead. (param max_tokens) (type \
+         invalid_request_error, code unsupported_parameter)"
     );
-    let e = a
-        .transform_response(&read(
-            "openai/openai-chat-error-429-insufficient-quota.json",
-        ))
-        .unwrap_err();
-    assert!(matches!(e, AdapterError::Script { .. }));
+    let e = api_error(a.transform_response(&read(
+        "openai/openai-chat-error-429-insufficient-quota.json",
+    )));
+    assert_eq!(
+        (e.status, e.kind.as_str(), e.code.as_str()),
+        (None, "insufficient_quota", "insufficient_quota")
+    );
     assert!(
-        e.to_string().contains("You exceeded your current quota"),
+        e.message.starts_with("You exceeded your current quota"),
         "{e}"
     );
-    assert!(e.to_string().contains("code insufficient_quota"), "{e}");
 
     // An error frame inside a stream (Groq sends these as `event: error`).
     let frame = r#"{"error":{"message":"Failed to call a function.","type":"invalid_request_error","code":"tool_use_failed"}}"#;
-    let e = a.transform_stream_chunk(frame).unwrap_err();
-    assert!(
-        e.to_string()
-            .starts_with("adapter openai: transform_stream_chunk: API error: Failed to call"),
-        "{e}"
+    assert_eq!(
+        api_error(a.transform_stream_chunk(frame)),
+        typed(
+            None,
+            "invalid_request_error",
+            "tool_use_failed",
+            "Failed to call a function."
+        )
     );
 
     // Not JSON at all (a proxy's HTML page).
@@ -315,16 +335,14 @@ fn openai_error_bodies_are_clear_errors() {
         e.to_string(),
         "adapter openai: transform_response: response is not a JSON object: <html>502 Bad Gateway</html>"
     );
-    // Groq's `event: error` frame, as recorded.
+    // Groq's `event: error` frame, as recorded: it names its status.
     let sse = read("openai/compat/groq-stream-error-tool-use-failed.sse");
-    let e = a
-        .transform_stream_chunk(sse_data(&sse)[0])
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("API error: Failed to call a function") && e.contains("code tool_use_failed"),
-        "{e}"
+    let e = api_error(a.transform_stream_chunk(sse_data(&sse)[0]));
+    assert_eq!(
+        (e.status, e.kind.as_str(), e.code.as_str()),
+        (Some(400), "invalid_request_error", "tool_use_failed")
     );
+    assert!(e.message.starts_with("Failed to call a function"), "{e}");
 }
 
 #[test]
@@ -956,7 +974,10 @@ async fn many_tasks_share_one_adapter() {
 }
 
 /// A one-thread HTTP/1.1 server answering `status` with `<METHOD> <path> <body>`.
-fn http_server(status: &'static str, connections: usize) -> (String, std::thread::JoinHandle<()>) {
+pub(super) fn http_server(
+    status: &'static str,
+    connections: usize,
+) -> (String, std::thread::JoinHandle<()>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let handle = std::thread::spawn(move || {
@@ -998,7 +1019,7 @@ fn http_server(status: &'static str, connections: usize) -> (String, std::thread
     (url, handle)
 }
 
-const NET: &str = r#"
+pub(super) const NET: &str = r#"
 local a = { name = "net", endpoint = "" }
 function a.transform_request(raw)
   local r = json.decode(raw)
@@ -1009,7 +1030,16 @@ function a.transform_response(raw) return raw end
 return a
 "#;
 
-fn net_call(a: &Adapter, url: &str, body: Option<&str>) -> Result<String, AdapterError> {
+/// The `net` script, allowed (`[adapters] http_allow`) to reach the host of `url`.
+pub(super) fn net_adapter(url: &str) -> Adapter {
+    let limits = Limits {
+        http_allow: vec![HostPort::of_url(url).unwrap()],
+        ..Limits::default()
+    };
+    Adapter::from_source("net.lua", NET, &limits).unwrap()
+}
+
+pub(super) fn net_call(a: &Adapter, url: &str, body: Option<&str>) -> Result<String, AdapterError> {
     let mut request = json!({ "url": url });
     if let Some(b) = body {
         request["body"] = json!(b);
@@ -1020,8 +1050,8 @@ fn net_call(a: &Adapter, url: &str, body: Option<&str>) -> Result<String, Adapte
 
 #[test]
 fn http_builtins_outside_a_runtime() {
-    let a = script("net", NET);
     let (url, server) = http_server("200 OK", 2);
+    let a = net_adapter(&url);
     assert_eq!(
         net_call(&a, &format!("{url}/token"), None).unwrap(),
         "GET /token "
@@ -1033,6 +1063,7 @@ fn http_builtins_outside_a_runtime() {
     server.join().unwrap();
 
     let (url, server) = http_server("500 Internal Server Error", 1);
+    let a = net_adapter(&url);
     let e = net_call(&a, &format!("{url}/x"), None)
         .unwrap_err()
         .to_string();
@@ -1046,8 +1077,8 @@ fn http_builtins_outside_a_runtime() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_builtins_inside_a_multi_thread_runtime() {
-    let a = Arc::new(script("net", NET));
     let (url, server) = http_server("200 OK", 2);
+    let a = Arc::new(net_adapter(&url));
     // In `block_on` (the test body) and on a worker thread (a spawned task).
     assert_eq!(
         net_call(&a, &format!("{url}/mt"), None).unwrap(),
@@ -1060,8 +1091,8 @@ async fn http_builtins_inside_a_multi_thread_runtime() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn http_builtins_inside_a_current_thread_runtime() {
-    let a = script("net", NET);
     let (url, server) = http_server("200 OK", 1);
+    let a = net_adapter(&url);
     assert_eq!(
         net_call(&a, &format!("{url}/ct"), None).unwrap(),
         "GET /ct "

@@ -198,12 +198,13 @@ fn anthropic_request_history_tools_images_stream() {
         json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}})
     );
     // Empty assistant text is dropped; tool calls become tool_use with parsed input; the
-    // id is made safe for the API; reasoning is not replayed.
+    // id is made safe for the API, one to one (`.` → `-2e`, `:` → `-3a`); reasoning is not
+    // replayed.
     assert_eq!(
         messages[1]["content"],
         json!([
             {"type": "tool_use", "id": "toolu_abc123", "name": "get_weather", "input": {"city": "北京"}},
-            {"type": "tool_use", "id": "call_def_456", "name": "get_time", "input": {}}
+            {"type": "tool_use", "id": "call-2edef-3a456", "name": "get_time", "input": {}}
         ])
     );
     // Two tool results and the next user text: one user message, results first.
@@ -211,7 +212,7 @@ fn anthropic_request_history_tools_images_stream() {
         messages[2]["content"],
         json!([
             {"type": "tool_result", "tool_use_id": "toolu_abc123", "content": "天气：晴"},
-            {"type": "tool_result", "tool_use_id": "call_def_456", "content": "12:00"},
+            {"type": "tool_result", "tool_use_id": "call-2edef-3a456", "content": "12:00"},
             {"type": "text", "text": "Thanks! And the moon?"}
         ])
     );
@@ -326,7 +327,10 @@ fn anthropic_response_thinking_stop_reasons_and_cache_usage() {
     let out = a.transform_response(&body.to_string()).unwrap();
     assert_eq!(out.content, "Hello world");
     assert_eq!(out.reasoning_content, "Let me think.");
-    assert_eq!(out.finish_reason, "stop");
+    assert_eq!(
+        out.finish_reason, "tool_calls",
+        "`end_turn` with a tool call"
+    );
     assert_eq!(out.tool_calls[0].arguments, json!({}));
     assert_eq!(
         out.token_usage,
@@ -500,12 +504,13 @@ fn anthropic_stream_events_one_by_one() {
 // ---------------------------------------------------------------- errors
 
 #[test]
-fn anthropic_error_bodies_are_clear_errors() {
+fn anthropic_error_bodies_are_typed_api_errors() {
+    use super::tests::{api_error, typed};
     let a = anthropic();
     let e = a
         .transform_response(&read("anthropic-error-400-toolresult-without-tooluse.json"))
         .unwrap_err();
-    assert!(matches!(e, AdapterError::Script { .. }), "{e:?}");
+    assert!(matches!(e, AdapterError::Upstream { .. }), "{e:?}");
     assert_eq!(
         e.to_string(),
         "adapter anthropic: transform_response: API error: messages.0.content.1: unexpected \
@@ -514,35 +519,21 @@ fn anthropic_error_bodies_are_clear_errors() {
          message. (type invalid_request_error, request_id req_011CYHyk9NPsBYeGbC9LuDNK)"
     );
 
-    let e = a
-        .transform_response(&read("anthropic-error-429-rate-limit.json"))
-        .unwrap_err()
-        .to_string();
+    let e = api_error(a.transform_response(&read("anthropic-error-429-rate-limit.json")));
+    assert_eq!(e.kind, "rate_limit_error");
     assert!(
-        e.contains("This request would exceed your organization's rate limit")
-            && e.contains("type rate_limit_error"),
+        e.message
+            .starts_with("This request would exceed your organization's rate limit"),
         "{e}"
     );
 
-    let e = a
-        .transform_response(&read("anthropic-error-529-overloaded.json"))
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        e,
-        "adapter anthropic: transform_response: API error: Overloaded (type overloaded_error)"
-    );
+    let e = api_error(a.transform_response(&read("anthropic-error-529-overloaded.json")));
+    assert_eq!(e, typed(None, "overloaded_error", "", "Overloaded"));
 
-    // The `event: error` of a stream that had started with 200.
+    // The `event: error` of a stream that had started with 200: no status, the type says it.
     let sse = read("anthropic-stream-error-overloaded.sse");
-    let e = a
-        .transform_stream_chunk(payloads(&sse, false)[0])
-        .unwrap_err();
-    assert!(matches!(e, AdapterError::Script { .. }), "{e:?}");
-    assert_eq!(
-        e.to_string(),
-        "adapter anthropic: transform_stream_chunk: API error: Overloaded (type overloaded_error)"
-    );
+    let e = api_error(a.transform_stream_chunk(payloads(&sse, false)[0]));
+    assert_eq!(e, typed(None, "overloaded_error", "", "Overloaded"));
 
     let e = a
         .transform_response("<html>502 Bad Gateway</html>")

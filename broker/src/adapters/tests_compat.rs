@@ -340,11 +340,11 @@ fn deepseek_error_names_the_message() {
             "deepseek/deepseek-error-reasoning-content-missing.json",
         ))
         .unwrap_err();
-    assert!(matches!(e, AdapterError::Script { .. }));
+    assert!(matches!(e, AdapterError::Upstream { .. }));
     assert_eq!(
         e.to_string(),
         "adapter deepseek: transform_response: API error: The `reasoning_content` in the thinking \
-         mode must be passed back to the API. (type invalid_request_error, code invalid_request_error)"
+         mode must be passed back to the API. (type invalid_request_error)"
     );
 }
 
@@ -418,14 +418,17 @@ fn mistral_response_stream_and_error() {
     assert_eq!(got.calls[&0].0, "gSIMJiOkT");
     golden("mistral/golden/stream-toolcall.json", &got.to_json());
 
-    let e = a
-        .transform_response(&read("mistral/mistral-error-toolcall-id.json"))
-        .unwrap_err()
-        .to_string();
+    let e = super::tests::api_error(
+        a.transform_response(&read("mistral/mistral-error-toolcall-id.json")),
+    );
     assert_eq!(
         e,
-        "adapter mistral: transform_response: API error: Tool call id was abc123 but must be a-z, \
-         A-Z, 0-9, with a length of 9. (type invalid_request_error)"
+        super::tests::typed(
+            None,
+            "invalid_request_error",
+            "",
+            "Tool call id was abc123 but must be a-z, A-Z, 0-9, with a length of 9."
+        )
     );
 }
 
@@ -508,9 +511,9 @@ fn groq_response_stream_and_stream_error() {
     assert_eq!(
         e,
         "adapter groq: transform_stream_chunk: API error: Failed to call a function. Please adjust \
-         your prompt. See 'failed_generation' for more details. (type invalid_request_error, code \
-         tool_use_failed); failed generation: Tool use failed: JSON does not match the expected \
-         schema for tool calls"
+         your prompt. See 'failed_generation' for more details.; failed generation: Tool use \
+         failed: JSON does not match the expected schema for tool calls (HTTP 400, type \
+         invalid_request_error, code tool_use_failed)"
     );
 }
 
@@ -573,7 +576,8 @@ fn github_response_stream_and_error() {
         .to_string();
     assert_eq!(
         e,
-        "adapter github: transform_response: API error: Unknown model: /claude-sonnet-3.5 (code unknown_model)"
+        "adapter github: transform_response: API error: Unknown model: /claude-sonnet-3.5 (code \
+         unknown_model)"
     );
 }
 
@@ -716,14 +720,14 @@ fn ollama_responses() {
         assert_eq!(
             out.tool_calls,
             vec![ToolCall {
-                id: "call_0".into(),
+                id: String::new(), // Ollama gives none: the broker makes one up
                 name: name.into(),
                 arguments: args,
                 ..Default::default()
             }],
             "{file}"
         );
-        assert_eq!(out.finish_reason, "stop");
+        assert_eq!(out.finish_reason, "tool_calls", "Ollama says `stop`");
         assert_eq!(
             out.token_usage,
             usage(u.0, u.1, u.0 + u.1).unwrap(),
@@ -747,6 +751,12 @@ fn ollama_responses() {
         .transform_response(r#"{"error":"model \"llama9\" not found, try pulling it first"}"#)
         .unwrap_err()
         .to_string();
+    assert_eq!(
+        super::tests::api_error(
+            a.transform_response(r#"{"error":"model \"llama9\" not found, try pulling it first"}"#)
+        ),
+        UpstreamError::message("model \"llama9\" not found, try pulling it first")
+    );
     assert_eq!(
         e,
         "adapter ollama: transform_response: API error: model \"llama9\" not found, try pulling it first"
@@ -791,8 +801,8 @@ fn ollama_stream_toolcall() {
         vec![json!({"city": "Paris"}), json!({"city": "Rome"})]
     );
     assert!(
-        got.calls.values().all(|c| !c.0.is_empty()),
-        "ids are made up"
+        got.calls.values().all(|c| c.0.is_empty()),
+        "no ids from Ollama: the broker makes them up"
     );
 
     // Text and thinking deltas.
@@ -819,9 +829,8 @@ fn ollama_stream_error_midstream() {
         // /api/generate lines (`response`, no `message`): nothing for a chat consumer.
         assert!(a.transform_stream_chunk(line).unwrap().is_none());
     }
-    let e = a.transform_stream_chunk(lines[4]).unwrap_err().to_string();
     assert_eq!(
-        e,
-        "adapter ollama: transform_stream_chunk: API error: an error was encountered while running the model"
+        super::tests::api_error(a.transform_stream_chunk(lines[4])),
+        UpstreamError::message("an error was encountered while running the model")
     );
 }

@@ -445,7 +445,10 @@ fn gemini_response_functioncall() {
     assert_eq!(out.finish_reason, "tool_calls");
     assert_eq!(out.token_usage, TokenUsage::default());
     assert_eq!(out.tool_calls.len(), 1);
-    assert_eq!(out.tool_calls[0].id, "call_0");
+    assert_eq!(
+        out.tool_calls[0].id, "",
+        "no id from Gemini: the broker makes one up"
+    );
     assert_eq!(out.tool_calls[0].name, "find_theaters");
     assert_eq!(
         out.tool_calls[0].arguments,
@@ -471,7 +474,10 @@ fn gemini_response_functioncall_thoughtsignature() {
             total: 937
         }
     );
-    assert_eq!(out.tool_calls[0].id, "call_0");
+    assert_eq!(
+        out.tool_calls[0].id, "",
+        "no id from Gemini: the broker makes one up"
+    );
     assert_eq!(out.tool_calls[0].name, "weather");
     assert_eq!(
         out.tool_calls[0].arguments,
@@ -519,25 +525,31 @@ fn gemini_response_text_thoughts_and_finish_reasons() {
 fn gemini_error_429_names_the_api_message() {
     let a = gemini();
     let body = read("gemini-error-429-resource-exhausted.json");
-    let e = a.transform_response(&body).unwrap_err();
-    let AdapterError::Script { message, .. } = &e else {
-        panic!("expected a script error, got {e:?}")
-    };
+    let e = super::tests::api_error(a.transform_response(&body));
+    let mut want = super::tests::typed(
+        Some(429),
+        "RESOURCE_EXHAUSTED",
+        "",
+        "You exceeded your current quota, please check your plan.",
+    );
+    want.retry_after_s = Some(35); // RetryInfo "34.4s", rounded up
+    assert_eq!(e, want);
     assert_eq!(
-        message,
-        "Gemini API error: You exceeded your current quota, please check your plan. \
-         (RESOURCE_EXHAUSTED, code 429, retry in 34.4s)"
+        e.to_string(),
+        "API error: You exceeded your current quota, please check your plan. (HTTP 429, type \
+         RESOURCE_EXHAUSTED, retry after 35 s)"
     );
     // The same inside a stream, and as the one-element array of a non-SSE stream.
     let compact =
         serde_json::to_string(&read_json("gemini-error-429-resource-exhausted.json")).unwrap();
-    let e = a.transform_stream_chunk(&compact).unwrap_err();
-    assert!(
-        e.to_string().contains("You exceeded your current quota"),
-        "{e}"
+    assert_eq!(
+        super::tests::api_error(a.transform_stream_chunk(&compact)),
+        want
     );
-    let e = a.transform_response(&format!("[{compact}]")).unwrap_err();
-    assert!(e.to_string().contains("RESOURCE_EXHAUSTED"), "{e}");
+    assert_eq!(
+        super::tests::api_error(a.transform_response(&format!("[{compact}]"))),
+        want
+    );
     let e = a.transform_response("<html>502</html>").unwrap_err();
     assert!(e.to_string().contains("not JSON: <html>502"), "{e}");
 }
@@ -550,7 +562,7 @@ fn gemini_stream_functioncall() {
     let out = acc.to_json();
     assert_eq!(
         out["tool_calls"],
-        json!([{"index": 0, "id": "call_0", "name": "weather",
+        json!([{"index": 0, "id": "", "name": "weather",
                 "arguments": {"location": "San Francisco"}}])
     );
     assert_eq!(out["finish_reason"], "tool_calls");
@@ -577,10 +589,10 @@ fn gemini_stream_noargs_functioncall_vertex() {
     assert_eq!(
         out["tool_calls"],
         json!([
-            {"index": 0, "id": "call_0", "name": "read_theme", "arguments": {}},
-            {"index": 1, "id": "call_1", "name": "read_screen", "arguments": {"id": "A"}},
-            {"index": 2, "id": "call_2", "name": "read_screen", "arguments": {"id": "B"}},
-            {"index": 3, "id": "call_3", "name": "read_screen", "arguments": {"id": "C"}},
+            {"index": 0, "id": "", "name": "read_theme", "arguments": {}},
+            {"index": 1, "id": "", "name": "read_screen", "arguments": {"id": "A"}},
+            {"index": 2, "id": "", "name": "read_screen", "arguments": {"id": "B"}},
+            {"index": 3, "id": "", "name": "read_screen", "arguments": {"id": "C"}},
         ])
     );
     assert_eq!(out["finish_reason"], "tool_calls");
@@ -607,8 +619,8 @@ fn gemini_stream_parallel_partialargs_vertex() {
     assert_eq!(
         out["tool_calls"],
         json!([
-            {"index": 0, "id": "call_0", "name": "getWeather", "arguments": {"location": "Boston"}},
-            {"index": 1, "id": "call_1", "name": "getWeather",
+            {"index": 0, "id": "", "name": "getWeather", "arguments": {"location": "Boston"}},
+            {"index": 1, "id": "", "name": "getWeather",
              "arguments": {"location": "San Francisco"}},
         ])
     );
@@ -685,7 +697,7 @@ fn gemini_stream_text_and_partial_values() {
     assert_eq!(out["content"], "Hello");
     assert_eq!(
         out["tool_calls"],
-        json!([{"index": 0, "id": "call_0", "name": "set", "arguments":
+        json!([{"index": 0, "id": "", "name": "set", "arguments":
                 {"n": 2, "flags": [true], "o": {"k y": {"z": null}}, "s": "ab"}}])
     );
     assert_eq!(out["finish_reason"], "tool_calls");

@@ -25,7 +25,8 @@ pub struct TokenUsage {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolCall {
-    /// The API's call id (`call_…`, `toolu_…`); empty when the API gives none.
+    /// The API's call id (`call_…`, `toolu_…`); empty when the API gives none (the broker
+    /// then makes one up: [`CompletionResponse::settle_tool_calls`]).
     pub id: String,
     /// The tool's name.
     pub name: String,
@@ -58,7 +59,9 @@ pub struct CompletionResponse {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ToolCallDelta {
-    /// Which call of the turn this fragment belongs to.
+    /// Which call of the turn this fragment belongs to (position in its chunk when the
+    /// API gives none). A fragment with another id than the call at its index, or another
+    /// name, starts a new call there (APIs that reuse `index: 0` for parallel calls).
     pub index: u32,
     /// The call id, when this fragment carries it.
     pub id: Option<String>,
@@ -87,6 +90,65 @@ pub struct StreamChunk {
     pub finish_reason: Option<String>,
     /// Token counts, on the chunk that carries them (often the last).
     pub token_usage: Option<TokenUsage>,
+}
+
+/// Prefix of the ids the broker makes up for tool calls that came without one (see
+/// [`CompletionResponse::settle_tool_calls`]). Adapters whose API must not get such an id
+/// back (Gemini matches calls by name and order) recognize it by this prefix.
+pub(crate) const SYNTHESIZED_ID_PREFIX: &str = "call_hearth_";
+
+/// A fresh tool-call id: [`SYNTHESIZED_ID_PREFIX`] and 16 random hex digits, so it is
+/// unique across the calls of a conversation, broker restarts and sources (an id made
+/// from a per-response counter, `call_0`, comes back every turn).
+pub(crate) fn synthesized_call_id() -> String {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    let mut id = String::from(SYNTHESIZED_ID_PREFIX);
+    for b in bytes {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}
+
+/// Finish reasons that say the model ended its turn normally; with tool calls the
+/// unified reason is then `tool_calls` (Ollama says `stop`, so do some OpenAI-compatible
+/// servers).
+const NORMAL_ENDS: &[&str] = &[
+    "",
+    "stop",
+    "end_turn",
+    "stop_sequence",
+    "tool_use",
+    "function_call",
+    "eos",
+];
+
+impl CompletionResponse {
+    /// The broker's rules for the tool calls of every response, streamed or not, whatever
+    /// the adapter:
+    /// - each call has an id, unique in this response: a call without one (Ollama,
+    ///   Gemini, an OpenAI-compatible server sending `"id": ""`) or repeating an earlier
+    ///   call's id gets a fresh one (`call_hearth_` and 16 random hex digits), which its
+    ///   result then answers;
+    /// - with at least one call, a normal end (`stop`, `end_turn`, none, …) is reported as
+    ///   `tool_calls`; `length`, `content_filter` and other reasons stay (a call cut off by
+    ///   the token limit must be seen as such).
+    pub fn settle_tool_calls(&mut self) {
+        if self.tool_calls.is_empty() {
+            return;
+        }
+        let mut seen = std::collections::HashSet::new();
+        for call in &mut self.tool_calls {
+            if call.id.is_empty() || !seen.insert(call.id.clone()) {
+                call.id = synthesized_call_id();
+                seen.insert(call.id.clone());
+            }
+        }
+        let reason = self.finish_reason.to_ascii_lowercase();
+        if NORMAL_ENDS.contains(&reason.as_str()) {
+            self.finish_reason = "tool_calls".to_owned();
+        }
+    }
 }
 
 /// A wrong field: its path and what is wrong.

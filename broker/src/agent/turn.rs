@@ -305,6 +305,12 @@ impl Turn<'_> {
                 }
             };
             add_usage(ctx, &resp.token_usage);
+            tracing::debug!(
+                conversation = %self.key,
+                finish_reason = %resp.finish_reason,
+                tool_calls = ?resp.tool_calls.iter().map(|c| (&c.id, &c.name)).collect::<Vec<_>>(),
+                "LLM answered"
+            );
             ctx.llm_text = resp.content.clone();
             ctx.reasoning_content = resp.reasoning_content.clone();
             // Tool calls a `tool_choice: none` answer still makes are ignored.

@@ -29,6 +29,16 @@
 //! text_max_file_mb = 64              # TextMemory: a file never grows past this (0 = no limit)
 //! text_max_age_days = 30             # TextMemory: files of older days are deleted (0 = keep)
 //! timezone = "Asia/Shanghai"         # TextMemory day files: an IANA zone (default: the system's)
+//!
+//! [llm]
+//! adapter_timeout_ms = 2000          # wall time of one adapter transform (and of loading a
+//!                                    # script); past it that request fails alone
+//!
+//! [adapters]
+//! http_allow = ["auth.example.com:443", "10.0.0.5:8080"]
+//!                                    # hosts adapter scripts' http_get / http_post may reach
+//!                                    # besides the source's own; the only way to reach a
+//!                                    # loopback, LAN or link-local address
 //! ```
 
 use std::path::Path;
@@ -162,6 +172,23 @@ struct RawConfig {
     agent: RawAgent,
     #[serde(default)]
     memory: RawMemory,
+    #[serde(default)]
+    llm: RawLlm,
+    #[serde(default)]
+    adapters: RawAdapters,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLlm {
+    adapter_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdapters {
+    #[serde(default)]
+    http_allow: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -230,6 +257,9 @@ pub struct Config {
     pub agent: AgentSettings,
     /// TextMemory file limits (`[memory]`).
     pub text_memory: crate::storage::TextMemoryOptions,
+    /// Bounds of adapter scripts: `[llm] adapter_timeout_ms`, `[adapters] http_allow`
+    /// (the rest at their defaults).
+    pub adapter_limits: crate::adapters::Limits,
 }
 
 impl Config {
@@ -311,9 +341,27 @@ impl Config {
                 )
             })?;
         }
+        let mut adapter_limits = crate::adapters::Limits::default();
+        match raw.llm.adapter_timeout_ms {
+            Some(0) => {
+                return Err(format!(
+                    "{}: [llm] adapter_timeout_ms must be > 0",
+                    path.display()
+                ))
+            }
+            Some(ms) => adapter_limits.timeout = Duration::from_millis(ms),
+            None => {}
+        }
+        for entry in &raw.adapters.http_allow {
+            let host = entry
+                .parse()
+                .map_err(|e| format!("{}: [adapters] http_allow: {e}", path.display()))?;
+            adapter_limits.http_allow.push(host);
+        }
         Ok(Config {
             sources,
             text_memory,
+            adapter_limits,
             agent: AgentSettings {
                 system_prompt: a.system_prompt.unwrap_or(d.system_prompt),
                 max_iterations: a.max_iterations.unwrap_or(d.max_iterations).max(1),
@@ -454,6 +502,42 @@ mod tests {
         std::fs::write(&file, "[memory]\ntext_max_age = 3\n").unwrap();
         let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
         assert!(err.contains("text_max_age"), "{err}");
+    }
+
+    #[test]
+    fn adapter_timeout_and_http_allow_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(CONFIG_FILE);
+        let c = Config::load(dir.path(), &QuickSource::default()).unwrap();
+        assert_eq!(c.adapter_limits.timeout, Duration::from_millis(2000));
+        assert!(c.adapter_limits.http_allow.is_empty());
+        std::fs::write(
+            &file,
+            "[llm]\nadapter_timeout_ms = 750\n\
+             [adapters]\nhttp_allow = [\"Auth.Example.com:443\", \"10.0.0.5:8080\"]\n",
+        )
+        .unwrap();
+        let c = Config::load(dir.path(), &QuickSource::default()).unwrap();
+        assert_eq!(c.adapter_limits.timeout, Duration::from_millis(750));
+        let allow: Vec<String> = c
+            .adapter_limits
+            .http_allow
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        assert_eq!(allow, ["auth.example.com:443", "10.0.0.5:8080"]);
+        std::fs::write(&file, "[llm]\nadapter_timeout_ms = 0\n").unwrap();
+        let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
+        assert!(
+            err.contains("[llm] adapter_timeout_ms must be > 0"),
+            "{err}"
+        );
+        std::fs::write(&file, "[adapters]\nhttp_allow = [\"example.com\"]\n").unwrap();
+        let err = Config::load(dir.path(), &QuickSource::default()).unwrap_err();
+        assert!(
+            err.contains("[adapters] http_allow: `example.com`: no port"),
+            "{err}"
+        );
     }
 
     #[test]

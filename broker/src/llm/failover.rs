@@ -1,7 +1,11 @@
 //! One completion across the LLM sources (DESIGN.md "LLM loop"): sources are tried in
 //! the pool's order; a source that fails before any output is marked (taken out on
 //! 401/403, else cooled down) and the next is tried. A failure after text was already
-//! streamed to the client is returned as it is (the client saw part of an answer).
+//! streamed to the client is returned as it is (the client saw part of an answer), and so
+//! is a request the API rejected as invalid ([`Failure::InvalidRequest`]): another source
+//! would reject it too. The API's errors are read by [`Failure::of`]: an overloaded or
+//! rate-limited source — also one that says so inside a stream after HTTP 200 — cools
+//! down while the next is tried.
 //!
 //! Sources at their `max_concurrent`: a request first takes a free slot of the first
 //! source in order that has one; when every source is full it waits up to
@@ -13,7 +17,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{CompletionRequest, Delta, LlmClient, LlmError, Source, SourcePool, SourceSlot};
+use super::{
+    CompletionRequest, Delta, Failure, LlmClient, LlmError, Source, SourcePool, SourceSlot,
+};
 use crate::adapters::CompletionResponse;
 
 /// Longest single wait for a slot in the "any source" phase (the caller's deadline or
@@ -60,7 +66,7 @@ pub async fn complete(
             Err(LlmError::Cancelled) => return Err(LlmError::Cancelled),
             Err(e) => {
                 tracing::warn!("{}", pool.failed(&source.name, &e));
-                if emitted {
+                if emitted || Failure::of(&e) == Failure::InvalidRequest {
                     return Err(e);
                 }
                 last = e;

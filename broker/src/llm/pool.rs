@@ -1,6 +1,8 @@
 //! The sources in use, their health, and failover (DESIGN.md "LLM loop": sources are
 //! tried in priority order; 401/403 takes a source out, other failures put it in a
-//! growing cooldown).
+//! growing cooldown). What a failure means is [`Failure::of`]: the API's own errors are
+//! read by status and type, so an overloaded or rate-limited source cools down while the
+//! next one is tried, and a request the API rejects as invalid is not retried at all.
 //!
 //! The order of a request: the source chosen with `SetSource` / `hearth llm use`
 //! first, then the others by `priority`; sources taken out are skipped, sources in
@@ -17,11 +19,87 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{LlmError, Source};
+use crate::adapters::UpstreamError;
 
 /// First cooldown after a failure; doubles per consecutive failure.
 const COOLDOWN_INITIAL: Duration = Duration::from_secs(5);
 /// Longest cooldown.
 const COOLDOWN_MAX: Duration = Duration::from_secs(300);
+
+/// What a failed request means for its source and for the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The source refused the key (401/403, an authentication or permission error): it is
+    /// taken out; the next source is tried.
+    Auth,
+    /// Rate-limited or out of quota (429, `rate_limit_error`, `RESOURCE_EXHAUSTED`): a
+    /// cooldown (`Retry-After` when given); the next source is tried.
+    RateLimited,
+    /// Overloaded or failing (5xx, 529, `overloaded_error`, `UNAVAILABLE`), unreachable, a
+    /// broken stream or a failing adapter: a cooldown; the next source is tried.
+    Unavailable,
+    /// The API rejected the request itself (400, 413, 422, `invalid_request_error`,
+    /// `INVALID_ARGUMENT`): not retried anywhere, the source stays healthy.
+    InvalidRequest,
+}
+
+impl Failure {
+    /// Reads `error`: the HTTP status first, then the API's error type and code.
+    pub fn of(error: &LlmError) -> Failure {
+        match error {
+            LlmError::Upstream { error, .. } => Self::of_upstream(error),
+            _ => Failure::Unavailable,
+        }
+    }
+
+    fn of_upstream(e: &UpstreamError) -> Failure {
+        match e.status {
+            Some(401 | 403) => return Failure::Auth,
+            Some(429) => return Failure::RateLimited,
+            Some(s) if s >= 500 => return Failure::Unavailable,
+            _ => {}
+        }
+        let kind = e.kind.to_ascii_lowercase();
+        let code = e.code.to_ascii_lowercase();
+        let named = |names: &[&str]| names.iter().any(|n| kind == *n || code == *n);
+        if named(&[
+            "authentication_error",
+            "permission_error",
+            "unauthenticated",
+            "permission_denied",
+            "invalid_api_key",
+        ]) {
+            Failure::Auth
+        } else if named(&[
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            "resource_exhausted",
+            "insufficient_quota",
+        ]) {
+            Failure::RateLimited
+        } else if named(&[
+            "overloaded_error",
+            "api_error",
+            "server_error",
+            "unavailable",
+            "internal",
+            "service_unavailable",
+        ]) {
+            Failure::Unavailable
+        } else if matches!(e.status, Some(400 | 413 | 422))
+            || named(&[
+                "invalid_request_error",
+                "invalid_argument",
+                "request_too_large",
+            ])
+        {
+            Failure::InvalidRequest
+        } else {
+            Failure::Unavailable
+        }
+    }
+}
 
 #[derive(Debug, Default, Clone)]
 struct Health {
@@ -228,9 +306,10 @@ impl SourcePool {
         }
     }
 
-    /// A request to `name` failed with `error`: 401/403 takes it out; anything else
-    /// starts a cooldown (`Retry-After` when the API gave one, else 5 s doubling per
-    /// consecutive failure up to 5 min). Returns the log line.
+    /// A request to `name` failed with `error` ([`Failure::of`]): an auth failure takes it
+    /// out; an invalid request leaves it as it is (the request was wrong, not the
+    /// source); anything else starts a cooldown (`Retry-After` when the API gave one,
+    /// else 5 s doubling per consecutive failure up to 5 min). Returns the log line.
     pub fn failed(&self, name: &str, error: &LlmError) -> String {
         let Some(i) = self.index(name) else {
             return String::new();
@@ -238,21 +317,26 @@ impl SourcePool {
         let mut state = self.state.lock().unwrap();
         let h = &mut state.1[i];
         h.last_error = error.to_string();
-        h.failures += 1;
-        match error {
-            LlmError::Status {
-                status: 401 | 403, ..
-            } => {
+        match Failure::of(error) {
+            Failure::Auth => {
+                h.failures += 1;
                 h.out = Some(error.to_string());
                 format!("LLM source {name} taken out (authentication failed): {error}")
             }
-            _ => {
-                let cooldown = match error {
-                    LlmError::Status {
-                        retry_after_s: Some(s),
-                        ..
-                    } => Duration::from_secs(*s),
-                    _ => (COOLDOWN_INITIAL * 2u32.saturating_pow(h.failures - 1)).min(COOLDOWN_MAX),
+            Failure::InvalidRequest => {
+                format!("LLM source {name} rejected the request (not retried): {error}")
+            }
+            Failure::RateLimited | Failure::Unavailable => {
+                h.failures += 1;
+                let retry_after = match error {
+                    LlmError::Upstream { error, .. } => error.retry_after_s,
+                    _ => None,
+                };
+                let cooldown = match retry_after {
+                    Some(s) => Duration::from_secs(s),
+                    None => {
+                        (COOLDOWN_INITIAL * 2u32.saturating_pow(h.failures - 1)).min(COOLDOWN_MAX)
+                    }
                 };
                 h.cooldown_until = Some(Instant::now() + cooldown);
                 format!(
@@ -313,13 +397,93 @@ mod tests {
     }
 
     fn status(code: u16, retry: Option<u64>) -> LlmError {
-        LlmError::Status {
+        upstream(Some(code), "", "", retry)
+    }
+
+    fn upstream(status: Option<u16>, kind: &str, code: &str, retry: Option<u64>) -> LlmError {
+        let mut error = UpstreamError::message("m");
+        error.status = status;
+        error.kind = kind.into();
+        error.code = code.into();
+        error.retry_after_s = retry;
+        LlmError::Upstream {
             source_name: "x".into(),
             url: "u".into(),
-            status: code,
-            message: "m".into(),
-            retry_after_s: retry,
+            error: Box::new(error),
         }
+    }
+
+    /// The captures in `../shared/wire` (and the statuses around them), read by status
+    /// first, then type and code.
+    #[test]
+    fn failures_read_the_apis_errors() {
+        use Failure::*;
+        for (error, want) in [
+            // anthropic overloaded: as a 529, and as an error event after 200 (no status).
+            (
+                upstream(Some(529), "overloaded_error", "", None),
+                Unavailable,
+            ),
+            (upstream(None, "overloaded_error", "", None), Unavailable),
+            (upstream(None, "rate_limit_error", "", None), RateLimited),
+            (
+                upstream(Some(400), "invalid_request_error", "", None),
+                InvalidRequest,
+            ),
+            (
+                upstream(None, "invalid_request_error", "", None),
+                InvalidRequest,
+            ),
+            // groq's tool_use_failed event names its status.
+            (
+                upstream(Some(400), "invalid_request_error", "tool_use_failed", None),
+                InvalidRequest,
+            ),
+            // gemini
+            (
+                upstream(Some(429), "RESOURCE_EXHAUSTED", "", Some(35)),
+                RateLimited,
+            ),
+            (upstream(None, "RESOURCE_EXHAUSTED", "", None), RateLimited),
+            (
+                upstream(Some(400), "INVALID_ARGUMENT", "", None),
+                InvalidRequest,
+            ),
+            (upstream(Some(503), "UNAVAILABLE", "", None), Unavailable),
+            // openai quota (429 whatever the type), a 401 that says invalid_request_error.
+            (
+                upstream(Some(429), "insufficient_quota", "insufficient_quota", None),
+                RateLimited,
+            ),
+            (upstream(Some(401), "invalid_request_error", "", None), Auth),
+            (upstream(None, "authentication_error", "", None), Auth),
+            // ollama's bare error line: nothing to read but the message.
+            (upstream(None, "", "", None), Unavailable),
+            (upstream(Some(404), "", "", None), Unavailable),
+            (upstream(Some(422), "", "", None), InvalidRequest),
+            (LlmError::Cancelled, Unavailable),
+        ] {
+            assert_eq!(Failure::of(&error), want, "{error}");
+        }
+        // An invalid request leaves the source as it was.
+        let p = SourcePool::new(vec![source("a"), source("b")]);
+        let line = p.failed("a", &upstream(Some(400), "invalid_request_error", "", None));
+        assert!(
+            line.contains("rejected the request (not retried)"),
+            "{line}"
+        );
+        assert_eq!(names(&p), ["a", "b"]);
+        assert_eq!(p.statuses()[0].state, "ok");
+        // Overloaded after 200: a cooldown; a body's retry delay is honoured.
+        assert!(p
+            .failed("a", &upstream(None, "overloaded_error", "", None))
+            .contains("5 s"));
+        assert!(p
+            .failed(
+                "b",
+                &upstream(Some(429), "RESOURCE_EXHAUSTED", "", Some(35))
+            )
+            .contains("35 s"));
     }
 
     fn names(p: &SourcePool) -> Vec<String> {

@@ -506,16 +506,11 @@ async fn errors_come_in_each_familys_shape_and_the_adapters_read_them() {
                 .complete(&source, request, |_| {}, &cancel)
                 .await
                 .unwrap_err();
-            let LlmError::Status {
-                status: got,
-                message,
-                ..
-            } = &err
-            else {
+            let LlmError::Upstream { error, .. } = &err else {
                 panic!("{family:?}: {err}");
             };
-            assert_eq!(*got, status, "{family:?}");
-            assert!(message.contains(needle), "{family:?}: {message}");
+            assert_eq!(error.status, Some(status), "{family:?}");
+            assert!(error.message.contains(needle), "{family:?}: {error}");
         }
     }
     let resp = post(
