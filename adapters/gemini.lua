@@ -930,6 +930,10 @@ local function partial_value(pa)
 end
 
 local function call_delta(call)
+  if call.announced then
+    -- The rest of a call announced when it opened: only its arguments.
+    return { index = call.index, arguments = json.encode(call.args), thought_signature = call.signature }
+  end
   return {
     index = call.index,
     id = call.id,
@@ -977,6 +981,10 @@ function adapter.transform_stream_chunk(raw_line)
         local call = open_call(state, fc, part.thoughtSignature)
         if fc.willContinue == true then
           state.pending = call
+          -- Announce the call now (id and name, no arguments yet): a stream cut before
+          -- it closes is then a cut tool call, not a short answer.
+          calls[#calls + 1] = { index = call.index, id = call.id, name = call.name, arguments = "" }
+          call.announced = true
         else
           calls[#calls + 1] = call_delta(call)
         end

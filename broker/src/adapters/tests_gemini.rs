@@ -600,12 +600,13 @@ fn gemini_stream_noargs_functioncall_vertex() {
         out["token_usage"],
         json!({"prompt": 249, "completion": 241, "total": 490})
     );
-    // Each call arrives whole, in one fragment.
+    // A call arrives whole in one fragment, or (`willContinue`) announced with its name
+    // when it opens and its arguments when it closes: 3 of the 4 here.
     let fragments: usize = chunks
         .iter()
         .map(|c| c["tool_calls"].as_array().map_or(0, Vec::len))
         .sum();
-    assert_eq!(fragments, 4);
+    assert_eq!(fragments, 7);
     golden(
         "stream-noargs-functioncall-vertex.json",
         &json!({"chunks": chunks, "assembled": out}),
@@ -690,8 +691,8 @@ fn gemini_stream_text_and_partial_values() {
         }
     }
     assert_eq!(
-        skipped, 3,
-        "the call's opening and partial chunks carry nothing yet"
+        skipped, 2,
+        "the call's partial chunks carry nothing yet (its opening announces it)"
     );
     let out = acc.to_json();
     assert_eq!(out["content"], "Hello");
@@ -701,4 +702,39 @@ fn gemini_stream_text_and_partial_values() {
                 {"n": 2, "flags": [true], "o": {"k y": {"z": null}}, "s": "ab"}}])
     );
     assert_eq!(out["finish_reason"], "tool_calls");
+}
+
+/// Vertex streams a call's arguments over several chunks (`willContinue`): a stream
+/// cut before the call closes is a cut tool call, not a short answer.
+#[test]
+fn gemini_stream_cut_inside_a_continued_call_is_an_error() {
+    let a = gemini();
+    // Each stream its own responseId, as Gemini sends them (the script keeps a
+    // stream's state by it).
+    let stream = |id: &str, closed: bool| {
+        let mut events = vec![
+            json!({"responseId": id, "candidates": [{"content": {"parts": [{"text": "checking"}]}}]}),
+            json!({"responseId": id, "candidates": [{"content": {"parts": [
+                {"functionCall": {"name": "set", "willContinue": true}}]}}]}),
+            json!({"responseId": id, "candidates": [{"content": {"parts": [{"functionCall": {"partialArgs": [
+                {"jsonPath": "$.n", "numberValue": 2}], "willContinue": true}}]}}]}),
+        ];
+        if closed {
+            events.push(json!({"responseId": id, "candidates": [{"content": {"parts": [{"functionCall": {"partialArgs": [
+                {"jsonPath": "$.s", "stringValue": "x"}]}}]}, "finishReason": "STOP"}]}));
+        }
+        events
+            .iter()
+            .map(|e| format!("data: {e}\r\n\r\n"))
+            .collect::<String>()
+    };
+    let err = crate::llm::replay_stream(&a, stream("r1", false).into_bytes()).unwrap_err();
+    assert!(err.to_string().contains("set"), "{err}");
+    // Closed and finished, the same call comes out whole.
+    let whole = stream("r2", true);
+    let out = crate::llm::replay_stream(&a, whole.into_bytes()).unwrap();
+    assert_eq!(out.tool_calls.len(), 1);
+    assert_eq!(out.tool_calls[0].name, "set");
+    assert_eq!(out.tool_calls[0].arguments, json!({"n": 2, "s": "x"}));
+    assert_eq!(out.finish_reason, "tool_calls");
 }
