@@ -422,15 +422,21 @@ async fn gemini_calls_without_ids_get_ids_unique_in_the_conversation() {
     assert_eq!(answered_finish_reasons(&b), ["tool_calls", "stop"]);
 
     chat(&mut b, "u", 1).await;
+    continue_on(&mut b, "claude").await;
+    let (uses, results) = anthropic_sent(&claude.requests()[0].json());
+    assert_eq!(uses.len(), 3, "{uses:?}");
+    assert_paired(&uses, &results);
+}
+
+/// Switches the broker to `source` (`hearth llm use`) and asks once more; the answer
+/// must be the scripted final one.
+async fn continue_on(b: &mut Broker, source: &str) {
     let req = b.admin.with_token(UseSourceRequest {
-        name: "claude".into(),
+        name: source.into(),
     });
     b.admin.client().use_source(req).await.unwrap();
     let f = final_of(&b.chat("and now?", "u").await);
     assert_eq!(f.text, "done", "{f:?}");
-    let (uses, results) = anthropic_sent(&claude.requests()[0].json());
-    assert_eq!(uses.len(), 3, "{uses:?}");
-    assert_paired(&uses, &results);
 }
 
 /// A conversation whose calls came from an OpenAI-compatible source with ids `a.1` and
@@ -458,12 +464,7 @@ async fn a_history_moved_to_anthropic_keeps_its_calls_apart() {
     )
     .await;
     chat(&mut b, "u", 2).await;
-    let req = b.admin.with_token(UseSourceRequest {
-        name: "claude".into(),
-    });
-    b.admin.client().use_source(req).await.unwrap();
-    let f = final_of(&b.chat("and now?", "u").await);
-    assert_eq!(f.text, "done", "{f:?}");
+    continue_on(&mut b, "claude").await;
 
     let (uses, results) = anthropic_sent(&claude.requests()[0].json());
     assert_eq!(uses.len(), 2, "{uses:?}");
