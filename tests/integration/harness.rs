@@ -201,6 +201,13 @@ impl Broker {
             std::fs::write(dir.join("plugin.json"), p.manifest.to_string()).unwrap();
         }
         std::fs::create_dir_all(&plugin_root).unwrap();
+        // The broker refuses plugin folders others may write (whatever this process's
+        // umask made them, e.g. 002).
+        for dir in std::iter::once(plugin_root.clone())
+            .chain(plugins.iter().map(|p| plugin_root.join(&p.dir)))
+        {
+            not_shared(&dir);
+        }
         let data = root.path().join("data");
         for (rel, content) in files {
             let path = data.join(rel);
@@ -248,6 +255,7 @@ impl Broker {
     pub fn write_plugin(&self, p: &PluginDir) -> PathBuf {
         let dir = self.root.path().join("extra").join(&p.dir);
         std::fs::create_dir_all(&dir).unwrap();
+        not_shared(&dir);
         std::fs::write(dir.join("plugin.json"), p.manifest.to_string()).unwrap();
         dir
     }
@@ -549,4 +557,10 @@ pub async fn socket_channel(data_dir: &Path) -> tonic::transport::Channel {
         }))
         .await
         .unwrap()
+}
+
+/// Mode 0755 on `dir`: the broker refuses plugin folders writable by group or others.
+pub fn not_shared(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
