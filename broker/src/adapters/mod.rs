@@ -663,7 +663,12 @@ impl Adapter {
     /// [`Session::transform_stream_chunk`]). The chunks of one stream belong in one
     /// session: a script may keep state across them in its VM.
     pub fn transform_stream_chunk(&self, data: &str) -> Result<Option<StreamChunk>, AdapterError> {
-        Session::new(self, None).transform_stream_chunk(data)
+        let session = Session::new(self, None);
+        let chunk = session.transform_stream_chunk(data);
+        // One chunk at a time (tests, checks): the VM goes back to the pool with what
+        // the script keeps, for the next chunk of the same stream.
+        session.stream_ended();
+        chunk
     }
 
     /// The error for a call that got no answer from its VM.
@@ -705,6 +710,10 @@ pub struct Session<'a> {
     adapter: &'a Adapter,
     source: Option<HostPort>,
     worker: Mutex<Option<pool::Worker>>,
+    /// A stream went through this session and did not end cleanly (see
+    /// [`Session::stream_ended`]): its VM may hold that stream's state, so it is not
+    /// given back to the pool.
+    stream_open: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -722,6 +731,7 @@ impl<'a> Session<'a> {
             adapter,
             source,
             worker: Mutex::new(None),
+            stream_open: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -772,6 +782,8 @@ impl<'a> Session<'a> {
     /// [`AdapterError::StreamingUnsupported`].
     pub fn transform_stream_chunk(&self, data: &str) -> Result<Option<StreamChunk>, AdapterError> {
         let adapter = self.adapter;
+        self.stream_open
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if !adapter.streaming {
             return Err(AdapterError::StreamingUnsupported {
                 adapter: adapter.name.clone(),
@@ -818,11 +830,24 @@ impl<'a> Session<'a> {
     }
 }
 
+impl Session<'_> {
+    /// Says the stream read through this session ended cleanly (its last chunk was
+    /// transformed and the script has let go of its state). Until then, and for a
+    /// stream that was cut or failed, the VM is dropped with the session instead of
+    /// serving the next completion with whatever the script kept.
+    pub fn stream_ended(&self) {
+        self.stream_open
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         let held = self.worker.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(worker) = held.take() {
-            self.adapter.pool.checkin(worker);
+            if !self.stream_open.load(std::sync::atomic::Ordering::Relaxed) {
+                self.adapter.pool.checkin(worker);
+            }
         }
     }
 }

@@ -730,8 +730,11 @@ fn gemini_stream_cut_inside_a_continued_call_is_an_error() {
     };
     let err = crate::llm::replay_stream(&a, stream("r1", false).into_bytes()).unwrap_err();
     assert!(err.to_string().contains("set"), "{err}");
+    // Without responseIds too: the cut stream's VM is not reused, so its open call
+    // cannot leak into the next stream.
+    crate::llm::replay_stream(&a, stream("", false).into_bytes()).unwrap_err();
     // Closed and finished, the same call comes out whole.
-    let whole = stream("r2", true);
+    let whole = stream("", true);
     let out = crate::llm::replay_stream(&a, whole.into_bytes()).unwrap();
     assert_eq!(out.tool_calls.len(), 1);
     assert_eq!(out.tool_calls[0].name, "set");

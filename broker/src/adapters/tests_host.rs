@@ -128,9 +128,15 @@ fn a_session_keeps_its_vm_and_sessions_do_not_share_one() {
         "the second session got the first one's VM"
     );
     assert_eq!(content(&one), "3");
+    one.stream_ended();
     drop(one);
-    // A finished session's VM goes back to the pool for the next one.
-    assert_eq!(content(&a.session()), "4");
+    // A session whose stream ended cleanly gives its VM back for the next one...
+    let next = a.session();
+    assert_eq!(content(&next), "4");
+    // ...one whose stream did not (cut, failed) takes its VM, and whatever the script
+    // kept, with it: the next session starts on a fresh VM.
+    drop(next);
+    assert_eq!(content(&a.session()), "1", "a cut stream's VM was reused");
 }
 
 #[test]

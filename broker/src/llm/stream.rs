@@ -242,6 +242,7 @@ impl<'a> Reader<'a> {
                 )));
             }
         }
+        self.adapter.stream_ended();
         Ok(self.acc.finish())
     }
 
