@@ -315,13 +315,13 @@ pub fn prepare(
         }
     }
     for dir in [data, tmp] {
-        if !is_plain_child(dir) {
+        let Some(real) = plain_child(dir) else {
             return Err(format!(
-                "{} is not a plain folder of the data dir (a link on the way?); not granting it",
+                "{} is not a plain folder of the data dir (a link?); not granting it",
                 dir.display()
             ));
-        }
-        grants.write.insert(dir.to_path_buf());
+        };
+        grants.write.insert(real);
     }
 
     let ports = sandbox.net_connect.as_ref().map(|list| {
@@ -339,11 +339,14 @@ pub fn prepare(
     }))
 }
 
-/// Whether `dir` exists as a real folder (not a link) whose parent, up to the root,
-/// resolves to itself: nothing on the way can redirect it.
-fn is_plain_child(dir: &Path) -> bool {
+/// The resolved path of `dir` when it is a real folder (not a link) that resolves to
+/// a child of its parent's resolved path: nothing below the parent redirects it.
+/// (Links above it — a data dir under a linked home — are the operator's and fine.)
+fn plain_child(dir: &Path) -> Option<PathBuf> {
     let is_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir());
-    is_dir && std::fs::canonicalize(dir).is_ok_and(|real| real == dir)
+    let real = std::fs::canonicalize(dir).ok()?;
+    let parent = std::fs::canonicalize(dir.parent()?).ok()?;
+    (is_dir && real == parent.join(dir.file_name()?)).then_some(real)
 }
 
 /// A Landlock ruleset granting `grants` (reads with execute; writes with every
@@ -708,6 +711,23 @@ mod tests {
         let mut grants = Grants::default();
         grants.add_except(&base.join("open/link"), &[base.join("data")], false, false);
         assert!(grants.read.is_empty());
+    }
+
+    #[test]
+    fn a_plugin_folder_is_granted_only_as_a_real_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(root.path()).unwrap();
+        std::fs::create_dir_all(base.join("real/plugin-data/p")).unwrap();
+        // A data dir reached through a link of the operator's: fine.
+        std::os::unix::fs::symlink(base.join("real"), base.join("linked")).unwrap();
+        assert_eq!(
+            plain_child(&base.join("linked/plugin-data/p")),
+            Some(base.join("real/plugin-data/p"))
+        );
+        // A plugin folder that is itself a link (into the data dir, say): refused.
+        std::os::unix::fs::symlink(base.join("real"), base.join("real/plugin-data/q")).unwrap();
+        assert_eq!(plain_child(&base.join("real/plugin-data/q")), None);
+        assert_eq!(plain_child(&base.join("real/plugin-data/missing")), None);
     }
 
     #[test]
