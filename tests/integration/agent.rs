@@ -122,16 +122,7 @@ async fn one_turn_calls_python_and_node_tools_and_streams_the_answer() {
         .count();
     assert_eq!(users, 2, "history of the first turn missing");
     // TextMemory got the turns.
-    let text_dir = b.data_dir().join("memory/text");
-    let lines: usize = std::fs::read_dir(&text_dir)
-        .unwrap()
-        .map(|e| {
-            std::fs::read_to_string(e.unwrap().path())
-                .unwrap()
-                .lines()
-                .count()
-        })
-        .sum();
+    let lines = b.text_memory().lines().count();
     assert!(lines >= 4, "{lines} TextMemory lines");
 }
 

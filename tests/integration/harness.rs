@@ -260,6 +260,15 @@ impl Broker {
         dir
     }
 
+    /// Every TextMemory log line the broker wrote (`memory/text/*.jsonl`), in one text.
+    pub fn text_memory(&self) -> String {
+        let dir = self.data_dir().join("memory/text");
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect()
+    }
+
     /// The broker's pid.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)

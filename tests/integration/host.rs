@@ -142,11 +142,7 @@ async fn run_cases(lang: &str) {
     ]);
 
     // The TextMemory appends of the runner are in the log, with the runner's marker.
-    let dir = b.data_dir().join("memory/text");
-    let text: String = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-        .collect();
+    let text = b.text_memory();
     let lines: Vec<Value> = text
         .lines()
         .filter(|l| l.contains(&format!("({me})")))

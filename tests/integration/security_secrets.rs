@@ -558,11 +558,7 @@ async fn injected_input_speaks_as_the_plugin_unless_it_holds_input_as_user() {
         ("user".into(), json!("cool now"), None),
         "{alice:?}"
     );
-    let dir = b.data_dir().join("memory/text");
-    let text: String = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-        .collect();
+    let text = b.text_memory();
     let lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -30,6 +30,11 @@ fn metadata<'a, T>(request: &'a Request<T>, key: &str) -> Result<&'a str, Status
         .map_err(|_| Status::unauthenticated(format!("metadata `{key}` is not ASCII")))
 }
 
+/// The plugin a [`PluginAuth`] interceptor found for a call's token, handed to the
+/// handler in the request's extensions.
+#[derive(Debug, Clone)]
+struct Caller(String);
+
 /// The plugin calling host-service `method` (e.g. `Settings.GetPlugin`), found by its
 /// spawn token, once it is known to hold `capability` (`None`: any plugin may call).
 /// Errors: UNAUTHENTICATED for a missing or unknown token; PERMISSION_DENIED naming
@@ -40,10 +45,16 @@ fn plugin_caller<T>(
     method: &str,
     capability: Option<&str>,
 ) -> Result<String, Status> {
-    let token = metadata(request, hearth_proto::TOKEN_METADATA)?;
-    let plugin = supervisor.plugin_for_token(token).ok_or_else(|| {
-        Status::unauthenticated("x-hearth-token does not match any running plugin")
-    })?;
+    // The interceptor ([`PluginAuth`]) found the caller already: one token lookup per call.
+    let plugin = match request.extensions().get::<Caller>() {
+        Some(Caller(plugin)) => plugin.clone(),
+        None => {
+            let token = metadata(request, hearth_proto::TOKEN_METADATA)?;
+            supervisor.plugin_for_token(token).ok_or_else(|| {
+                Status::unauthenticated("x-hearth-token does not match any running plugin")
+            })?
+        }
+    };
     if let Some(cap) = capability {
         let granted = supervisor
             .plugin(&plugin)
@@ -137,9 +148,11 @@ impl PluginAuth {
 impl tonic::service::Interceptor for PluginAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         let token = metadata(&request, hearth_proto::TOKEN_METADATA)?;
-        if self.supervisor.plugin_for_token(token).is_none() {
+        let Some(plugin) = self.supervisor.plugin_for_token(token) else {
             return Err(Status::unauthenticated(self.unknown));
-        }
+        };
+        let mut request = request;
+        request.extensions_mut().insert(Caller(plugin));
         Ok(request)
     }
 }
