@@ -2,7 +2,7 @@
 //! and per streamed chunk. Prints Markdown tables; see BENCHMARKS.md ("Adapters: transform
 //! cost per built-in").
 //!
-//! Every adapter in `hearth::adapters::BUILTINS` is loaded the way the broker loads it
+//! Every adapter in `hearth_broker::adapters::BUILTINS` is loaded the way the broker loads it
 //! (`AdapterSet::load` on an empty data dir) and called directly on one thread:
 //!
 //! - `transform_request` of a unified request: 20 messages (system, users, assistants
@@ -29,7 +29,7 @@
 //! Run (release):
 //!
 //! ```text
-//! cargo bench -p hearth --bench adapters
+//! cargo bench -p hearth-broker --bench adapters
 //! ```
 //!
 //! Knobs (environment):
@@ -50,7 +50,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hearth::adapters::{Adapter, AdapterSet, Limits, BUILTINS};
+use hearth_broker::adapters::{Adapter, AdapterSet, Limits, BUILTINS};
 use serde_json::{json, Value};
 
 /// What is measured, in table order.
@@ -491,7 +491,7 @@ impl Bench {
     fn call(&mut self, op: Op) -> Result<(), String> {
         let a = &self.adapter;
         let i = &self.inputs;
-        let e = |e: hearth::adapters::AdapterError| e.to_string();
+        let e = |e: hearth_broker::adapters::AdapterError| e.to_string();
         match op {
             Op::Request => {
                 black_box(a.transform_request(black_box(&i.request)).map_err(e)?);

@@ -3,7 +3,7 @@
 //! (every built-in, per request and per streamed chunk) is `bench/adapters.rs`.
 //!
 //! 1. **Pipeline overhead.** Real `hearth run` brokers (the integration-test harness) on
-//!    one scripted OpenAI-compatible server on loopback (`hearth::scripted::ScriptedLlm`,
+//!    one scripted OpenAI-compatible server on loopback (`hearth_broker::scripted::ScriptedLlm`,
 //!    answers at once). Client wall time of `Agent.Chat` up to the `Final` event, messages
 //!    interleaved between
 //!    - **none**: a broker with no plugins (plain messages only),
@@ -34,8 +34,8 @@
 //! Run (release; the Rust hooks plugin must be built first, next to the bench's `hearth`):
 //!
 //! ```text
-//! cargo build --release -p hearth-sdk --example hooks
-//! cargo bench -p hearth --bench agent
+//! cargo build --release -p hearth-plugin --example hooks
+//! cargo bench -p hearth-broker --bench agent
 //! ```
 //!
 //! Knobs (environment):
@@ -69,7 +69,7 @@ use common::{cpu_us, env_num, loadavg, machine, summarize, Summary};
 use std::time::{Duration, Instant};
 
 use harness::{python, wait_gone, Broker, PluginDir};
-use hearth::scripted::{Script, ScriptedLlm};
+use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::ChatRequest;
 use serde_json::{json, Value};
@@ -186,7 +186,7 @@ async fn start_broker(plugins: Vec<PluginDir>, url: &str) -> (Broker, Vec<(Strin
 }
 
 /// The scripted server on a loopback listener with `TCP_NODELAY` set (Linux: accepted
-/// sockets inherit it), through `hearth::scripted::serve`. `ScriptedLlm` leaves Nagle on,
+/// sockets inherit it), through `hearth_broker::scripted::serve`. `ScriptedLlm` leaves Nagle on,
 /// so its SSE events after the first wait for the client's delayed ACK (~40 ms).
 struct NodelayLlm {
     url: String,
@@ -214,7 +214,7 @@ impl NodelayLlm {
         let listener = tokio::net::TcpListener::from_std(l).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = hearth::scripted::serve(script, listener, async move {
+            let _ = hearth_broker::scripted::serve(script, listener, async move {
                 let _ = stopped.await;
             })
             .await;
@@ -284,7 +284,7 @@ async fn pipeline(messages: usize, warmup: usize, keep_history: bool, stock_llm:
     if !rust_hooks.exists() {
         eprintln!(
             "error: {} is missing; build the Rust hooks plugin with the same profile first:\n  \
-             cargo build --release -p hearth-sdk --example hooks",
+             cargo build --release -p hearth-plugin --example hooks",
             rust_hooks.display()
         );
         std::process::exit(2);
@@ -314,7 +314,7 @@ async fn pipeline(messages: usize, warmup: usize, keep_history: bool, stock_llm:
         if stock_llm {
             "`ScriptedLlm` as is (Nagle on: SSE events after the first wait for a delayed ACK)"
         } else {
-            "`hearth::scripted::serve` on a listener with TCP_NODELAY"
+            "`hearth_broker::scripted::serve` on a listener with TCP_NODELAY"
         }
     );
 
@@ -568,7 +568,7 @@ fn main() {
         .unwrap_or_else(|_| "pipeline,sdk,hooks,concurrency,fairness,memory".into());
     if parts == "adapter" {
         eprintln!(
-            "the adapter part moved to its own bench: cargo bench -p hearth --bench adapters"
+            "the adapter part moved to its own bench: cargo bench -p hearth-broker --bench adapters"
         );
         std::process::exit(2);
     }

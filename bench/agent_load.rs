@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hearth::cli::AdminConn;
-use hearth::scripted::{Script, ScriptedLlm};
+use hearth_broker::cli::AdminConn;
+use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::{ChatRequest, StageContext};
 use serde_json::json;

@@ -5,8 +5,8 @@
 //! Run (release; the Rust plugin must be built first, next to the bench's `hearth`):
 //!
 //! ```text
-//! cargo build --release -p hearth-sdk --example stress
-//! cargo bench -p hearth --bench broker
+//! cargo build --release -p hearth-plugin --example stress
+//! cargo bench -p hearth-broker --bench broker
 //! ```
 //!
 //! Knobs (environment):
@@ -29,7 +29,7 @@ use common::{cpu_us, env_num, machine, summarize};
 use std::time::{Duration, Instant};
 
 use harness::{node_echo, py_echo, rss_kib, stress, wait_gone, Broker};
-use hearth::cli::AdminConn;
+use hearth_broker::cli::AdminConn;
 use hearth_proto::v1::{CallToolRequest, PluginState, RestartPluginRequest};
 use serde_json::json;
 
@@ -182,7 +182,7 @@ async fn run() {
     if targets.iter().any(|t| t.plugin == "rs") && !stress_bin.exists() {
         eprintln!(
             "error: {} is missing; build the Rust echo plugin with the same profile first:\n  \
-             cargo build --release -p hearth-sdk --example stress",
+             cargo build --release -p hearth-plugin --example stress",
             stress_bin.display()
         );
         std::process::exit(2);

@@ -8,8 +8,8 @@
 //! `hearth`):
 //!
 //! ```text
-//! cargo build --release -p hearth-sdk --example stress
-//! cargo bench -p hearth --bench chaos
+//! cargo build --release -p hearth-plugin --example stress
+//! cargo bench -p hearth-broker --bench chaos
 //! ```
 //!
 //! Exit status: 0 if no call hung, the broker never died and no process was left
@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use harness::{alive, rss_kib, stress, Broker};
-use hearth::cli::AdminConn;
+use hearth_broker::cli::AdminConn;
 use hearth_proto::v1::{CallToolRequest, ListPluginsRequest, PluginState, PluginStatus};
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -596,7 +596,7 @@ async fn run() -> i32 {
     if cfg.langs.contains(&"rs") && !stress_bin.exists() {
         eprintln!(
             "error: {} is missing; build the Rust stress plugin with the same profile first:\n  \
-             cargo build --release -p hearth-sdk --example stress",
+             cargo build --release -p hearth-plugin --example stress",
             stress_bin.display()
         );
         return 2;

@@ -9,10 +9,10 @@
 //!    generic client (`sdk.host.settings.get(key=…)` …) and times each with
 //!    `time.perf_counter_ns`, so the figures are what a plugin author sees. Recall runs
 //!    at depth 2 over a graph the plugin committed first. CPU per call of the broker and
-//!    of the plugin process from /proc. The same calls on `hearth::storage` in the bench
+//!    of the plugin process from /proc. The same calls on `hearth_broker::storage` in the bench
 //!    process follow each op: the baseline that gives the cost of the gRPC hop and the
 //!    SDK.
-//! 2. **Storage, in process.** `hearth::storage` on a temp data dir under /tmp (same
+//! 2. **Storage, in process.** `hearth_broker::storage` on a temp data dir under /tmp (same
 //!    disk as the broker's; every write is a transaction fsynced before it returns),
 //!    no gRPC: graph recall at depth 1 and 2 over graphs of 10k and 100k relations
 //!    (built with `commit` in batches), DocMemory insert and query over 10k documents (English, Chinese and
@@ -24,7 +24,7 @@
 //! Run (release):
 //!
 //! ```text
-//! cargo bench -p hearth --bench host
+//! cargo bench -p hearth-broker --bench host
 //! ```
 //!
 //! Knobs (environment):
@@ -54,7 +54,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use harness::{repo, wait_gone, Broker, PluginDir};
-use hearth::storage::{Db, Doc, DocMemory, GraphMemory, Knowledge, Settings, Triple};
+use hearth_broker::storage::{Db, Doc, DocMemory, GraphMemory, Knowledge, Settings, Triple};
 use serde_json::{json, Value};
 
 fn main() {
@@ -138,7 +138,9 @@ async fn run() {
     if k.runs("plugin") {
         plugin_part(&k, &root.path().join("in-process")).await;
     }
-    println!("## 2. Storage in process (hearth::storage on a temp dir under /tmp, no gRPC)\n");
+    println!(
+        "## 2. Storage in process (hearth_broker::storage on a temp dir under /tmp, no gRPC)\n"
+    );
     if k.runs("graph") {
         graph_part(&k, root.path()).await;
     }
@@ -185,7 +187,7 @@ async fn tool(b: &mut Broker, tool: &str, args: Value) -> Value {
 
 /// The stores the host services call, opened in this process: the baseline of part 1.
 struct InProcess {
-    settings: hearth::storage::PluginSettings,
+    settings: hearth_broker::storage::PluginSettings,
     memory: GraphMemory,
     entities: usize,
     commits: usize,
@@ -327,7 +329,7 @@ async fn plugin_part(k: &Knobs, in_process_dir: &Path) {
         "Graph for recall: {} relations committed by the plugin in batches of 100 in {:.0} ms \
          ({} new). `plain` = a def handler (host calls block its pool thread), `async` = an \
          async def handler (host calls awaited on the plugin's loop), `in process` = the same \
-         calls on hearth::storage in the bench process (own data dir, same disk, a graph of the \
+         calls on hearth_broker::storage in the bench process (own data dir, same disk, a graph of the \
          same shape), right after the plugin's. CPU per call includes the warm-up calls. \
          loadavg {load_start} → {load_end}.\n",
         seed["relations"],
@@ -1060,7 +1062,7 @@ async fn docs_part(k: &Knobs, dir: &Path) {
     let db = Db::open(dir).await.expect("open db");
     let t = Instant::now();
     // Loads jieba's dictionary now (DocMemory::new only starts it in the background).
-    let _ = hearth::storage::keywords("warm up", 1);
+    let _ = hearth_broker::storage::keywords("warm up", 1);
     let jieba_ms = us_since(t) / 1e3;
     let docs = DocMemory::new(db);
     let text = Text::new();
@@ -1151,7 +1153,7 @@ async fn docs_part(k: &Knobs, dir: &Path) {
 
 async fn knowledge_part(k: &Knobs, data_dir: &Path) {
     let db = Db::open(data_dir).await.expect("open db");
-    let _ = hearth::storage::keywords("warm up", 1);
+    let _ = hearth_broker::storage::keywords("warm up", 1);
     let knowledge = Knowledge::open(db, data_dir).await.expect("open knowledge");
     let text = Text::new();
     let mut rng = SplitMix(31);

@@ -262,7 +262,7 @@ impl Attached {
                 let mut c = match *runtime {
                     "python" => {
                         let mut c = Command::new(python);
-                        c.args(["-m", "hearth", "run"]).arg(entry);
+                        c.args(["-m", "hearth_plugin", "run"]).arg(entry);
                         c
                     }
                     "node" => {

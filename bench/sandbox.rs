@@ -8,8 +8,8 @@
 //! BENCHMARKS.md.
 //!
 //! ```text
-//! cargo build --release -p hearth-sdk --example stress
-//! cargo bench -p hearth --bench sandbox
+//! cargo build --release -p hearth-plugin --example stress
+//! cargo bench -p hearth-broker --bench sandbox
 //! ```
 //!
 //! Knobs: `HEARTH_BENCH_RESTARTS` (default 10), `HEARTH_BENCH_CALLS` sequential calls
@@ -35,7 +35,7 @@ const LANGS: [(&str, &str); 3] = [("rs", "Rust"), ("py", "Python"), ("nd", "Node
 async fn main() {
     let restarts = env_num("HEARTH_BENCH_RESTARTS", 10) as usize;
     let calls = env_num("HEARTH_BENCH_CALLS", 3000) as usize;
-    if hearth::supervisor::sandbox::landlock_abi().is_none() {
+    if hearth_broker::supervisor::sandbox::landlock_abi().is_none() {
         println!("this kernel has no Landlock: nothing to compare");
         return;
     }

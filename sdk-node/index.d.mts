@@ -1,4 +1,4 @@
-// Types of the ES module entry of hearth-sdk: the same API as the CommonJS entry.
+// Types of the ES module entry of hearth-plugin: the same API as the CommonJS entry.
 import * as sdk from './index.js';
 
 export * from './index.js';

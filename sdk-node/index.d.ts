@@ -1,5 +1,5 @@
-// Types of the public API of hearth-sdk (CommonJS entry). The generated wire types are
-// in `hearth-sdk/gen/hearth` (camelCase fields: `call_id` → `callId`; 64-bit integers
+// Types of the public API of hearth-plugin (CommonJS entry). The generated wire types are
+// in `hearth-plugin/gen/hearth` (camelCase fields: `call_id` → `callId`; 64-bit integers
 // are `Long | number`).
 
 /** Who a call is made for (wire `Sender`). Empty strings when unknown. */

@@ -1,7 +1,7 @@
 'use strict';
 
 /**
- * hearth-sdk: write Hearth plugins in Node, in LinkZone style (class + static metadata +
+ * hearth-plugin: write Hearth plugins in Node, in LinkZone style (class + static metadata +
  * executeTool) or HomeAgent style (name()/start(sdk)/stop() + sdk.registerTool).
  *
  * Requiring this module loads only the Plugin base class; gRPC and the generated

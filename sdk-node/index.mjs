@@ -1,4 +1,4 @@
-// ES module entry of hearth-sdk: the same objects as the CommonJS entry.
+// ES module entry of hearth-plugin: the same objects as the CommonJS entry.
 import sdk from './index.js';
 
 export const { Plugin, Stage, HostError, serve } = sdk;

@@ -1,9 +1,9 @@
 'use strict';
 
 /**
- * hearth-sdk/runner: what the broker runs for a `runtime: "node"` plugin.
+ * hearth-plugin/runner: what the broker runs for a `runtime: "node"` plugin.
  *
- *   node -e "require(require.resolve('hearth-sdk/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])" /abs/plugin/index.js
+ *   node -e "require(require.resolve('hearth-plugin/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])" /abs/plugin/index.js
  *
  * Loads the entry (CommonJS, or ESM by dynamic import), finds the plugin it exports and
  * serves it; exits 0 after Shutdown or a clean end of the stream, 1 on a stream failure
@@ -26,11 +26,11 @@ async function main(entryPath) {
     spawnToken();
   } catch (e) {
     const plugin = process.env.HEARTH_PLUGIN;
-    process.stderr.write(`hearth-sdk: ${plugin ? `plugin ${plugin}: ` : ''}${/** @type {Error} */ (e).message}\n`);
+    process.stderr.write(`hearth-plugin: ${plugin ? `plugin ${plugin}: ` : ''}${/** @type {Error} */ (e).message}\n`);
     process.exit(2);
   }
   if (!entryPath) {
-    process.stderr.write('hearth-sdk: runner: no plugin entry file given\n');
+    process.stderr.write('hearth-plugin: runner: no plugin entry file given\n');
     process.exit(2);
   }
   const file = path.resolve(entryPath);
@@ -42,7 +42,7 @@ async function main(entryPath) {
   } catch (e) {
     const err = /** @type {any} */ (e);
     const msg = err && err.name === 'LoadError' ? err.message : `loading ${file} failed: ${(err && err.stack) || err}`;
-    process.stderr.write(`hearth-sdk: ${msg}\n`);
+    process.stderr.write(`hearth-plugin: ${msg}\n`);
     process.exit(2);
   }
   const { serveInstance } = require('./lib/session');

@@ -8,8 +8,8 @@ import os
 
 import grpc
 
-from hearth.v1 import plugin_pb2 as pb
-from hearth.v1 import plugin_pb2_grpc as rpc
+from hearth_plugin.v1 import plugin_pb2 as pb
+from hearth_plugin.v1 import plugin_pb2_grpc as rpc
 
 MAX = 64 << 20
 

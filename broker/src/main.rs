@@ -1,5 +1,5 @@
-//! The `hearth` binary; see [`hearth::cli`].
+//! The `hearth` binary; see [`hearth_broker::cli`].
 
 fn main() -> std::process::ExitCode {
-    hearth::cli::main()
+    hearth_broker::cli::main()
 }

@@ -47,9 +47,9 @@ use serde::Deserialize;
 /// How a plugin process is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
-    /// `<python> -m hearth run <entry>`.
+    /// `<python> -m hearth_plugin run <entry>`.
     Python,
-    /// `<node> -e <bootstrap> <entry>`; the bootstrap resolves `hearth-sdk/runner`
+    /// `<node> -e <bootstrap> <entry>`; the bootstrap resolves `hearth-plugin/runner`
     /// from the plugin's directory.
     Node,
     /// The entry is an executable (e.g. a Rust plugin binary).

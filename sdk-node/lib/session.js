@@ -23,7 +23,7 @@ const { version: SDK_VERSION } = require('../package.json');
 
 const v1 = hearth.v1;
 const PROTOCOL_VERSION = '1.0.0';
-const SDK_NAME = 'hearth-sdk-node';
+const SDK_NAME = 'hearth-plugin-node';
 const FEATURES = ['cancel', 'progress'];
 const MAX_MESSAGE = 64 * 1024 * 1024;
 const ATTACH_PATH = '/hearth.v1.PluginHost/Attach';
@@ -124,7 +124,7 @@ class Session {
 
   /** @param {...unknown} args */
   log(...args) {
-    process.stderr.write(`hearth-sdk: plugin ${this.name}: ${args.map(String).join(' ')}\n`);
+    process.stderr.write(`hearth-plugin: plugin ${this.name}: ${args.map(String).join(' ')}\n`);
   }
 
   /**

@@ -102,7 +102,7 @@ function readTokenFd(fdText) {
   let st;
   try {
     // bigint: a plain fs.fstatSync() here made Node 20's module loader skip realpath
-    // afterwards (require('hearth-sdk') through a node_modules symlink then loaded a
+    // afterwards (require('hearth-plugin') through a node_modules symlink then loaded a
     // second copy of the SDK, and `instanceof HostError` failed); the bigint form
     // does not touch the loader's shared stat buffer.
     st = fs.fstatSync(fd, { bigint: true });

@@ -60,7 +60,7 @@ describe('header comments (lib/header.js)', () => {
       ' */',
       '/* @ai-trigger-format /weather {city} */',
       '// @ai-trigger-args {"city":"城市名称"}',
-      "const { Plugin } = require('hearth-sdk');",
+      "const { Plugin } = require('hearth-plugin');",
       '// @ai-trigger-usage after the first statement: not part of the header',
     ].join('\r\n');
     assert.deepEqual(parseHeader(block, 'F'), WEATHER);

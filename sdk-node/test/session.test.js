@@ -25,7 +25,7 @@ describe('session with a HomeAgent-style plugin', () => {
 
   it('sends Hello with protocol version, sdk, features and pid', () => {
     assert.equal(p.hello.protocolVersion, '1.0.0');
-    assert.equal(p.hello.sdk, 'hearth-sdk-node');
+    assert.equal(p.hello.sdk, 'hearth-plugin-node');
     assert.equal(p.hello.sdkVersion, require('../package.json').version);
     assert.deepEqual(p.hello.features, ['cancel', 'progress']);
     assert.equal(p.hello.pid, p.proc.proc.pid);

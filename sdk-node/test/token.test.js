@@ -65,7 +65,7 @@ describe('spawn token through an inherited pipe (HEARTH_TOKEN_FD)', () => {
         const proc = broker.spawn(PROBE, { env: { HEARTH_TOKEN_FD: value } });
         const { code } = await proc.exit();
         assert.equal(code, 2, proc.stderr);
-        assert.ok(proc.stderr.includes(`hearth-sdk: plugin token-probe: ${error}\n`), proc.stderr);
+        assert.ok(proc.stderr.includes(`hearth-plugin: plugin token-probe: ${error}\n`), proc.stderr);
         assert.equal(broker.sessions.length + broker.unauthenticated, 0);
       } finally {
         await broker.close();
@@ -90,7 +90,7 @@ describe('spawn token through an inherited pipe (HEARTH_TOKEN_FD)', () => {
       proc.stderr.on('data', (d) => { stderr += d; });
       const code = await new Promise((resolve) => proc.on('close', resolve));
       assert.equal(code, 2, stderr);
-      assert.ok(stderr.includes('hearth-sdk: plugin token_probe: HEARTH_TOKEN_FD=3: cannot read the token: fd 3 is not a pipe\n'), stderr);
+      assert.ok(stderr.includes('hearth-plugin: plugin token_probe: HEARTH_TOKEN_FD=3: cannot read the token: fd 3 is not a pipe\n'), stderr);
       assert.equal(broker.sessions.length + broker.unauthenticated, 0);
     } finally {
       await broker.close();

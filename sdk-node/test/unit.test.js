@@ -113,9 +113,9 @@ describe('plugin discovery', () => {
   });
 });
 
-it('require("hearth-sdk") stays lean: no gRPC or generated stubs loaded', () => {
+it('require("hearth-plugin") stays lean: no gRPC or generated stubs loaded', () => {
   const out = execFileSync(process.execPath, ['-e', `
-    require('hearth-sdk');
+    require('hearth-plugin');
     const loaded = Object.keys(require.cache);
     console.log(JSON.stringify(loaded.filter((f) => /grpc-js|protobufjs|gen[\\\\/]hearth/.test(f)).length));
   `], { cwd: path.join(__dirname, 'fixtures', 'calculator'), encoding: 'utf8' });

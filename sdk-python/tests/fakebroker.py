@@ -1,6 +1,6 @@
 """A fake Hearth broker for the SDK tests: a real PluginHost gRPC server (grpc.aio) on a
 temporary Unix socket that checks the spawn token, and helpers that spawn real plugin
-processes with `python -m hearth run` and drive their sessions."""
+processes with `python -m hearth_plugin run` and drive their sessions."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional
 import grpc
 import grpc.aio
 
-from hearth.v1 import host_pb2, host_pb2_grpc
-from hearth.v1 import plugin_pb2 as pb
-from hearth.v1 import plugin_pb2_grpc as pb_grpc
+from hearth_plugin.v1 import host_pb2, host_pb2_grpc
+from hearth_plugin.v1 import plugin_pb2 as pb
+from hearth_plugin.v1 import plugin_pb2_grpc as pb_grpc
 
 SDK_DIR = Path(__file__).resolve().parents[1]
 REPO = SDK_DIR.parent
@@ -265,7 +265,7 @@ class PluginProc:
         try:
             with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
                 self.proc = subprocess.Popen(
-                    argv or [sys.executable, "-m", "hearth", "run", str(entry)], cwd=str(entry.parent),
+                    argv or [sys.executable, "-m", "hearth_plugin", "run", str(entry)], cwd=str(entry.parent),
                     env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
                     pass_fds=pass_fds)
         finally:
@@ -351,7 +351,7 @@ class FakeBroker:
     def spawn(self, entry: Path, *, token: Optional[str] = None, env: Optional[dict] = None,
               name: Optional[str] = None, argv: Optional[List[str]] = None,
               token_pipe: bool = False) -> PluginProc:
-        """Start `entry` as the broker does (`python -m hearth run ENTRY`, cwd = its dir), or
+        """Start `entry` as the broker does (`python -m hearth_plugin run ENTRY`, cwd = its dir), or
         `argv`; the token in HEARTH_TOKEN, or with `token_pipe` in an inherited pipe."""
         proc = PluginProc(entry, self, token, env, self.workdir, name or entry.parent.name, argv,
                           token_pipe)

@@ -9,10 +9,10 @@ import grpc
 import pytest
 
 from fakebroker import run
-from hearth import ConfigDef, Doc, Entity, HostError, KnowledgeEntry, PluginSDK, Relation, Triple
-from hearth._host import Connection
-from hearth.v1 import host_pb2 as h
-from hearth.v1 import plugin_pb2 as pb
+from hearth_plugin import ConfigDef, Doc, Entity, HostError, KnowledgeEntry, PluginSDK, Relation, Triple
+from hearth_plugin._host import Connection
+from hearth_plugin.v1 import host_pb2 as h
+from hearth_plugin.v1 import plugin_pb2 as pb
 
 
 def sdk_on(broker, loop):

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from fakebroker import REPO, TEST_PLUGINS, run
 
-from hearth._header import HeaderError, parse_header
+from hearth_plugin._header import HeaderError, parse_header
 
 # ------------------------------------------------------------------ header parsing
 
@@ -23,7 +23,7 @@ def test_header_in_the_module_docstring():
 @ai-trigger-format /weather {city}
 @ai-trigger-args {"city":"城市名称"}
 """
-from hearth import Plugin
+from hearth_plugin import Plugin
 '''
     assert parse_header(text, "F") == WEATHER
 
@@ -81,7 +81,7 @@ HEADER_PLUGIN = '''"""A LinkZone plugin declaring inject in its header.
 @ai-trigger-format /weather {city}
 @ai-trigger-args {"city":"城市名称"}
 """
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 metadata = {"name": "hw", "triggers": [{"type": 0, "pattern": "/weather"}]%s}
 
@@ -130,7 +130,7 @@ def test_malformed_header_args_fail_the_load_naming_file_and_line(tmp_path):
 
 EVENTS = '''
 import asyncio, json
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 metadata = {"name": "ev", "triggers": [{"type": 0, "pattern": "/ev"}, {"type": "keyword", "pattern": "ping"}],
             "ai": {"inject": {"usage": "events", "format": "/ev {what}"}}}
@@ -194,7 +194,7 @@ def test_handle_event_round_trips(tmp_path, style):
 
 def test_handle_event_without_a_handler_is_an_event_error(tmp_path):
     source = '''
-from hearth import Plugin
+from hearth_plugin import Plugin
 metadata = {"name": "nohandler", "triggers": [{"type": 0, "pattern": "/x"}]}
 class P(Plugin):
     pass
@@ -246,7 +246,7 @@ const w = new W();
 })();
 '''
     node = shutil.which("node")
-    if node is None or not (REPO / "node_modules" / "hearth-sdk").exists():
+    if node is None or not (REPO / "node_modules" / "hearth-plugin").exists():
         pytest.skip("node or the npm workspace (npm ci) is missing")
     r = subprocess.run([node, "-e", script, str(REPO / "examples/plugins/weather/index.js"),
                         json.dumps(calls)], capture_output=True, text=True, timeout=30,

@@ -6,11 +6,11 @@ import time
 
 from fakebroker import run
 
-from hearth.v1 import plugin_pb2 as pb
+from hearth_plugin.v1 import plugin_pb2 as pb
 
 WORKER = '''
 import asyncio, os, random, threading, time
-from hearth import Plugin, progress
+from hearth_plugin import Plugin, progress
 
 MARKERS = os.environ["MARKER_DIR"]
 ARRIVED = []
@@ -253,7 +253,7 @@ def test_partly_rejected_registration_logs_items_and_serves(tmp_path):
 def test_runtime_register_tool_goes_on_the_stream(tmp_path):
     source = '''
     import threading
-    from hearth import Plugin
+    from hearth_plugin import Plugin
 
     class Late(Plugin):
         def name(self):
@@ -282,7 +282,7 @@ def test_runtime_register_tool_goes_on_the_stream(tmp_path):
 
 ECHO = '''
 import sys
-from hearth import Plugin, tool
+from hearth_plugin import Plugin, tool
 
 @tool
 def echo(text: str) -> str:
@@ -290,8 +290,8 @@ def echo(text: str) -> str:
     return text
 
 if __name__ == "__main__":
-    import hearth
-    hearth.run()
+    import hearth_plugin
+    hearth_plugin.run()
 '''
 
 

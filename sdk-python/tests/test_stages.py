@@ -6,11 +6,11 @@ import json
 
 from fakebroker import run
 
-from hearth.v1 import plugin_pb2 as pb
+from hearth_plugin.v1 import plugin_pb2 as pb
 
 HOOKS = '''
 import threading
-from hearth import HostError, Plugin, Stage, StageContext
+from hearth_plugin import HostError, Plugin, Stage, StageContext
 
 class Hooks(Plugin):
     def name(self):
@@ -174,9 +174,9 @@ def test_inject_text_reaches_the_input_service_with_the_token(tmp_path):
 
 
 def test_stage_registration_rules():
-    from hearth import PluginSDK, Stage
-    from hearth._host import build_request
-    from hearth.v1 import host_pb2
+    from hearth_plugin import PluginSDK, Stage
+    from hearth_plugin._host import build_request
+    from hearth_plugin.v1 import host_pb2
 
     sdk = PluginSDK("p")
     sdk.register_stage(3, lambda ctx: None)                      # wire number
@@ -242,7 +242,7 @@ def test_readme_stage_and_host_examples(tmp_path):
 
 
 def test_context_fields_a_hook_does_not_use_go_back_untouched():
-    from hearth._stages import from_wire, to_wire
+    from hearth_plugin._stages import from_wire, to_wire
     wire = pb.StageContext(raw_message="hi", context_msgs_json='[ {"role": "user", "content": "hi"} ]',
                            extra_json='{ "k": 1 }', token_usage={"prompt": 3}, phase=pb.STAGE_PRE_ACTION,
                            tool_calls=[pb.ToolCallInfo(id="1", name="t", arguments_json='{ "a": 1 }')])

@@ -8,9 +8,9 @@ import time
 import pytest
 from fakebroker import REPO, run
 
-from hearth._result import Outcome
-from hearth._runtime import MAX_MESSAGE, result_message
-from hearth.v1 import plugin_pb2 as pb
+from hearth_plugin._result import Outcome
+from hearth_plugin._runtime import MAX_MESSAGE, result_message
+from hearth_plugin.v1 import plugin_pb2 as pb
 
 STRESS = REPO / "tests" / "plugins" / "stress.py"
 MIB = 1024 * 1024
@@ -137,7 +137,7 @@ def test_wrong_version_exits_3_after_rejected(tmp_path):
         proc = spawn(b, "wrong_version")
         s = await b.session(proc)
         hello = (await s.next("hello")).hello
-        assert hello.protocol_version == "99.0.0" and hello.sdk == "hearth-sdk-python"
+        assert hello.protocol_version == "99.0.0" and hello.sdk == "hearth-plugin-python"
         # the real broker answers Rejected right after Hello, without reading Register
         s.send(pb.HostMessage(rejected=pb.Rejected(reason="protocol version `99.0.0` is not supported")))
         s.close()

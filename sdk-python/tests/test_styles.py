@@ -5,11 +5,11 @@ import os
 
 from fakebroker import run
 
-import hearth
+import hearth_plugin
 
 HOMEAGENT = '''
 import sys
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 print("banner: weather plugin v2 starting", flush=True)
 sys.stdout.buffer.write(b"\\x00\\xff\\xfe binary junk\\n")
@@ -43,7 +43,7 @@ class Weather(Plugin):
 '''
 
 LINKZONE = '''
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 metadata = {
     "name": "weather_lz",
@@ -89,7 +89,7 @@ class WeatherPlugin(Plugin):
 DECORATORS = '''
 from typing import Literal, Optional
 
-from hearth import Plugin, Sender, tool
+from hearth_plugin import Plugin, Sender, tool
 
 plugin = Plugin("deco", version="0.3.0", description="decorator style")
 
@@ -119,7 +119,7 @@ def shout(text: str) -> str:
 '''
 
 CLASS_METHODS = '''
-from hearth import Plugin, tool
+from hearth_plugin import Plugin, tool
 
 class Counter(Plugin):
     def __init__(self):
@@ -138,8 +138,8 @@ def test_homeagent_registration_and_results(tmp_path):
     async def body(b):
         proc, s = await b.start_plugin(HOMEAGENT, name="weather")
         assert s.hello.protocol_version == "1.0.0"
-        assert s.hello.sdk == "hearth-sdk-python"
-        assert s.hello.sdk_version == hearth.__version__
+        assert s.hello.sdk == "hearth-plugin-python"
+        assert s.hello.sdk_version == hearth_plugin.__version__
         assert set(s.hello.features) >= {"cancel", "progress"}
         assert s.hello.pid == proc.pid
         reg = s.register
@@ -209,7 +209,7 @@ def test_linkzone_registration_and_results(tmp_path):
         assert (r.success, r.error, r.data_json) == (False, "城市不存在", "")
 
         # inject mode: HandleEvent → Reply* → EventDone
-        from hearth.v1 import plugin_pb2 as pb
+        from hearth_plugin.v1 import plugin_pb2 as pb
         s.send(pb.HostMessage(handle_event=pb.HandleEvent(
             call_id=77, message="/weather 杭州", params=["杭州"], sender=pb.Sender(user_id="u1"))))
         got = [await s.next() for _ in range(3)]
@@ -292,14 +292,14 @@ def test_file_without_a_plugin_is_a_clear_error(tmp_path):
         assert str(entry) in proc.stderr() and "nonexistent_module_xyz" in proc.stderr()
 
         entry = b.write_plugin(
-            "from hearth import Plugin\nmetadata = {'name': 'm', 'ai': {'tool': {}}}\n"
+            "from hearth_plugin import Plugin\nmetadata = {'name': 'm', 'ai': {'tool': {}}}\n"
             "class P(Plugin):\n    pass\n", name="noexec")
         proc = b.spawn(entry)
         assert await proc.wait() == 2
         assert "execute_tool" in proc.stderr() and str(entry) in proc.stderr()
 
         entry = b.write_plugin(
-            "from hearth import Plugin\nclass P(Plugin):\n    def name(self): return 'st'\n"
+            "from hearth_plugin import Plugin\nclass P(Plugin):\n    def name(self): return 'st'\n"
             "    def start(self, sdk): raise RuntimeError('no config')\n", name="badstart")
         proc = b.spawn(entry)
         assert await proc.wait() == 2
@@ -321,7 +321,7 @@ def test_missing_addr_is_a_clear_error(tmp_path):
 def test_args_are_passed_to_the_plugin(tmp_path):
     async def body(b):
         entry = b.write_plugin(
-            "import sys, os\nfrom hearth import tool\n"
+            "import sys, os\nfrom hearth_plugin import tool\n"
             "@tool\ndef argv() -> list:\n    return [sys.argv[1:], os.getcwd()]\n", name="argv")
         b.spawn(entry)  # no args: sys.argv[1:] == []
         s = await b.session(b.procs[-1])

@@ -10,7 +10,7 @@ from fakebroker import run
 
 PROBE = '''
 import os, subprocess, sys
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 class Probe(Plugin):
     def name(self):
@@ -29,19 +29,19 @@ class Probe(Plugin):
                 "token_env": os.environ.get("HEARTH_TOKEN"), "child_fd_env": child}
 
 if __name__ == "__main__":
-    import hearth
-    hearth.run()
+    import hearth_plugin
+    hearth_plugin.run()
 '''
 
 
-@pytest.mark.parametrize("how", ["python -m hearth run", "hearth.run()"])
+@pytest.mark.parametrize("how", ["python -m hearth_plugin run", "hearth_plugin.run()"])
 def test_token_from_an_inherited_pipe_only(tmp_path, how):
     async def body(b):
         import sys
 
         b.token = "pipe-only-token-7c0e9a41d2"
         entry = b.write_plugin(PROBE, name="probe")
-        argv = [sys.executable, str(entry)] if how == "hearth.run()" else None
+        argv = [sys.executable, str(entry)] if how == "hearth_plugin.run()" else None
         proc = b.spawn(entry, token_pipe=True, argv=argv)
         s = await b.session(proc)   # the fake broker refuses a wrong token (UNAUTHENTICATED)
         await s.handshake()

@@ -5,8 +5,8 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 import pytest
 
-from hearth._result import from_exception, from_linkzone, from_value
-from hearth._schema import SchemaError, function_schema, parse_docstring
+from hearth_plugin._result import from_exception, from_linkzone, from_value
+from hearth_plugin._schema import SchemaError, function_schema, parse_docstring
 
 
 def test_docstring_parsing():

@@ -15,11 +15,11 @@
 //!
 //! stdout is flushed after every line.
 //!
-//! Run: `cargo build -p hearth-sdk --example hooks` → `target/debug/examples/hooks`.
+//! Run: `cargo build -p hearth-plugin --example hooks` → `target/debug/examples/hooks`.
 
 use std::io::Write;
 
-use hearth_sdk::{
+use hearth_plugin::{
     async_trait, BoxError, Plugin, PluginMetadata, Registrar, Stage, StageContext, ToolDef,
 };
 use serde_json::{json, Map, Value};
@@ -109,7 +109,7 @@ impl Plugin for Hooks {
                             async move { Ok::<_, String>(ctx) }
                         });
                     } else {
-                        let entry = format!("{name}:{}", hearth_sdk::proto::stage_name(stage));
+                        let entry = format!("{name}:{}", hearth_plugin::proto::stage_name(stage));
                         host.register_stage(stage, move |mut ctx: StageContext| {
                             append_trace(&mut ctx, &entry);
                             async move { Ok::<_, String>(ctx) }
@@ -153,5 +153,5 @@ fn main() {
         .map(|d| d.trim().to_owned())
         .filter(|d| !d.is_empty())
         .collect();
-    hearth_sdk::serve(Hooks { name, directives })
+    hearth_plugin::serve(Hooks { name, directives })
 }

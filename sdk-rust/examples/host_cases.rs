@@ -14,11 +14,11 @@
 //! `HOST_CASES_OTHER` names that other plugin (`${other}` in the cases);
 //! `HOST_CASES_FILE` overrides the case file.
 //!
-//! Run: `cargo build -p hearth-sdk --example host_cases` → `target/debug/examples/host_cases`.
+//! Run: `cargo build -p hearth-plugin --example host_cases` → `target/debug/examples/host_cases`.
 
 use std::collections::HashMap;
 
-use hearth_sdk::{
+use hearth_plugin::{
     async_trait, BoxError, ConfigDef, Doc, Host, HostError, Plugin, PluginMetadata, Registrar,
     TextEvent, ToolDef, Triple,
 };
@@ -535,7 +535,7 @@ impl Plugin for HostCases {
 
 fn main() {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    hearth_sdk::serve(HostCases {
+    hearth_plugin::serve(HostCases {
         name: env("HEARTH_PLUGIN").unwrap_or_else(|| "host_cases_rust".into()),
         role: env("HOST_CASES_ROLE").unwrap_or_else(|| "runner".into()),
         peer: env("HOST_CASES_OTHER").unwrap_or_default(),

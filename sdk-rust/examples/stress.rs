@@ -36,13 +36,13 @@
 //! Tools are registered in the order `P_echo`, `P_sleep`, `P_fail`, `P_big`, `P_hang`,
 //! then `P_bad_schema`, then `P_t0` … `P_t1999`.
 //!
-//! Run: `cargo build -p hearth-sdk --example stress` → `target/debug/examples/stress`.
+//! Run: `cargo build -p hearth-plugin --example stress` → `target/debug/examples/stress`.
 
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hearth_sdk::{
+use hearth_plugin::{
     async_trait, Args, BoxError, CallContext, Plugin, PluginMetadata, Tool, ToolDefinition,
     ToolResult,
 };
@@ -353,7 +353,7 @@ fn main() {
     let wrong_version = has("wrong_version");
     let exit_after_hello = has("exit_after_hello");
     let never_register = has("never_register");
-    hearth_sdk::serve_configured(StressPlugin { prefix, faults }, |mut config| {
+    hearth_plugin::serve_configured(StressPlugin { prefix, faults }, |mut config| {
         if wrong_version {
             config = config.with_protocol_version("99.0.0");
         }

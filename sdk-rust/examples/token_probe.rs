@@ -7,10 +7,10 @@
 //! `HEARTH_TOKEN` in this process (null when unset) and `HEARTH_TOKEN_FD` as
 //! `sh -c` sees it (`unset` when unset).
 //!
-//! Run: `cargo build -p hearth-sdk --example token_probe` →
+//! Run: `cargo build -p hearth-plugin --example token_probe` →
 //! `target/debug/examples/token_probe`.
 
-use hearth_sdk::{async_trait, BoxError, Plugin, PluginMetadata, Registrar, ToolDef};
+use hearth_plugin::{async_trait, BoxError, Plugin, PluginMetadata, Registrar, ToolDef};
 use serde_json::{json, Value};
 
 struct TokenProbe;
@@ -48,5 +48,5 @@ impl Plugin for TokenProbe {
 }
 
 fn main() {
-    hearth_sdk::serve(TokenProbe)
+    hearth_plugin::serve(TokenProbe)
 }

@@ -26,8 +26,8 @@
 //! ```no_run
 //! use std::sync::Arc;
 //!
-//! use hearth_sdk::async_trait;
-//! use hearth_sdk::{
+//! use hearth_plugin::async_trait;
+//! use hearth_plugin::{
 //!     Args, BoxError, CallContext, Plugin, PluginMetadata, Registrar, Tool, ToolDef,
 //!     ToolDefinition, ToolResult,
 //! };
@@ -100,7 +100,7 @@
 //! }
 //!
 //! fn main() {
-//!     hearth_sdk::serve(HelloPlugin)
+//!     hearth_plugin::serve(HelloPlugin)
 //! }
 //! ```
 //!

@@ -34,7 +34,7 @@ use crate::tool::{Args, CallContext, Tool};
 use crate::{transport, Error, Host};
 
 /// SDK name sent in `Hello.sdk`.
-pub const SDK_NAME: &str = "hearth-sdk-rust";
+pub const SDK_NAME: &str = "hearth-plugin-rust";
 
 /// Optional protocol behaviours this SDK supports, sent in `Hello.features`.
 pub const FEATURES: &[&str] = &["cancel", "progress"];
@@ -289,7 +289,7 @@ fn run_to_exit(serving: impl Future<Output = Result<(), Error>>) -> ! {
     match result {
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            eprintln!("hearth-sdk: {e}");
+            eprintln!("hearth-plugin: {e}");
             std::process::exit(e.exit_code())
         }
     }
@@ -531,7 +531,7 @@ impl Session {
                 Some(In::Registered(r)) => {
                     for item in &r.rejected {
                         eprintln!(
-                            "hearth-sdk: plugin {}: broker rejected {} {}: {}",
+                            "hearth-plugin: plugin {}: broker rejected {} {}: {}",
                             self.plugin, item.kind, item.name, item.reason
                         );
                     }
@@ -576,7 +576,7 @@ impl Session {
                 ),
             })),
             Some(In::ToolRegistration(tr)) if !tr.ok => eprintln!(
-                "hearth-sdk: plugin {}: tool {}: registration refused: {}",
+                "hearth-plugin: plugin {}: tool {}: registration refused: {}",
                 self.plugin, tr.name, tr.error
             ),
             Some(In::Shutdown(s)) => return Ok(Some(End::Shutdown(grace(s.grace_ms)))),
@@ -588,7 +588,7 @@ impl Session {
                 });
             }
             Some(other) => eprintln!(
-                "hearth-sdk: plugin {}: ignoring unsupported broker message {other:?}",
+                "hearth-plugin: plugin {}: ignoring unsupported broker message {other:?}",
                 self.plugin
             ),
             None => {}
@@ -609,7 +609,7 @@ impl Session {
         };
         if self.in_flight.contains_key(&call_id) {
             eprintln!(
-                "hearth-sdk: plugin {}: ignoring InvokeTool with call id {call_id}, already in flight",
+                "hearth-plugin: plugin {}: ignoring InvokeTool with call id {call_id}, already in flight",
                 self.plugin
             );
             return;
@@ -643,7 +643,7 @@ impl Session {
         };
         if self.in_flight.contains_key(&call_id) {
             eprintln!(
-                "hearth-sdk: plugin {}: ignoring RunStage with call id {call_id}, already in flight",
+                "hearth-plugin: plugin {}: ignoring RunStage with call id {call_id}, already in flight",
                 self.plugin
             );
             return;
@@ -697,7 +697,7 @@ impl Session {
         let answer = match call.work {
             Work::Tool(tool) => {
                 let error = format!("tool {tool} {failure}");
-                eprintln!("hearth-sdk: plugin {}: {error}", self.plugin);
+                eprintln!("hearth-plugin: plugin {}: {error}", self.plugin);
                 Out::ToolResult(pb::ToolResult {
                     call_id,
                     success: false,
@@ -707,7 +707,7 @@ impl Session {
             }
             Work::Stage(hook) => {
                 let error = format!("stage hook {hook} {failure}");
-                eprintln!("hearth-sdk: plugin {}: {error}", self.plugin);
+                eprintln!("hearth-plugin: plugin {}: {error}", self.plugin);
                 Out::StageResult(pb::StageResult {
                     call_id,
                     context: None,
@@ -728,9 +728,9 @@ impl Session {
         };
         match tokio::time::timeout(budget, plugin.stop()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("hearth-sdk: plugin {}: stop failed: {e}", self.plugin),
+            Ok(Err(e)) => eprintln!("hearth-plugin: plugin {}: stop failed: {e}", self.plugin),
             Err(_) => eprintln!(
-                "hearth-sdk: plugin {}: stop did not finish within {} ms",
+                "hearth-plugin: plugin {}: stop did not finish within {} ms",
                 self.plugin,
                 budget.as_millis()
             ),
@@ -766,7 +766,7 @@ fn within_limit(plugin: &str, answer: Out, work: &Work) -> Out {
     match (answer, work) {
         (Out::ToolResult(r), Work::Tool(tool)) => {
             let error = format!("tool {tool}: {over}");
-            eprintln!("hearth-sdk: plugin {plugin}: {error}");
+            eprintln!("hearth-plugin: plugin {plugin}: {error}");
             Out::ToolResult(pb::ToolResult {
                 call_id: r.call_id,
                 success: false,
@@ -776,7 +776,7 @@ fn within_limit(plugin: &str, answer: Out, work: &Work) -> Out {
         }
         (Out::StageResult(r), Work::Stage(hook)) => {
             let error = format!("stage hook {hook}: {over}");
-            eprintln!("hearth-sdk: plugin {plugin}: {error}");
+            eprintln!("hearth-plugin: plugin {plugin}: {error}");
             Out::StageResult(pb::StageResult {
                 call_id: r.call_id,
                 context: None,

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hearth_sdk::proto::v1::input_server::{Input, InputServer};
-use hearth_sdk::proto::v1::plugin_host_server::{PluginHost, PluginHostServer};
-use hearth_sdk::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
-use hearth_sdk::proto::{MAX_MESSAGE_BYTES, TOKEN_METADATA};
+use hearth_plugin::proto::v1::input_server::{Input, InputServer};
+use hearth_plugin::proto::v1::plugin_host_server::{PluginHost, PluginHostServer};
+use hearth_plugin::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
+use hearth_plugin::proto::{MAX_MESSAGE_BYTES, TOKEN_METADATA};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream, UnixListenerStream};
 use tonic::{Request, Response, Status, Streaming};
@@ -20,7 +20,7 @@ struct Fake {
     sessions: mpsc::UnboundedSender<Session>,
 }
 
-#[hearth_sdk::async_trait]
+#[hearth_plugin::async_trait]
 impl PluginHost for Fake {
     type AttachStream = UnboundedReceiverStream<Result<pb::HostMessage, Status>>;
 
@@ -68,7 +68,7 @@ impl FakeInput {
     }
 }
 
-#[hearth_sdk::async_trait]
+#[hearth_plugin::async_trait]
 impl Input for FakeInput {
     async fn inject_text(
         &self,
@@ -249,7 +249,7 @@ impl Session {
         self.send(In::Registered(pb::Registered {
             plugin: register.plugin.clone().unwrap_or_default().name,
             tools: register.tools.iter().map(|t| t.name.clone()).collect(),
-            protocol_version: hearth_sdk::proto::PROTOCOL_VERSION.into(),
+            protocol_version: hearth_plugin::proto::PROTOCOL_VERSION.into(),
             ..Default::default()
         }));
         (hello, register)

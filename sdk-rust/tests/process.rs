@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use hearth_sdk::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
+use hearth_plugin::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hearth_sdk::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
-use hearth_sdk::{
+use hearth_plugin::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
+use hearth_plugin::{
     async_trait, serve_with, Args, BoxError, CallContext, Error, Plugin, PluginConfig,
     PluginMetadata, Registrar, ServeConfig, Tool, ToolDef, ToolDefinition, ToolResult,
 };
@@ -245,8 +245,11 @@ impl Running {
 #[tokio::test]
 async fn hello_and_register_carry_sdk_plugin_and_tools() {
     let (run, hello, register) = start().await;
-    assert_eq!(hello.protocol_version, hearth_sdk::proto::PROTOCOL_VERSION);
-    assert_eq!(hello.sdk, "hearth-sdk-rust");
+    assert_eq!(
+        hello.protocol_version,
+        hearth_plugin::proto::PROTOCOL_VERSION
+    );
+    assert_eq!(hello.sdk, "hearth-plugin-rust");
     assert_eq!(hello.sdk_version, env!("CARGO_PKG_VERSION"));
     assert_eq!(hello.features, vec!["cancel", "progress"]);
     assert_eq!(hello.pid, std::process::id());
@@ -723,7 +726,7 @@ async fn duplicate_tool_names_across_styles_fail_before_connecting() {
 
 #[tokio::test]
 async fn stage_hooks_register_run_and_fail_by_hook_id() {
-    use hearth_sdk::{Stage, StageContext};
+    use hearth_plugin::{Stage, StageContext};
     struct Stages;
     #[async_trait]
     impl Plugin for Stages {
@@ -751,7 +754,7 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
                 }
                 Ok::<_, String>(StageContext::default())
             });
-            let quiet = hearth_sdk::StageOptions {
+            let quiet = hearth_plugin::StageOptions {
                 context_msgs: false,
                 ..Default::default()
             };
@@ -859,7 +862,7 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
             (d.call_id, d.error.as_str()),
             (
                 5,
-                "plugin stg: events (triggers) are not supported by hearth-sdk-rust"
+                "plugin stg: events (triggers) are not supported by hearth-plugin-rust"
             )
         ),
         other => panic!("expected EventDone, got {other:?}"),
@@ -901,11 +904,11 @@ async fn host_services_carry_the_plugin_token_from_start_and_from_calls() {
                     host.inject_interrupt_text("qq", args["text"].as_str().unwrap_or_default())
                         .await
                         .map_err(|s| s.message().to_string())?;
-                    host.inject(hearth_sdk::Inject {
+                    host.inject(hearth_plugin::Inject {
                         channel: "qq",
                         text: "to the group",
                         group_id: "g1",
-                        priority: hearth_sdk::Priority::Message,
+                        priority: hearth_plugin::Priority::Message,
                         no_memory: true,
                         ..Default::default()
                     })

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use hearth_sdk::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
-use hearth_sdk::proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use hearth_plugin::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
+use hearth_plugin::proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;

@@ -1,4 +1,4 @@
-//! Integration tests of hearth-sdk against an in-process fake broker (a real tonic
+//! Integration tests of hearth-plugin against an in-process fake broker (a real tonic
 //! `PluginHost` server on a temp Unix socket), plus the `stress` example as a process.
 
 mod broker;

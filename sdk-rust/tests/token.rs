@@ -159,7 +159,7 @@ async fn bad_token_fd_exits_2_naming_it() {
         ),
     ] {
         let err = refused(&broker, script, arg, value).await;
-        assert!(err.contains(&format!("hearth-sdk: {want}\n")), "{err}");
+        assert!(err.contains(&format!("hearth-plugin: {want}\n")), "{err}");
     }
     let none = tokio::time::timeout(std::time::Duration::from_millis(200), broker.session()).await;
     assert!(none.is_err(), "a plugin attached anyway");

@@ -10,8 +10,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hearth::cli::AdminConn;
-use hearth::scripted::{Script, ScriptedLlm};
+use hearth_broker::cli::AdminConn;
+use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::{ChatRequest, ConfirmResponse};
 use serde_json::{json, Value};

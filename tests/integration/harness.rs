@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hearth::cli::AdminConn;
+use hearth_broker::cli::AdminConn;
 use hearth_proto::v1::{
     CallToolRequest, CallToolResponse, ListPluginsRequest, ListToolsRequest, PluginState,
     PluginStatus,
@@ -153,7 +153,7 @@ impl Broker {
     /// [`Broker::spawn_with_files`]), and waits until every plugin is ready.
     pub async fn with_llm(
         plugins: Vec<PluginDir>,
-        llm: &hearth::scripted::ScriptedLlm,
+        llm: &hearth_broker::scripted::ScriptedLlm,
         files: &[(&str, &str)],
     ) -> Broker {
         let url = llm.base_url();
@@ -224,7 +224,7 @@ impl Broker {
             .args(args)
             .env("HEARTH_PYTHON", python())
             .env("NODE_PATH", repo().join("node_modules"))
-            .env("HEARTH_LOG", "info,hearth=debug")
+            .env("HEARTH_LOG", "info,hearth_broker=debug")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

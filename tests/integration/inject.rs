@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hearth::scripted::{Script, ScriptedLlm};
+use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::{ChatRequest, ConfirmResponse};
 use serde_json::{json, Value};

@@ -368,7 +368,7 @@ async fn a_stale_socket_is_replaced_and_a_long_path_is_a_clear_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let err = hearth::server::prepare_socket(&data.join("hearth.sock"));
+    let err = hearth_broker::server::prepare_socket(&data.join("hearth.sock"));
     assert!(err.is_ok(), "{err:?}");
     assert!(!data.join("hearth.sock").exists());
 

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use hearth::scripted::{Script, ScriptedLlm};
+use hearth_broker::scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 use crate::harness::{py_echo, python, repo, Broker, PluginDir};
@@ -182,7 +182,7 @@ async fn plugins_get_an_allow_listed_environment_without_their_token() {
     let got = ask(&mut b, "pya", "read", &format!("/proc/{nda}/environ")).await;
     assert!(!got.contains("HEARTH_TOKEN="), "{got}");
     // Nor may it signal processes outside its sandbox (Landlock ABI 6 scopes).
-    if hearth::supervisor::sandbox::landlock_abi().is_some_and(|abi| abi >= 6) {
+    if hearth_broker::supervisor::sandbox::landlock_abi().is_some_and(|abi| abi >= 6) {
         let broker = b.pid().to_string();
         let got = ask(&mut b, "pya", "kill", &broker).await;
         assert!(got.starts_with("denied"), "signalling the broker: {got}");
@@ -267,7 +267,7 @@ async fn the_data_dir_is_private_whatever_the_umask() {
 /// Python and Node; `sandbox` widens or switches it off; `plugins list` shows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sandbox_keeps_plugins_out_of_the_data_dir_and_each_other() {
-    if hearth::supervisor::sandbox::landlock_abi().is_none() {
+    if hearth_broker::supervisor::sandbox::landlock_abi().is_none() {
         eprintln!("skipped: this kernel has no Landlock");
         return;
     }
@@ -472,7 +472,7 @@ async fn manifests_are_trusted_within_bounds() {
 /// root, no capabilities.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_a_plugin_ships_runs_or_reads_outside_its_sandbox() {
-    if hearth::supervisor::sandbox::landlock_abi().is_none() {
+    if hearth_broker::supervisor::sandbox::landlock_abi().is_none() {
         eprintln!("skipped: this kernel has no Landlock");
         return;
     }

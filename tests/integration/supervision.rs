@@ -408,7 +408,7 @@ async fn grandchildren_and_wrapped_plugins_leave_nothing_behind() {
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\n{} -m hearth run {} \"$@\"\necho wrapper done\n",
+                "#!/bin/sh\n{} -m hearth_plugin run {} \"$@\"\necho wrapper done\n",
                 crate::harness::python(),
                 crate::harness::repo()
                     .join("tests/plugins/stress.py")

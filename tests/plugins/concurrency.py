@@ -12,7 +12,7 @@ CONC_HOOK=<ms> a post_action stage hook — counts as one call in flight while i
 import asyncio
 import os
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 P = os.environ.get("HEARTH_PLUGIN", "conc")
 HOOK_MS = os.environ.get("CONC_HOOK", "")

@@ -9,7 +9,7 @@ Tool `durable_acked` answers how many pairs were acknowledged so far.
 import os
 import threading
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 
 class Durable(Plugin):

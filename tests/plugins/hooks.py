@@ -24,7 +24,7 @@ import json
 import os
 import time
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 P = os.environ.get("HEARTH_PLUGIN", "hooks")
 STAGES = ["on_input", "pre_action", "post_action", "before_toolcall", "after_toolcall",

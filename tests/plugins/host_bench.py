@@ -28,7 +28,7 @@ import math
 import random
 import time
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 KEY = "bench_key"
 RELATION_TYPES = ["knows", "likes", "works_at", "lives_in", "visited", "owns",

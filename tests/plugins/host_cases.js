@@ -11,7 +11,7 @@
 // HOST_CASES_OTHER names that other plugin (`${other}` in the cases).
 const fs = require('node:fs');
 const path = require('node:path');
-const { HostError } = require('hearth-sdk');
+const { HostError } = require('hearth-plugin');
 
 const NAME = process.env.HEARTH_PLUGIN || 'host_cases_node';
 const ROLE = process.env.HOST_CASES_ROLE || 'runner';

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from hearth import HostError, Plugin
+from hearth_plugin import HostError, Plugin
 
 NAME = os.environ.get("HEARTH_PLUGIN", "host_cases_py")
 ROLE = os.environ.get("HOST_CASES_ROLE", "runner")

@@ -9,7 +9,7 @@ Python SDK's typed method (`settings.get_plugin` → `sdk.settings().get_plugin(
 """
 import os
 
-from hearth import HostError, Plugin
+from hearth_plugin import HostError, Plugin
 
 NAME = os.environ.get("HEARTH_PLUGIN", "host_probe")
 

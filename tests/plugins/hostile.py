@@ -12,7 +12,7 @@ tool named `t<ESC>red`, which the broker must refuse.
 import os
 import sys
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 NAME = os.environ.get("HEARTH_PLUGIN", "hostile")
 HOSTILE = "clear\x1b[2J title\x1b]0;pwned\x07 csi\x9b31m rtl\u202eevil\tend\nsecond line"

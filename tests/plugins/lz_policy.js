@@ -4,7 +4,7 @@
 // answers: `<name> ran #<n> for <user>: <args as JSON>`, and for events
 // `<name> got <params as JSON> from <user>` (plus `<name> again` when the message
 // contains "twice").
-const { Plugin } = require('hearth-sdk');
+const { Plugin } = require('hearth-plugin');
 
 const NAME = process.env.LZ_NAME || 'policy';
 

@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 NAME = os.environ.get("LZ_NAME", "policy")
 

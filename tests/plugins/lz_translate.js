@@ -8,7 +8,7 @@
 // unknown words kept as they are, deterministic); lang defaults to en and may also be a
 // name (英语, japanese, 日本語 …). No text → a usage reply; an unsupported lang throws
 // (→ EventDone.error "UnsupportedLanguageError: unsupported target language fr; …").
-const { Plugin } = require('hearth-sdk');
+const { Plugin } = require('hearth-plugin');
 
 class TranslatePlugin extends Plugin {
     async handleEvent(sender) {

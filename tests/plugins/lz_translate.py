@@ -14,7 +14,7 @@ name (英语, japanese, 日本語 …). No text → a usage reply; an unsupporte
 @ai-trigger-format /translate {text} {lang}
 @ai-trigger-args {"text":"要翻译的文本","lang":"目标语言（如 en、ja、zh）"}
 """
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 metadata = {
     "name": "translate",

@@ -16,7 +16,7 @@ import os
 import re
 import time
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 metadata = {
     "name": "weather",

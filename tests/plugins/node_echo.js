@@ -1,7 +1,7 @@
 // Node test plugin for the broker's integration tests and benchmarks.
 // Tools are prefixed with the plugin name (HEARTH_PLUGIN): `<name>_echo` returns its
 // arguments, `<name>_sleep` sleeps `ms` milliseconds (aborted on Cancel).
-const { Plugin } = require('hearth-sdk');
+const { Plugin } = require('hearth-plugin');
 
 const NAME = process.env.HEARTH_PLUGIN || 'node';
 

@@ -1,7 +1,7 @@
 // The Node twin of tests/plugins/probe.py (tests/integration/security.rs): each tool tries
 // one thing and answers "ok: …" or "denied: <error>", so one call shows one fact.
 const fs = require('fs');
-const { Plugin } = require('hearth-sdk');
+const { Plugin } = require('hearth-plugin');
 
 const NAME = process.env.HEARTH_PLUGIN || 'probe';
 

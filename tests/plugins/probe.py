@@ -5,7 +5,7 @@ Tool names carry the plugin's name (`<name>_read`, …) so several probes can ru
 import os
 import socket
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 NAME = os.environ.get("HEARTH_PLUGIN", "probe")
 

@@ -8,7 +8,7 @@ import asyncio
 import os
 import sys
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 NAME = os.environ.get("HEARTH_PLUGIN", "py")
 PREFIX = os.environ.get("HEARTH_TOOL_PREFIX") or NAME

@@ -3,7 +3,7 @@
 `rt_add {"name": N}` registers tool N (answering "N called with …");
 `rt_remove {"name": N}` unregisters it.
 """
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 
 class RuntimeTools(Plugin):

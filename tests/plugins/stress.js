@@ -46,7 +46,7 @@
 
 const fs = require('node:fs');
 const { spawn } = require('node:child_process');
-const { Plugin } = require('hearth-sdk');
+const { Plugin } = require('hearth-plugin');
 
 const NAME = process.env.HEARTH_PLUGIN || 'stress';
 const P = process.env.HEARTH_TOOL_PREFIX || NAME;

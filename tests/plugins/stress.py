@@ -1,6 +1,6 @@
 """Stress / fault-injection plugin of the Python SDK (spec: tests/plugins/STRESS.md).
 
-Served as the broker serves any Python plugin: `<python> -m hearth run tests/plugins/stress.py`.
+Served as the broker serves any Python plugin: `<python> -m hearth_plugin run tests/plugins/stress.py`.
 Tool prefix P = $HEARTH_TOOL_PREFIX if set and non-empty, else $HEARTH_PLUGIN.
 
 Tools: P_echo, P_sleep {"ms", "progress_ms"?}, P_fail, P_big {"bytes"}, P_hang; with
@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 
-from hearth import Plugin, progress
+from hearth_plugin import Plugin, progress
 
 NAME = os.environ.get("HEARTH_PLUGIN") or "stress"
 P = os.environ.get("HEARTH_TOOL_PREFIX") or NAME

@@ -386,7 +386,7 @@ mod tests {
     }
 
     /// Rough cost of a query over 10k documents (debug or release, whatever the test
-    /// profile is): `cargo test -p hearth --release --lib query_latency -- --ignored
+    /// profile is): `cargo test -p hearth-broker --release --lib query_latency -- --ignored
     /// --nocapture`.
     #[tokio::test]
     #[ignore = "measurement; prints timings"]

@@ -1240,7 +1240,7 @@ mod tests {
     }
 
     /// Recall time at scale (ignored by default; a sanity check, not a benchmark):
-    /// `cargo test -p hearth --lib --release recall_at_scale -- --ignored --nocapture`.
+    /// `cargo test -p hearth-broker --lib --release recall_at_scale -- --ignored --nocapture`.
     #[tokio::test]
     #[ignore]
     async fn recall_at_scale() {

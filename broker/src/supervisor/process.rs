@@ -20,11 +20,11 @@ pub const MAX_LINE_BYTES: usize = 16 * 1024;
 /// Output lines kept per plugin for `plugins list` reasons and later `plugins logs`.
 pub const KEPT_LINES: usize = 500;
 
-/// Bootstrap for Node plugins: resolves `hearth-sdk/runner` from the plugin's own
+/// Bootstrap for Node plugins: resolves `hearth-plugin/runner` from the plugin's own
 /// directory (its node_modules, the parents', NODE_PATH) and serves the entry file
 /// given as the first argument.
 const NODE_BOOTSTRAP: &str = "const p=require('path');const e=p.resolve(process.argv[1]);\
-let r;try{r=require.resolve('hearth-sdk/runner',{paths:[p.dirname(e)]})}catch(_){r='hearth-sdk/runner'}\
+let r;try{r=require.resolve('hearth-plugin/runner',{paths:[p.dirname(e)]})}catch(_){r='hearth-plugin/runner'}\
 require(r).main(e)";
 
 /// Interpreters used when a manifest names none.
@@ -52,7 +52,7 @@ pub fn command_line(spec: &PluginSpec, interp: &Interpreters) -> (String, Vec<St
     let (program, mut args) = match spec.runtime {
         Runtime::Python => (
             spec.python.clone().unwrap_or_else(|| interp.python.clone()),
-            vec!["-m".into(), "hearth".into(), "run".into(), entry],
+            vec!["-m".into(), "hearth_plugin".into(), "run".into(), entry],
         ),
         Runtime::Node => (
             spec.node.clone().unwrap_or_else(|| interp.node.clone()),
@@ -495,7 +495,7 @@ pub async fn capture<R: AsyncRead + Unpin>(
         if *dropped > 0 {
             text.push_str(&format!("…[cut {} bytes]", *dropped));
         }
-        tracing::info!(target: "hearth::plugin", plugin = %plugin, stream, "{text}");
+        tracing::info!(target: "hearth_broker::plugin", plugin = %plugin, stream, "{text}");
         ring.push(LogLine {
             stream,
             text,

@@ -1,6 +1,6 @@
 """Calculator: the LinkZone seed's Python calculator on Hearth.
 
-Ported from LinkZone by changing the import only (`from hearth import Plugin`);
+Ported from LinkZone by changing the import only (`from hearth_plugin import Plugin`);
 `safe_eval` is a real evaluator: it parses with `ast` and walks numbers and the
 operators + - * / // % ** (unary + and - too) and nothing else.
 """
@@ -9,7 +9,7 @@ import ast
 import math
 import operator
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 metadata = {
     "name": "calculator",

@@ -8,7 +8,7 @@ Errors come back the HomeAgent way: a dict with `isError: True` and `content`.
 
 from datetime import date, datetime, timedelta, timezone
 
-from hearth import Plugin
+from hearth_plugin import Plugin
 
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 

@@ -2,7 +2,7 @@
 // to Hearth by changing only the Plugin import. The helpers the doc leaves out —
 // fetchWeather and formatWeather — are written for real, on deterministic offline data:
 // the same city and date always give the same forecast, and no network is needed.
-const { Plugin } = require('hearth-sdk');
+const { Plugin } = require('hearth-plugin');
 
 class WeatherPlugin extends Plugin {
     // 注入调用：用户直接使用 /weather 命令

@@ -17,7 +17,7 @@ const services = require('../../gen/services');
 const { PluginHostService, InputService } = services;
 
 /** The command line the broker uses: `node -e BOOTSTRAP /abs/entry`, cwd = plugin dir. */
-const BOOTSTRAP = "require(require.resolve('hearth-sdk/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])";
+const BOOTSTRAP = "require(require.resolve('hearth-plugin/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])";
 const MAX = 64 * 1024 * 1024;
 
 /** One attached plugin session, seen from the broker. */

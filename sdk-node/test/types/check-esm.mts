@@ -1,4 +1,4 @@
-import sdk, { Plugin, HostError, serve } from 'hearth-sdk';
+import sdk, { Plugin, HostError, serve } from 'hearth-plugin';
 
 class P extends Plugin {}
 const s: typeof serve = sdk.serve;

@@ -1,8 +1,8 @@
 // Compiled by test/unit.test.js with tsc --noEmit: the public types accept both styles.
-import { Plugin, Stage, HostError, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult, type ConfigDefInfo, type JsonValue, type Entity, type Doc, type KnowledgeEntry } from 'hearth-sdk';
-import { main } from 'hearth-sdk/runner';
-import { hearth } from 'hearth-sdk/gen/hearth';
-import { PluginHostService } from 'hearth-sdk/gen/services';
+import { Plugin, Stage, HostError, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult, type ConfigDefInfo, type JsonValue, type Entity, type Doc, type KnowledgeEntry } from 'hearth-plugin';
+import { main } from 'hearth-plugin/runner';
+import { hearth } from 'hearth-plugin/gen/hearth';
+import { PluginHostService } from 'hearth-plugin/gen/services';
 
 class Calc extends Plugin {
   static hearthAfterHello = () => undefined;

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use hearth_sdk::{
+use hearth_plugin::{
     async_trait, Args, BoxError, CallContext, Plugin, PluginMetadata, Tool, ToolDefinition,
     ToolResult,
 };
@@ -59,7 +59,7 @@ impl Plugin for HelloPlugin {
 }
 
 fn main() {
-    hearth_sdk::serve(HelloPlugin)
+    hearth_plugin::serve(HelloPlugin)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from hearth.v1 import admin_pb2 as hearth_dot_v1_dot_admin__pb2
+from hearth_plugin.v1 import admin_pb2 as hearth_dot_v1_dot_admin__pb2
 
 GRPC_GENERATED_VERSION = '1.84.0'
 GRPC_VERSION = grpc.__version__

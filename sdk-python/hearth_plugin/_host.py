@@ -44,7 +44,7 @@ class Connection:
 
     The session hands over its channel (`adopt`); a host call made before that (from
     `start()`) opens the channel itself from HEARTH_ADDR and the spawn token
-    (`hearth._env.token`) and the session then reuses it.
+    (`hearth_plugin._env.token`) and the session then reuses it.
     """
 
     def __init__(self, plugin: str, loop: asyncio.AbstractEventLoop) -> None:

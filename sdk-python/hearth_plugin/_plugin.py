@@ -1,7 +1,7 @@
 """What plugin code touches: `Plugin`, `@tool`, `Sender`, `PluginSDK`, `progress()`.
 
-This module imports nothing heavy (no grpc, no inspect) so that `import hearth` stays
-cheap; the runtime (`hearth._runtime`) is imported only when a plugin is served.
+This module imports nothing heavy (no grpc, no inspect) so that `import hearth_plugin` stays
+cheap; the runtime (`hearth_plugin._runtime`) is imported only when a plugin is served.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def tool(func: Optional[Callable] = None, *, name: Optional[str] = None,
          serial: bool = False) -> Any:
     """Declare a function as a tool; usable bare (`@tool`) or with options (`@tool(name=...)`).
 
-    On a module-level function, `python -m hearth run` registers it. On a method of a
+    On a module-level function, `python -m hearth_plugin run` registers it. On a method of a
     `Plugin` subclass, the plugin instance registers the bound method.
 
     The JSON Schema of the arguments comes from the type hints (str, int, float, bool,

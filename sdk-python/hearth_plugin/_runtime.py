@@ -5,7 +5,7 @@ once; each InvokeTool / HandleEvent / RunStage runs as its own asyncio task; eve
 message goes through one queue feeding the request iterator, so writes never
 interleave. Plain `def` handlers run in a thread pool and never delay pongs.
 
-Exit codes of `python -m hearth run`: 0 after Shutdown or when the broker ends the
+Exit codes of `python -m hearth_plugin run`: 0 after Shutdown or when the broker ends the
 stream; 1 when the stream fails (broker unreachable, UNAUTHENTICATED, ...); 2 when the
 plugin cannot be loaded or started; 3 when the broker rejects the registration.
 """
@@ -37,7 +37,7 @@ from .v1 import plugin_pb2 as pb
 from .v1 import plugin_pb2_grpc as pb_grpc
 
 PROTOCOL_VERSION = "1.0.0"
-SDK_NAME = "hearth-sdk-python"
+SDK_NAME = "hearth-plugin-python"
 FEATURES = ("cancel", "progress")
 #: Largest gRPC message either way (the broker's limit too, hearth_proto::MAX_MESSAGE_BYTES).
 #: A tool result over it is replaced by an error result instead of failing the stream.
@@ -565,7 +565,7 @@ class Session:
 
 
 def read_env() -> Tuple[str, str]:
-    """(HEARTH_ADDR, spawn token) from the environment (the token: `hearth._env.token`);
+    """(HEARTH_ADDR, spawn token) from the environment (the token: `hearth_plugin._env.token`);
     ConfigError names what is missing or wrong."""
     addr = os.environ.get("HEARTH_ADDR", "").strip()
     if not addr:

@@ -1,6 +1,6 @@
 """Typed host-service APIs with the seed's names (HomeAgent `SettingsAPI`, `MemoryAPI`,
 `TextMemoryAPI`, `DocMemoryAPI`, `KnowledgeAPI`, `LLMAPI`), on top of the generic
-clients of `hearth._host`.
+clients of `hearth_plugin._host`.
 
 `sdk.settings()` → `SettingsAPI`, `sdk.memory()` → `MemoryAPI`, … Methods take the
 seed's arguments and return plain Python values: settings values decoded from their

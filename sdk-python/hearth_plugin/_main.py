@@ -1,4 +1,4 @@
-"""Command line and process lifecycle of a served plugin (exit codes in `hearth._runtime`)."""
+"""Command line and process lifecycle of a served plugin (exit codes in `hearth_plugin._runtime`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from types import ModuleType
 from typing import Any, List, Optional
 
-USAGE = """usage: python -m hearth run PLUGIN_FILE [ARGS...]
+USAGE = """usage: python -m hearth_plugin run PLUGIN_FILE [ARGS...]
 
 Serve the plugin defined in PLUGIN_FILE to the Hearth broker given by HEARTH_ADDR and
 HEARTH_PLUGIN, with the spawn token read from the pipe fd HEARTH_TOKEN_FD (the broker
@@ -26,7 +26,7 @@ def _exit(code: int) -> None:
 
 
 def _read_token_first() -> None:
-    """Read the spawn token before the plugin's code runs (`hearth._env`: the fd number in
+    """Read the spawn token before the plugin's code runs (`hearth_plugin._env`: the fd number in
     HEARTH_TOKEN_FD must still be the broker's pipe); exit 2 when it cannot be read."""
     from ._env import ConfigError, token
 
@@ -116,14 +116,14 @@ def run_target(target: Any = None) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point of `python -m hearth`."""
+    """Entry point of `python -m hearth_plugin`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(USAGE)
         sys.exit(0 if argv else 2)
     if argv[0] == "--version":
         from . import __version__
-        print(f"hearth-sdk {__version__}")
+        print(f"hearth-plugin {__version__}")
         sys.exit(0)
     if argv[0] != "run" or len(argv) < 2:
         sys.stderr.write(USAGE)

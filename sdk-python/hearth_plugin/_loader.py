@@ -107,7 +107,7 @@ def discover(module: ModuleType, path: str) -> Plugin:
         return Plugin()
     raise PluginLoadError(
         f"plugin file {path}: no plugin found: define a Plugin subclass (HomeAgent or LinkZone "
-        "style), a Plugin instance, or @tool functions (from hearth import Plugin, tool)")
+        "style), a Plugin instance, or @tool functions (from hearth_plugin import Plugin, tool)")
 
 
 def _manifest(directory: str) -> Dict[str, Any]:

@@ -5,7 +5,7 @@ readable by every process of the user): it writes the token into a pipe and pass
 read end as an inherited file descriptor named by `HEARTH_TOKEN_FD`. `token()` reads that
 fd to EOF, closes it and drops `HEARTH_TOKEN_FD` from `os.environ`, so the plugin's own
 child processes do not read a closed or reused fd number. The entry points
-(`python -m hearth run`, `hearth.run()`) call it before loading the plugin's code, so
+(`python -m hearth_plugin run`, `hearth.run()`) call it before loading the plugin's code, so
 nothing else can have opened a file under that number yet. Without `HEARTH_TOKEN_FD`
 the token is `HEARTH_TOKEN` (manual runs, tests with a fake broker).
 

@@ -8,8 +8,8 @@ Three plugin styles share one runtime (see README.md):
 - LinkZone: a ``metadata`` dict and ``execute_tool(self, sender, args)``;
 - decorators: ``@tool`` functions, or ``plugin = Plugin("name")`` with ``@plugin.tool``.
 
-``python -m hearth run path/to/plugin.py`` serves a plugin file. This package imports
-no gRPC code until a plugin is served, so ``import hearth`` stays cheap.
+``python -m hearth_plugin run path/to/plugin.py`` serves a plugin file. This package imports
+no gRPC code until a plugin is served, so ``import hearth_plugin`` stays cheap.
 """
 
 __version__ = "0.1.0"
@@ -41,7 +41,7 @@ _LAZY_APIS = {"ConfigDef", "Doc", "DocMemoryAPI", "Entity", "KnowledgeAPI", "Kno
 
 def __getattr__(name):
     # The stage types and host-service records load on first use: `enum` or `typing`
-    # alone would double `import hearth`.
+    # alone would double `import hearth_plugin`.
     if name in _LAZY:
         from . import _stages
         return getattr(_stages, name)

@@ -1,4 +1,4 @@
-from hearth.v1 import plugin_pb2 as _plugin_pb2
+from hearth_plugin.v1 import plugin_pb2 as _plugin_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
