@@ -3,7 +3,7 @@
 //! (every built-in, per request and per streamed chunk) is `bench/adapters.rs`.
 //!
 //! 1. **Pipeline overhead.** Real `hearth run` brokers (the integration-test harness) on
-//!    one scripted OpenAI-compatible server on loopback (`hearth_broker::scripted::ScriptedLlm`,
+//!    one scripted OpenAI-compatible server on loopback (`hearth_scripted::ScriptedLlm`,
 //!    answers at once). Client wall time of `Agent.Chat` up to the `Final` event, messages
 //!    interleaved between
 //!    - **none**: a broker with no plugins (plain messages only),
@@ -69,9 +69,9 @@ use common::{cpu_us, env_num, loadavg, machine, summarize, Summary};
 use std::time::{Duration, Instant};
 
 use harness::{python, wait_gone, Broker, PluginDir};
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::ChatRequest;
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ async fn start_broker(plugins: Vec<PluginDir>, url: &str) -> (Broker, Vec<(Strin
 }
 
 /// The scripted server on a loopback listener with `TCP_NODELAY` set (Linux: accepted
-/// sockets inherit it), through `hearth_broker::scripted::serve`. `ScriptedLlm` leaves Nagle on,
+/// sockets inherit it), through `hearth_scripted::serve`. `ScriptedLlm` leaves Nagle on,
 /// so its SSE events after the first wait for the client's delayed ACK (~40 ms).
 struct NodelayLlm {
     url: String,
@@ -214,7 +214,7 @@ impl NodelayLlm {
         let listener = tokio::net::TcpListener::from_std(l).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = hearth_broker::scripted::serve(script, listener, async move {
+            let _ = hearth_scripted::serve(script, listener, async move {
                 let _ = stopped.await;
             })
             .await;
@@ -314,7 +314,7 @@ async fn pipeline(messages: usize, warmup: usize, keep_history: bool, stock_llm:
         if stock_llm {
             "`ScriptedLlm` as is (Nagle on: SSE events after the first wait for a delayed ACK)"
         } else {
-            "`hearth_broker::scripted::serve` on a listener with TCP_NODELAY"
+            "`hearth_scripted::serve` on a listener with TCP_NODELAY"
         }
     );
 

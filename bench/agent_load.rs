@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hearth_broker::cli::AdminConn;
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::{ChatRequest, StageContext};
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::json;
 
 use crate::common::{cpu_us, loadavg, summarize};

@@ -125,7 +125,7 @@ pub enum Command {
     Dev {
         /// Developer tool.
         #[command(subcommand)]
-        command: crate::scripted::DevCommand,
+        command: crate::dev::DevCommand,
     },
 }
 
@@ -256,7 +256,7 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
-        Command::Dev { command } => crate::scripted::dev_command(command),
+        Command::Dev { command } => crate::dev::dev_command(command),
         Command::Plugins {
             command: PluginsCommand::Adopt { name, dir },
         } => tokio::runtime::Builder::new_current_thread()

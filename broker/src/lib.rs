@@ -39,15 +39,15 @@
 //! - [`cli`]: the `hearth` command line and its client side; [`chat`]: `hearth chat`
 //!   and `hearth inject`; [`settings_cli`]: `hearth settings`; [`term`]: control and
 //!   bidi characters from plugins and the LLM escaped in the log and on a terminal.
-//! - [`scripted`]: `hearth dev llm-server` — a scripted LLM server on loopback speaking
-//!   the OpenAI/DeepSeek, Anthropic, Gemini and Ollama wire formats, for offline tests
-//!   and demos.
+//! - [`dev`]: `hearth dev` — the plugin author's inner loop, and `hearth dev llm-server`
+//!   (the scripted LLM server of crate `hearth-scripted`, for offline tests and demos).
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
 pub mod adapters;
 pub mod agent;
 pub mod chat;
 pub mod cli;
+pub mod dev;
 pub mod error;
 pub mod grpc;
 pub mod llm;
@@ -56,7 +56,6 @@ pub mod pipeline;
 pub mod registry;
 pub mod router;
 pub mod schema;
-pub mod scripted;
 pub mod server;
 pub mod settings_cli;
 pub mod storage;

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 use crate::harness::{example, final_of, repo, rust_binary, stress, Broker, PluginDir};

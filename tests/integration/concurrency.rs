@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_broker::cli::AdminConn;
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::{ChatRequest, ConfirmResponse};
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 use crate::harness::{final_of, repo, wait_gone, Broker, PluginDir};

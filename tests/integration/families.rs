@@ -3,9 +3,9 @@
 //! the built-in adapters, all pointing at one scripted server that speaks the family of
 //! each request's path; the Python calculator and the Node weather plugins run the calls.
 
-use hearth_broker::scripted::{Exchange, Family, Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::UseSourceRequest;
+use hearth_scripted::{Exchange, Family, Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 use crate::harness::{example, Broker};
@@ -155,7 +155,7 @@ fn sent(family: Family, body: &Value) -> Sent {
                         // adapter's placeholder): the broker carried it through.
                         assert_eq!(
                             p["thoughtSignature"],
-                            hearth_broker::scripted::GEMINI_THOUGHT_SIGNATURE,
+                            hearth_scripted::GEMINI_THOUGHT_SIGNATURE,
                             "{p}"
                         );
                     }

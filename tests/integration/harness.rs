@@ -153,7 +153,7 @@ impl Broker {
     /// [`Broker::spawn_with_files`]), and waits until every plugin is ready.
     pub async fn with_llm(
         plugins: Vec<PluginDir>,
-        llm: &hearth_broker::scripted::ScriptedLlm,
+        llm: &hearth_scripted::ScriptedLlm,
         files: &[(&str, &str)],
     ) -> Broker {
         let url = llm.base_url();

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::{ChatRequest, ConfirmResponse};
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 use crate::harness::{example, final_of, repo, Broker, PluginDir};

@@ -4,9 +4,9 @@
 //! API on the running broker's data dir (SQLite WAL allows a second connection), and
 //! a knowledge file is dropped into `<data_dir>/knowledge/` by hand.
 
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_broker::storage::{ConfigDef, Db, Doc, DocMemory, GraphMemory, Scope, Settings, Triple};
 use hearth_proto::v1::ChatRequest;
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 use crate::harness::Broker;

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use hearth_broker::scripted::{Script, ScriptedLlm};
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
 use crate::harness::{py_echo, python, repo, Broker, PluginDir};

@@ -331,8 +331,8 @@ async fn big_unauthenticated_calls_are_refused_before_their_body_is_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_text_is_escaped_on_a_terminal_with_its_newlines() {
-    let llm = hearth_broker::scripted::ScriptedLlm::start(
-        hearth_broker::scripted::Script::from_value(json!({"steps": [
+    let llm = hearth_scripted::ScriptedLlm::start(
+        hearth_scripted::Script::from_value(json!({"steps": [
             {"after_tool": false, "tool_calls": [{"name": "hc_text", "arguments": {}}]},
             {"after_tool": true, "chunk_chars": 3,
              "content": "LLM \x1b]0;title\x07 says\n\u{202e}reversed\tdone"}

@@ -8,8 +8,8 @@
 //!   speaking as a user needs `input_as_user`, the user's cooldowns are not charged by a
 //!   plugin without it, and history records which plugin injected a message.
 
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_broker::storage::{ConversationKey, Conversations, Db, HistoryBudget};
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 use std::time::Duration;
 

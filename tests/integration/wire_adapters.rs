@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use hearth_broker::cli::AdminConn;
-use hearth_broker::scripted::{Script, ScriptedLlm};
 use hearth_proto::v1::chat_event::Event;
 use hearth_proto::v1::ChatRequest;
+use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::json;
 
 use crate::harness::{final_of, repo, Broker};

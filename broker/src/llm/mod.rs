@@ -21,6 +21,8 @@ pub mod failover;
 pub mod message;
 pub mod pool;
 mod stream;
+#[cfg(test)]
+mod tests_scripted;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,116 +1,4 @@
-//! A scripted LLM server: a real HTTP server on loopback that speaks the wire formats of
-//! the LLM API families the built-in adapters talk to — OpenAI chat completions (with
-//! DeepSeek's `reasoning_content`), Anthropic Messages, Gemini `generateContent` and
-//! Ollama's `/api/chat`, each plain and streamed — and answers from one family-neutral
-//! script, so tests and the README demo run offline through the real HTTP client,
-//! adapter and tool-loop path.
-//!
-//! - CLI: `hearth dev llm-server --script FILE [--listen 127.0.0.1:0]` prints
-//!   `listening on http://127.0.0.1:PORT/v1` once bound and serves until SIGINT/SIGTERM.
-//! - Tests: [`ScriptedLlm::start`] binds `127.0.0.1:0` in a task and stops on drop;
-//!   [`ScriptedLlm::requests`] returns every request body received,
-//!   [`ScriptedLlm::exchanges`] each with its family, path, headers and the tool calls
-//!   answered. [`serve`] runs the server on a listener of your own until a shutdown
-//!   future completes.
-//!
-//! # Routes
-//! The request path chooses the family (whatever comes before it: a source's base URL
-//! may or may not end in `/v1`):
-//!
-//! | family | route | streamed when | source `base_url` |
-//! | --- | --- | --- | --- |
-//! | OpenAI, DeepSeek | `POST …/chat/completions` | `"stream": true` | `http://ADDR/v1` or `http://ADDR` |
-//! | Anthropic | `POST …/v1/messages` | `"stream": true` | `http://ADDR` |
-//! | Gemini | `POST …/models/{model}:generateContent` and `…:streamGenerateContent` | on the second (`?alt=sse`: SSE, else one JSON array) | `http://ADDR` |
-//! | Ollama | `POST …/api/chat` | unless `"stream": false` | `http://ADDR` |
-//!
-//! - `GET /requests`: every request body received so far, as a JSON array (bodies
-//!   that are not JSON are recorded as JSON strings).
-//! - `GET /exchanges`: the same requests as `{"family", "path", "headers", "body",
-//!   "tool_calls": [{"id", "name"}]}` (path with query; header names lower-case;
-//!   `tool_calls`: the calls the server answered with, `id` null where the family's wire
-//!   has none).
-//! - `GET /stats`: `{"requests", "in_flight", "peak_in_flight"}` — completions being
-//!   answered now (a streamed one until its last event is sent) and the most at once
-//!   so far (also [`ScriptedLlm::peak_in_flight`]), for tests of concurrency limits.
-//!
-//! # Script format
-//! A JSON object (`"_comment"` keys are allowed and ignored; other unknown keys are
-//! errors, to catch typos):
-//!
-//! ```json
-//! {
-//!   "steps": [
-//!     { "after_tool": false,
-//!       "tool_calls": [ { "name": "calculator", "arguments": { "expression": "(2+3)*4" } },
-//!                       { "name": "weather", "arguments": { "city": "Paris" } } ] },
-//!     { "after_tool": true, "content": "The tools said:\n{tool_results}", "chunk_chars": 6 }
-//!   ],
-//!   "default": { "content": "I only know two tricks." }
-//! }
-//! ```
-//!
-//! For each request the server picks the first step whose `match` (if set) is a
-//! substring of the last user message and whose `after_tool` (if set) agrees with
-//! whether the last message is a tool result; else `default`; else it answers 400 with
-//! the family's error body (OpenAI: `code: "no_step_matched"`). Steps are not consumed:
-//! the same conversation state always gets the same answer. The selectors read each
-//! family's request shape:
-//!
-//! | | OpenAI, DeepSeek, Ollama | Anthropic | Gemini |
-//! | --- | --- | --- | --- |
-//! | user message | role `user` | role `user` with text (not only `tool_result` blocks) | role `user` content with text (not only `functionResponse` parts) |
-//! | tool result | role `tool` | a `tool_result` block | a `functionResponse` part (its `response`: `result` when that is all it holds, else the JSON) |
-//! | system message | role `system` | top-level `system` | `systemInstruction` |
-//!
-//! Fields of a step:
-//!
-//! | field | meaning |
-//! | --- | --- |
-//! | `match` | substring of the last user message (optional) |
-//! | `after_tool` | only when the last message is (`true`) / is not (`false`) a tool result |
-//! | `match_system` | only when some system message contains this text (an interrupt, a hook's note) |
-//! | `content` | answer text; `{tool_results}` = the tool results since the last assistant message joined with `\n`, `{user}` = the last user message |
-//! | `reasoning_content` | reasoning text, same placeholders (OpenAI: DeepSeek's `reasoning_content`; Anthropic: a `thinking` block; Gemini: `thought: true` parts; Ollama: `thinking`) |
-//! | `tool_calls` | `[{"name": …, "arguments": {…}}]`; OpenAI ids are `call_<n>`, Anthropic ids `toolu_scripted_<n>`, unique per server (Gemini and Ollama calls carry no id); `arguments` is serialized to JSON text, or sent verbatim when it is a string (for malformed-arguments tests; where the wire wants an object, a string that is not JSON goes as a JSON string) |
-//! | `finish_reason` | overrides `"tool_calls"` (when there are tool calls) / `"stop"`; `length` and `content_filter` are translated too (Anthropic `max_tokens` / `refusal`, Gemini `MAX_TOKENS` / `SAFETY`), other values are sent as they are (Gemini: upper-cased) |
-//! | `chunk_chars` | characters per streamed text chunk (default 8; 0 = one chunk) |
-//! | `chunk_delay_ms` | pause between streamed text / reasoning chunks and before each streamed tool call |
-//! | `delay_ms` | pause before answering at all (for timeout tests) |
-//! | `status` | answer with this HTTP status instead of a completion (default 500 when only `error_body` is set) |
-//! | `error_body` | the body of that answer: JSON, or a string sent verbatim (default: the family's error object) |
-//! | `usage` | `{"prompt_tokens": n, "completion_tokens": n}`; missing numbers are estimated (bytes / 4); reasoning is part of the completion tokens |
-//!
-//! # Answers
-//! Each family's answer has the shapes of the real API (`shared/wire/` holds recorded
-//! examples):
-//!
-//! - OpenAI: a `chat.completion` object; streamed, `text/event-stream` with `data:
-//!   {chat.completion.chunk}` events: a role delta, reasoning and content chunks, each
-//!   tool call as deltas by index (the first with id, name and empty arguments, then the
-//!   arguments text in up to three fragments), a final chunk with `finish_reason`, a
-//!   usage-only chunk (`"choices": []`) when `stream_options.include_usage` is true, then
-//!   `data: [DONE]`.
-//! - Anthropic: a `message` with `thinking`, `text` and `tool_use` content blocks,
-//!   `stop_reason` and `usage`; streamed, named SSE events `message_start`, per block
-//!   `content_block_start` / `content_block_delta` (`thinking_delta` and
-//!   `signature_delta`, `text_delta`, `input_json_delta`: an empty one, then the input
-//!   JSON in up to three fragments) / `content_block_stop`, a `ping` after the first
-//!   block opens, `message_delta` (stop reason, usage), `message_stop`.
-//! - Gemini: a GenerateContentResponse (`candidates[0].content.parts` with `text`,
-//!   `thought` text and `functionCall {name, args}`, `finishReason`, `usageMetadata`,
-//!   `modelVersion`, `responseId`); streamed, one such response per reasoning / text
-//!   chunk, the function calls together in one, `finishReason` on the last, as SSE
-//!   `data:` events separated by CRLF pairs (`?alt=sse`) or as one JSON array.
-//! - Ollama: `{model, created_at, message {role, content, thinking, tool_calls
-//!   [{function {name, arguments}}]}, done_reason, done: true, …_duration,
-//!   prompt_eval_count, eval_count}`; streamed, `application/x-ndjson` lines with `done:
-//!   false` (text and reasoning chunks, then the tool calls in one line), then the `done:
-//!   true` line with the counts.
-//!
-//! A client that disconnects mid-stream just ends that stream.
-//!
-//! `examples/llm-script.json` is the script of the README demo.
+#![doc = include_str!("../../docs/llm-script.md")]
 
 mod anthropic;
 mod gemini;
@@ -126,7 +14,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -1148,51 +1035,20 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
         .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
-/// `hearth dev …`
-#[derive(Debug, clap::Subcommand)]
-pub enum DevCommand {
-    /// Serve a scripted LLM API (OpenAI, DeepSeek, Anthropic, Gemini, Ollama wire
-    /// formats) on loopback for offline tests and demos.
-    ///
-    /// Answers from the script in the wire format the request's path names, plain or
-    /// streamed: OpenAI/DeepSeek `POST …/chat/completions`, Anthropic `POST
-    /// …/v1/messages`, Gemini `POST …/models/{model}:generateContent` and
-    /// `:streamGenerateContent[?alt=sse]`, Ollama `POST …/api/chat`. `GET /requests`
-    /// lists the request bodies received, `GET /exchanges` each with its family, path,
-    /// headers and the tool calls answered. Prints `listening on http://ADDR/v1`: the
-    /// base URL of OpenAI sources; the other families' sources use `http://ADDR`.
-    LlmServer {
-        /// Script file (JSON; format in `examples/llm-script.json`).
-        #[arg(long, value_name = "FILE")]
-        script: PathBuf,
-        /// Address to listen on (port 0: any free port).
-        #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR")]
-        listen: SocketAddr,
-    },
-}
-
-/// Runs a `hearth dev` command (the CLI's entry point into this module).
-pub fn dev_command(command: DevCommand) -> anyhow::Result<ExitCode> {
-    match command {
-        DevCommand::LlmServer { script, listen } => {
-            let script = Script::load(&script)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(run_llm_server(script, listen))?;
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
-async fn run_llm_server(script: Script, listen: SocketAddr) -> anyhow::Result<()> {
-    use anyhow::Context;
+/// Serves `script` on `listen` until SIGINT or SIGTERM (what `hearth dev llm-server`
+/// runs): prints `listening on http://ADDR/v1` on stdout once bound, then answers
+/// until a signal comes; answers in progress get up to one second to finish.
+///
+/// # Errors
+/// Binding `listen` fails (the message names the address), or installing the signal
+/// handlers fails.
+pub async fn serve_until_signal(script: Script, listen: SocketAddr) -> std::io::Result<()> {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
 
     let listener = TcpListener::bind(listen)
         .await
-        .with_context(|| format!("binding {listen}"))?;
+        .map_err(|e| std::io::Error::new(e.kind(), format!("binding {listen}: {e}")))?;
     let addr = listener.local_addr()?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -1208,12 +1064,12 @@ async fn run_llm_server(script: Script, listen: SocketAddr) -> anyhow::Result<()
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-        done = &mut server => return Ok(done??),
+        done = &mut server => return done.map_err(std::io::Error::other)?,
     }
     let _ = stop.send(());
     // Answers in progress get a moment; a scripted `delay_ms` does not hold us up.
     if let Ok(done) = tokio::time::timeout(Duration::from_secs(1), server).await {
-        done??;
+        done.map_err(std::io::Error::other)??;
     }
     Ok(())
 }
