@@ -14,7 +14,12 @@ name, e.g. `"NOT_FOUND"`; `.details` the broker's message).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
+
+from ._host import SERVICES, Connection
+from ._types import HostError
+
+_R = TypeVar("_R", bound="_Record")
 
 __all__ = ["ConfigDef", "Doc", "Entity", "KnowledgeEntry", "Relation", "TextEvent", "Triple",
            "SettingsAPI", "MemoryAPI", "TextMemoryAPI", "DocMemoryAPI", "KnowledgeAPI", "LLMAPI"]
@@ -44,7 +49,7 @@ class _Record:
         return ""
 
     @classmethod
-    def from_dict(cls, d: Any) -> Any:
+    def from_dict(cls: Type[_R], d: Any) -> _R:
         """A record from a dict with the seed's JSON names (or the record itself)."""
         if isinstance(d, cls):
             return d
@@ -71,12 +76,45 @@ _UNSET = object()
 
 
 class ConfigDef(_Record):
-    """A setting's definition (seed `ConfigDef`). `default` is any JSON value (absent:
-    leave it unset); `type` is string / number / boolean; `min`/`max`/`step` None when
-    not given. `to_dict()` leaves out empty fields, like the seed's `omitempty`."""
+    """A setting's definition for a settings UI (seed `ConfigDef`, the broker's
+    `storage::ConfigDef`), registered with `sdk.settings().register_def(...)`.
+
+    Fields (keywords, or positional in this order; a dict with these names works too):
+
+    - `key` (str, required): the setting it defines, in this plugin's own table.
+    - `default` (any JSON value; leave it out for no default): written as the value
+      when the key is unset at registration; a value already set is never overwritten.
+      `None` is a default too (a stored null).
+    - `type` (str, default `"string"`): `"string"`, `"number"` or `"boolean"`, for a
+      settings UI. The broker records it; `hearth_plugin.testing`'s fake host also
+      refuses a `set` whose value does not match it.
+    - `display_name` (str): the label in a settings UI.
+    - `description` (str): longer help text.
+    - `category` (str): the group in a settings UI.
+    - `options` (list of str): the allowed values (a drop-down).
+    - `min`, `max`, `step` (float or None): the range and step of a number input.
+    - `required` (bool): the plugin needs a value to work.
+    - `secret` (bool): sensitive (an API key …): masked (`"••••••"`) in `dump()` and in
+      logs, and masked for other plugins without capability `settings_secrets`; the
+      plugin itself reads its own secret in clear.
+
+    `to_dict()` leaves out empty fields, like the seed's `omitempty`.
+    """
 
     __slots__ = ("key", "default", "type", "display_name", "description", "category",
                  "options", "min", "max", "step", "required", "secret")
+    key: str
+    default: Any
+    type: str
+    display_name: str
+    description: str
+    category: str
+    options: List[str]
+    min: Optional[float]
+    max: Optional[float]
+    step: Optional[float]
+    required: bool
+    secret: bool
 
     @staticmethod
     def _default(name: str) -> Any:
@@ -85,9 +123,11 @@ class ConfigDef(_Record):
 
     @property
     def has_default(self) -> bool:
+        """Whether a default is given (`None` is one)."""
         return self.default is not _UNSET
 
     def to_dict(self) -> Dict[str, Any]:
+        """The def with the seed's JSON names, empty fields left out."""
         out: Dict[str, Any] = {"key": self.key}
         if self.has_default:
             out["default"] = self.default
@@ -114,6 +154,9 @@ class Entity(_Record):
     """A graph-memory node (seed `Entity`): `name`, `type`, `mention_count`."""
 
     __slots__ = ("name", "type", "mention_count")
+    name: str
+    type: str
+    mention_count: int
 
     @staticmethod
     def _default(name: str) -> Any:
@@ -124,12 +167,21 @@ class Relation(_Record):
     """A graph-memory edge (seed `Relation`): `source_name` —`relation_type`→ `target_name`."""
 
     __slots__ = ("source_name", "target_name", "relation_type")
+    source_name: str
+    target_name: str
+    relation_type: str
 
 
 class Triple(_Record):
     """A fact to commit (seed `Triple`, plus the optional types and session of the wire)."""
 
     __slots__ = ("subject", "relation", "object", "subject_type", "object_type", "session_id")
+    subject: str
+    relation: str
+    object: str
+    subject_type: str
+    object_type: str
+    session_id: str
 
     @classmethod
     def from_dict(cls, d: Any) -> "Triple":
@@ -147,6 +199,10 @@ class TextEvent(_Record):
     seconds; 0 = when appended), `channel`."""
 
     __slots__ = ("role", "content", "timestamp", "channel")
+    role: str
+    content: str
+    timestamp: int
+    channel: str
 
     @staticmethod
     def _default(name: str) -> Any:
@@ -158,6 +214,10 @@ class Doc(_Record):
     results: relevance, higher = better)."""
 
     __slots__ = ("id", "title", "content", "score")
+    id: str
+    title: str
+    content: str
+    score: float
 
     @staticmethod
     def _default(name: str) -> Any:
@@ -169,6 +229,9 @@ class KnowledgeEntry(_Record):
     results (higher = better)."""
 
     __slots__ = ("name", "content", "score")
+    name: str
+    content: str
+    score: float
 
     @staticmethod
     def _default(name: str) -> Any:
@@ -193,7 +256,6 @@ def loads(text: str, where: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as e:
-        from ._plugin import HostError
         raise HostError(f"{where}: the broker sent invalid JSON: {e}", code="INTERNAL") from None
 
 
@@ -205,8 +267,7 @@ class _API:
 
     _attr = ""
 
-    def __init__(self, conn_of: Callable[[], Any], plugin: str) -> None:
-        from ._host import SERVICES
+    def __init__(self, conn_of: Callable[[], Connection], plugin: str) -> None:
         self._conn_of = conn_of
         self._plugin = plugin
         self._service = SERVICES[self._attr]

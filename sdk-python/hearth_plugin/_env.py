@@ -5,7 +5,7 @@ readable by every process of the user): it writes the token into a pipe and pass
 read end as an inherited file descriptor named by `HEARTH_TOKEN_FD`. `token()` reads that
 fd to EOF, closes it and drops `HEARTH_TOKEN_FD` from `os.environ`, so the plugin's own
 child processes do not read a closed or reused fd number. The entry points
-(`python -m hearth_plugin run`, `hearth.run()`) call it before loading the plugin's code, so
+(`python -m hearth_plugin run`, `hearth_plugin.run()`) call it before loading the plugin's code, so
 nothing else can have opened a file under that number yet. Without `HEARTH_TOKEN_FD`
 the token is `HEARTH_TOKEN` (manual runs, tests with a fake broker).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from typing import Optional
+from typing import Optional, Tuple
 
 ENV_TOKEN = "HEARTH_TOKEN"
 ENV_TOKEN_FD = "HEARTH_TOKEN_FD"
@@ -91,3 +91,15 @@ def _read_token_fd(fd_text: str) -> str:
     if not text:
         raise ConfigError(f"{where}: cannot read the token: the pipe held no token")
     return text
+
+
+def read_env() -> Tuple[str, str]:
+    """(HEARTH_ADDR, spawn token) from the environment (the token: `token()`);
+    ConfigError names what is missing or wrong."""
+    addr = os.environ.get("HEARTH_ADDR", "").strip()
+    if not addr:
+        raise ConfigError("HEARTH_ADDR is not set: plugins are started by the Hearth broker "
+                          "(hearth run), which sets HEARTH_ADDR, HEARTH_PLUGIN and passes the "
+                          "token in HEARTH_TOKEN_FD (for a manual run set HEARTH_ADDR and "
+                          "HEARTH_TOKEN, e.g. eval \"$(hearth plugins attach-token NAME)\")")
+    return addr, token()

@@ -13,12 +13,17 @@ your own threads) it blocks and returns the response. Failures raise `HostError`
 
 from __future__ import annotations
 
-import asyncio
 import re
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
-from ._env import token
-from ._plugin import HostError
+from ._channel import open_channel
+from ._types import HostError
+
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["SERVICES", "TOKEN_METADATA", "Connection", "Host", "ServiceClient", "build_request",
+           "snake"]
 
 #: Attribute name → service name in hearth.v1.
 SERVICES = {
@@ -40,35 +45,29 @@ def snake(name: str) -> str:
 
 
 class Connection:
-    """The channel and token host calls use; one per plugin process.
-
-    The session hands over its channel (`adopt`); a host call made before that (from
-    `start()`) opens the channel itself from HEARTH_ADDR and the spawn token
-    (`hearth_plugin._env.token`) and the session then reuses it.
+    """The broker address, token and channel one served plugin uses for the session and
+    every host call. The runtime creates it before `start()` runs, so host calls made in
+    `start()` share the channel the session then attaches on; the channel itself is
+    opened on first use, on `loop`.
     """
 
-    def __init__(self, plugin: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, plugin: str, loop: asyncio.AbstractEventLoop, addr: str, token: str) -> None:
         self.plugin = plugin
         self.loop = loop
-        self.token = token()
+        self.addr = addr
+        self.token = token
         self.channel: Any = None
         self._stubs: Dict[str, Any] = {}
 
-    def ensure_channel(self, addr: Optional[str] = None, token: Optional[str] = None) -> Any:
-        """The channel (created on first use; call on the event loop)."""
-        if token is not None:
-            self.token = token
+    def ensure_channel(self) -> Any:
+        """The channel (opened on first use; call on the event loop)."""
         if self.channel is None:
-            import grpc.aio
-
-            from ._runtime import MAX_MESSAGE, channel_target, read_env
-            if addr is None:
-                addr, self.token = read_env()
-            target, options = channel_target(addr)
-            options += [("grpc.max_send_message_length", MAX_MESSAGE),
-                        ("grpc.max_receive_message_length", MAX_MESSAGE)]
-            self.channel = grpc.aio.insecure_channel(target, options=options)
+            self.channel = open_channel(self.addr)
         return self.channel
+
+    def metadata(self) -> Tuple[Tuple[str, str], ...]:
+        """Call metadata naming the plugin: its token."""
+        return ((TOKEN_METADATA, self.token),)
 
     def stub(self, service: str) -> Any:
         stub = self._stubs.get(service)
@@ -85,7 +84,7 @@ class Connection:
 
         rpc = getattr(self.stub(service), method)
         try:
-            return await rpc(request, metadata=((TOKEN_METADATA, self.token),), timeout=timeout)
+            return await rpc(request, metadata=self.metadata(), timeout=timeout)
         except grpc.aio.AioRpcError as e:
             code = e.code()
             hint = (" (the broker does not serve this host service)"
@@ -95,18 +94,24 @@ class Connection:
                 f"{code.name}: {e.details()}{hint}",
                 code=code, method=f"hearth.v1.{service}/{method}", details=e.details() or "") from None
 
-    def dispatch(self, make: Callable[[], Any]) -> Any:
+    def dispatch(self, make: Callable[[], Awaitable[Any]]) -> Any:
         """Run the coroutine `make()` on the plugin's loop: a Task when called on that loop,
         an awaitable future on another running loop, else block for the result."""
+        import asyncio  # loaded by the time a plugin is served (~45 ms when imported cold)
+
         try:
-            running = asyncio.get_running_loop()
+            running: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+
+        async def run() -> Any:
+            return await make()
+
         if running is self.loop:
-            return self.loop.create_task(make())
+            return self.loop.create_task(run())
         if self.loop.is_closed():
             raise RuntimeError(f"plugin {self.plugin}: host services are gone (the session ended)")
-        fut = asyncio.run_coroutine_threadsafe(make(), self.loop)
+        fut = asyncio.run_coroutine_threadsafe(run(), self.loop)
         if running is not None:
             return asyncio.wrap_future(fut)
         return fut.result()
@@ -118,13 +123,13 @@ class Connection:
             await channel.close(grace=0.2)
 
 
-def _request_class(method_desc: Any) -> type:
+def _request_class(method_desc: Any) -> Any:
     from .v1 import host_pb2, plugin_pb2
     mod = {"hearth/v1/host.proto": host_pb2, "hearth/v1/plugin.proto": plugin_pb2}[method_desc.input_type.file.name]
     return getattr(mod, method_desc.input_type.name)
 
 
-def build_request(cls: type, args: Tuple[Any, ...], kwargs: Dict[str, Any], where: str) -> Any:
+def build_request(cls: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], where: str) -> Any:
     """The request message from a message, a dict, or keyword fields (+ one positional value)."""
     if len(args) > 1:
         raise TypeError(f"{where}: takes at most one positional argument (the request, a dict "
@@ -163,14 +168,14 @@ class ServiceClient:
         desc = host_pb2.DESCRIPTOR.services_by_name[service]
         self._attr = attr
         self._service = service
-        self._methods = []
+        self._methods: List[str] = []
         for m in desc.methods:
             name = snake(m.name)
             self._methods.append(name)
             setattr(self, name, self._make(conn_of, plugin, m.name, name, _request_class(m)))
 
     def _make(self, conn_of: Callable[[], Connection], plugin: str, method: str, name: str,
-              cls: type) -> Callable[..., Any]:
+              cls: Any) -> Callable[..., Any]:
         attr, service = self._attr, self._service
 
         def call(*args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Any:

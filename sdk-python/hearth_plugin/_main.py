@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import os
 import sys
-from types import ModuleType
-from typing import Any, List, Optional
+from typing import List, Optional
+
+from . import __version__
+from ._env import ConfigError, token
+from ._plugin import Target
+from ._types import PluginLoadError
 
 USAGE = """usage: python -m hearth_plugin run PLUGIN_FILE [ARGS...]
 
 Serve the plugin defined in PLUGIN_FILE to the Hearth broker given by HEARTH_ADDR and
 HEARTH_PLUGIN, with the spawn token read from the pipe fd HEARTH_TOKEN_FD (the broker
-sets them when it starts the plugin). For a manual run set HEARTH_TOKEN instead.
+sets them when it starts the plugin). For a manual run (a debugger, a REPL) set
+HEARTH_ADDR and HEARTH_TOKEN instead:
+
+    eval "$(hearth plugins attach-token NAME)"
+    python -m hearth_plugin run main.py
 """
 
 
@@ -28,8 +36,6 @@ def _exit(code: int) -> None:
 def _read_token_first() -> None:
     """Read the spawn token before the plugin's code runs (`hearth_plugin._env`: the fd number in
     HEARTH_TOKEN_FD must still be the broker's pipe); exit 2 when it cannot be read."""
-    from ._env import ConfigError, token
-
     try:
         token()
     except ConfigError as e:
@@ -43,28 +49,32 @@ def _read_token_first() -> None:
 def _line_buffer_stdio() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(line_buffering=True, errors="backslashreplace")  # type: ignore[attr-defined]
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(line_buffering=True, errors="backslashreplace")
         except Exception:
             pass
 
 
-def serve(plugin: Any, module: Optional[ModuleType], path: str) -> int:
-    """Assemble `plugin` and serve it; returns the exit code (never raises for plugin errors)."""
+def _serve_blocking(target: Target) -> int:
+    """Serve `target` on an event loop of its own; the exit code (load and start
+    failures are logged and give 2)."""
     import asyncio
+    import concurrent.futures
 
-    from ._loader import PluginLoadError, assemble
-    from ._runtime import EXIT_LOAD_ERROR, ConfigError, log, serve_assembled
+    from ._runtime import EXIT_LOAD_ERROR, log, serve
 
     async def amain() -> int:
+        # Handlers that use the loop's default executor get the session's thread count.
+        workers = int(os.environ.get("HEARTH_PY_THREADS", "64"))
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="hearth-default"))
         try:
-            assembled = await assemble(plugin, module, path)
-        except PluginLoadError as e:
-            log(str(e))
-            return EXIT_LOAD_ERROR
-        try:
-            return await serve_assembled(assembled)
-        except (ConfigError, ValueError) as e:
-            log(f"plugin {assembled.info['name']}: {e}")
+            return await serve(target)
+        except (PluginLoadError, ConfigError) as e:
+            name = os.environ.get("HEARTH_PLUGIN", "")
+            text = str(e)
+            log(f"plugin {name}: {text}" if name and isinstance(e, ConfigError) else text)
             return EXIT_LOAD_ERROR
 
     # Not asyncio.run(): its cleanup joins the handler thread pool, and a plain handler
@@ -77,42 +87,15 @@ def serve(plugin: Any, module: Optional[ModuleType], path: str) -> int:
         return 130
 
 
-def run_file(path: str, args: List[str]) -> int:
-    """Load the plugin file at `path` (with `args` as its sys.argv[1:]) and serve it."""
-    from ._loader import PluginLoadError, discover, load_file
-    from ._runtime import EXIT_LOAD_ERROR, log
-
-    path = os.path.abspath(path)
-    sys.argv = [path, *args]
-    try:
-        module = load_file(path)
-        plugin = discover(module, path)
-    except PluginLoadError as e:
-        log(str(e))
-        return EXIT_LOAD_ERROR
-    return serve(plugin, module, path)
-
-
-def run_target(target: Any = None) -> None:
-    """`hearth.run(...)`: serve a Plugin instance/subclass, a file path, or `__main__`."""
+def run_target(target: Target = None) -> None:
+    """`hearth_plugin.run(...)`: serve a Plugin instance/subclass, a file path, a module
+    or `__main__`, then exit the process with the session's exit code."""
     _read_token_first()
-    from ._loader import discover
-    from ._plugin import Plugin
-
     _line_buffer_stdio()
     if isinstance(target, (str, os.PathLike)):
-        _exit(run_file(os.fspath(target), sys.argv[1:]))
-    main_mod = sys.modules.get("__main__")
-    path = os.path.abspath(getattr(main_mod, "__file__", None) or sys.argv[0] or "plugin.py")
-    if target is None:
-        plugin = discover(main_mod, path) if main_mod is not None else None
-    elif isinstance(target, type) and issubclass(target, Plugin):
-        plugin = target()
-    elif isinstance(target, Plugin):
-        plugin = target
-    else:
-        raise TypeError(f"hearth.run: expected a Plugin, a Plugin subclass or a path, got {target!r}")
-    _exit(serve(plugin, main_mod, path))
+        path = os.path.abspath(os.fspath(target))
+        sys.argv = [path, *sys.argv[1:]]
+    _exit(_serve_blocking(target))
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -122,7 +105,6 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.stdout.write(USAGE)
         sys.exit(0 if argv else 2)
     if argv[0] == "--version":
-        from . import __version__
         print(f"hearth-plugin {__version__}")
         sys.exit(0)
     if argv[0] != "run" or len(argv) < 2:
@@ -130,4 +112,6 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(2)
     _read_token_first()
     _line_buffer_stdio()
-    _exit(run_file(argv[1], argv[2:]))
+    path = os.path.abspath(argv[1])
+    sys.argv = [path, *argv[2:]]
+    _exit(_serve_blocking(path))

@@ -1,223 +1,87 @@
-"""What plugin code touches: `Plugin`, `@tool`, `Sender`, `PluginSDK`, `progress()`.
+"""What plugin code touches: `Plugin`, `@tool`, `PluginSDK` (HomeAgent's `sdk`).
 
-This module imports nothing heavy (no grpc, no inspect) so that `import hearth_plugin` stays
-cheap; the runtime (`hearth_plugin._runtime`) is imported only when a plugin is served.
+The shared types (`Sender`, `HostError`, `ToolEntry` …) live in `hearth_plugin._types`;
+this module adds the classes plugins subclass and call. It imports no gRPC and no
+asyncio (the host clients load them when a plugin is served), so `import
+hearth_plugin` stays cheap.
 """
 
 from __future__ import annotations
 
-import contextvars
+import os
 import threading
-TYPE_CHECKING = False
+from types import ModuleType
+from typing import (Any, Awaitable, Callable, Dict, List, Optional, ParamSpec, Type, TypeVar,
+                    Union, overload)
 
-if TYPE_CHECKING:  # typing costs ~5 ms at import; annotations are strings here
-    from typing import Any, Callable, Dict, List, Optional
+from ._apis import (DocMemoryAPI, KnowledgeAPI, LLMAPI, MemoryAPI, SettingsAPI, TextMemoryAPI,
+                    _API)
+from ._host import Connection, Host, ServiceClient
+from ._stages import Stage, StageContext, StageHookEntry, priority_number, stage_of
+from ._types import (HostError, JSONObject, Sender, StatusCode, ToolEntry, ToolInfo, progress)
 
-__all__ = ["HostError", "Plugin", "PluginSDK", "Sender", "StatusCode", "ToolInfo", "tool", "progress"]
+__all__ = ["HostError", "Plugin", "PluginSDK", "Sender", "StageHandler", "StatusCode", "Target",
+           "ToolHandler", "ToolInfo", "tool", "progress"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+_A = TypeVar("_A", bound=_API)
 
-class StatusCode(str):
-    """A gRPC status name (`"NOT_FOUND"`) that also equals the `grpc.StatusCode` member
-    of that name and keeps its `.name`, so both `e.code == "NOT_FOUND"` and
-    `e.code == grpc.StatusCode.NOT_FOUND` hold."""
-
-    __slots__ = ()
-
-    @property
-    def name(self) -> str:
-        return str(self)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, str):
-            return str.__eq__(self, other)
-        name = getattr(other, "name", None)
-        return type(other).__name__ == "StatusCode" and isinstance(name, str) and str.__eq__(self, name)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = str.__hash__
-
-    def __repr__(self) -> str:
-        return f"StatusCode({str(self)!r})"
+#: A HomeAgent tool handler: gets the arguments object, returns any value (or an awaitable).
+ToolHandler = Callable[[JSONObject], Any]
+#: A stage hook: gets the `StageContext`, changes it in place or returns a new one
+#: (plain or async).
+StageHandler = Callable[[StageContext], Union[None, StageContext, Awaitable[Optional[StageContext]]]]
 
 
-class HostError(Exception):
-    """A host-service call failed; the message names the plugin, the method and the status.
-
-    `code` is the gRPC status name as a `StatusCode` (`e.code == "NOT_FOUND"`; it also
-    equals `grpc.StatusCode.NOT_FOUND` and has `.name`); `UNIMPLEMENTED` while the
-    broker does not serve the service. `details` is the broker's own message,
-    `method` the full rpc name (`hearth.v1.Settings/Get`).
-    """
-
-    def __init__(self, message: str, code: Any = None, method: str = "", details: str = "") -> None:
-        super().__init__(message)
-        if code is not None and not isinstance(code, StatusCode):
-            code = StatusCode(code if isinstance(code, str) else getattr(code, "name", str(code)))
-        self.code = code
-        self.method = method
-        self.details = details or message
-
-
-class ToolInfo:
-    """What a `@tool` / `@plugin.tool` decoration declares about one function.
-
-    `description` and `parameters` left as None are derived from the function's
-    docstring and type hints when the plugin registers.
-    """
-
-    __slots__ = ("func", "name", "description", "parameters", "serial")
-
-    def __init__(self, func: Callable, name: str, description: Optional[str],
-                 parameters: Optional[dict], serial: bool) -> None:
-        self.func = func
-        self.name = name
-        self.description = description
-        self.parameters = parameters
-        self.serial = serial
-
-
-def _mark(func: Callable, name: Optional[str], description: Optional[str],
-          parameters: Optional[dict], serial: bool) -> Callable:
+def _mark(func: Callable[P, R], name: Optional[str], description: Optional[str],
+          parameters: Optional[JSONObject], serial: bool, owner: Optional[object] = None) -> Callable[P, R]:
     if not callable(func):
         raise TypeError(f"@tool: {func!r} is not callable")
     tool_name = name or getattr(func, "__name__", None)
     if not tool_name or not isinstance(tool_name, str):
         raise TypeError(f"@tool: cannot name the tool for {func!r}; pass name=...")
-    func.__hearth_tool__ = ToolInfo(func, tool_name, description, parameters, serial)  # type: ignore[attr-defined]
+    setattr(func, "__hearth_tool__", ToolInfo(func, tool_name, description, parameters, serial, owner))
     return func
 
 
-def tool(func: Optional[Callable] = None, *, name: Optional[str] = None,
-         description: Optional[str] = None, parameters: Optional[dict] = None,
-         serial: bool = False) -> Any:
+@overload
+def tool(func: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def tool(func: None = None, /, *, name: Optional[str] = None, description: Optional[str] = None,
+         parameters: Optional[JSONObject] = None,
+         serial: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def tool(func: Optional[Callable[P, R]] = None, /, *, name: Optional[str] = None,
+         description: Optional[str] = None, parameters: Optional[JSONObject] = None,
+         serial: bool = False) -> Union[Callable[P, R], Callable[[Callable[P, R]], Callable[P, R]]]:
     """Declare a function as a tool; usable bare (`@tool`) or with options (`@tool(name=...)`).
 
-    On a module-level function, `python -m hearth_plugin run` registers it. On a method of a
+    Returns the function itself, unchanged (type checkers keep its signature). On a
+    module-level function, `python -m hearth_plugin run` registers it; on a method of a
     `Plugin` subclass, the plugin instance registers the bound method.
 
-    The JSON Schema of the arguments comes from the type hints (str, int, float, bool,
-    list[...], dict, Optional[...], Literal[...]; a parameter with a default is not
-    required) unless `parameters` gives one; the description is the docstring's first
-    paragraph unless `description` is given; Google-style ``Args:`` lines describe the
-    parameters. A parameter annotated `hearth.Sender` receives the caller and is not
-    part of the schema. Handlers may be `async def` or plain `def` (run in a thread).
+    The JSON Schema of the arguments comes from the type hints (see the README,
+    "Parameters": str, int, float, bool, list/tuple/set, dict, Literal, Enum, Union,
+    `X | None` (nullable), dataclasses, TypedDicts, pydantic models) unless
+    `parameters` gives one; the description is the docstring's first paragraph unless
+    `description` is given; Google-style ``Args:`` lines describe the parameters. A
+    parameter annotated `Sender` receives the caller and is not part of the schema.
+    Arguments arrive as keyword arguments of the declared types; unknown or missing
+    ones fail the call before the handler runs. Handlers may be `async def` or plain
+    `def` (run in a thread). `serial=True` asks the broker not to run calls of this
+    tool concurrently with others of one LLM turn.
     """
     if func is not None:
         return _mark(func, name, description, parameters, serial)
-    return lambda f: _mark(f, name, description, parameters, serial)
 
+    def decorate(f: Callable[P, R]) -> Callable[P, R]:
+        return _mark(f, name, description, parameters, serial)
 
-class Sender:
-    """Who a call is made for (LinkZone `sender`), plus the event of an inject call.
-
-    Attributes: `user_id`, `group_id`, `channel`, `session_id`; for `handle_event`
-    also `message` (the matched text) and `params` (parsed parameters).
-    """
-
-    __slots__ = ("user_id", "group_id", "channel", "session_id", "message", "params", "_reply")
-
-    def __init__(self, user_id: str = "", group_id: str = "", channel: str = "",
-                 session_id: str = "", message: str = "", params: Optional[List[str]] = None,
-                 reply: Optional[Callable[[str], None]] = None) -> None:
-        self.user_id = user_id
-        self.group_id = group_id
-        self.channel = channel
-        self.session_id = session_id
-        self.message = message
-        self.params = list(params or [])
-        self._reply = reply
-
-    def param(self, index: int) -> Optional[str]:
-        """Parameter `index` of the matched command (LinkZone `sender.param(i)`), or None."""
-        if 0 <= index < len(self.params):
-            return self.params[index]
-        return None
-
-    def reply(self, text: Any) -> "_Sent":
-        """Send `text` to the user (inject mode; may be called several times, in order).
-
-        Callable from both async handlers and plain handlers running in a thread. The
-        message is queued at once; the return value may be awaited (`await
-        sender.reply(...)`, as LinkZone's Node plugins write it) or ignored. Values that
-        are not strings are sent as JSON text.
-        """
-        if self._reply is None:
-            raise RuntimeError("sender.reply() is only available in handle_event")
-        if not isinstance(text, str):
-            from ._result import to_json
-            text = to_json(text)
-        self._reply(text)
-        return _SENT
-
-    def __repr__(self) -> str:
-        return (f"Sender(user_id={self.user_id!r}, group_id={self.group_id!r}, "
-                f"channel={self.channel!r}, session_id={self.session_id!r})")
-
-
-class _Sent:
-    """What `Sender.reply` returns: awaitable (a no-op) so `await sender.reply(...)` works."""
-
-    __slots__ = ()
-
-    def __await__(self):  # type: ignore[no-untyped-def]
-        return iter(())
-
-    def __repr__(self) -> str:
-        return "<reply sent>"
-
-
-_SENT = _Sent()
-
-
-class _CallContext:
-    """The call a handler is running for; reached through `progress()`."""
-
-    __slots__ = ("call_id", "tool", "send_progress")
-
-    def __init__(self, call_id: int, tool_name: str, send_progress: Callable[[int, str, float], None]):
-        self.call_id = call_id
-        self.tool = tool_name
-        self.send_progress = send_progress
-
-
-_current_call: contextvars.ContextVar[Optional[_CallContext]] = contextvars.ContextVar(
-    "hearth_current_call", default=None)
-
-
-def progress(message: str = "", fraction: float = -1.0) -> None:
-    """Report progress of the current tool call (extends its timeout on the broker).
-
-    Works in async handlers and in plain handlers running in the thread pool;
-    `fraction` is 0..1 when known, negative otherwise.
-    """
-    ctx = _current_call.get()
-    if ctx is None:
-        raise RuntimeError("hearth.progress() called outside a tool call")
-    ctx.send_progress(ctx.call_id, str(message), float(fraction))
-
-
-class ToolEntry:
-    """One tool as the runtime registers it (internal)."""
-
-    __slots__ = ("name", "description", "parameters", "ai_tool", "serial", "kind", "func",
-                 "sender_param")
-
-    def __init__(self, name: str, *, description: str = "", parameters: Optional[dict] = None,
-                 ai_tool: Optional[dict] = None, serial: bool = False, kind: str, func: Callable,
-                 sender_param: Optional[str] = None):
-        self.name = name
-        self.description = description
-        self.parameters = parameters
-        self.ai_tool = ai_tool
-        self.serial = serial
-        # "value" (HomeAgent handler(args)), "kwargs" (@tool function), "linkzone"
-        # (execute_tool(sender, args)).
-        self.kind = kind
-        self.func = func
-        # For "kwargs" tools: the parameter that receives the Sender, if any.
-        self.sender_param = sender_param
+    return decorate
 
 
 class PluginSDK:
@@ -230,7 +94,7 @@ class PluginSDK:
     `isError: True` is an error result whose text is its `content`.
 
     `register_stage(stage, handler)` / `register_stage_own_tools(stage, handler)` add
-    pipeline hooks (in `start()` only); the handler gets a `hearth.StageContext`.
+    pipeline hooks (in `start()` only); the handler gets a `hearth_plugin.StageContext`.
     `inject_text(source, channel, text)` (and `_no_memory`, `inject_interrupt_text`) and
     the typed APIs `settings()`, `memory()`, `text_memory()`, `doc_memory()`,
     `knowledge()`, `llm()` (seed names, plain Python values) reach the broker's host
@@ -242,12 +106,12 @@ class PluginSDK:
     def __init__(self, plugin_name: str) -> None:
         self._plugin_name = plugin_name
         self._tools: Dict[str, ToolEntry] = {}
-        self._stages: List[Any] = []  # StageHookEntry, in registration order
+        self._stages: List[StageHookEntry] = []  # in registration order
         self._started = False  # set once start() returned: no more stage hooks
         self._lock = threading.Lock()
-        self._loop: Any = None  # the serving event loop (set by the loader)
-        self._conn: Any = None  # hearth._host.Connection, created on first host call
-        self._clients: Dict[str, Any] = {}  # generic clients (sdk.host.*)
+        # The broker connection, set by the runtime before start() runs.
+        self._conn: Optional[Connection] = None
+        self._clients: Dict[str, ServiceClient] = {}  # generic clients (sdk.host.*)
         self._apis: Dict[str, Any] = {}  # typed APIs (sdk.settings() …)
         # Set by the runtime once registered: sends later registrations on the stream.
         self._live_register: Optional[Callable[[ToolEntry], None]] = None
@@ -258,8 +122,16 @@ class PluginSDK:
         """Name of the plugin this SDK object belongs to."""
         return self._plugin_name
 
-    def register_tool(self, name: str, tool_def: Any, handler: Callable[[dict], Any]) -> None:
-        """Register tool `name` (unique across all plugins) with its definition and handler."""
+    def register_tool(self, name: str, tool_def: Any, handler: ToolHandler) -> None:
+        """Register tool `name` (unique across all plugins) with its definition and handler.
+
+        `tool_def` is a dict (or an object with attributes) with `description` and
+        `parameters` (the JSON Schema of the arguments object; default: no
+        parameters), optionally `serial`. `handler(args)` (plain or async) gets the
+        arguments dict. Called after registration (from a handler), it registers the
+        tool at run time. Raises ValueError for an empty or duplicate name, TypeError
+        for a handler that is not callable or parameters that are not a dict.
+        """
         if not isinstance(name, str) or not name:
             raise ValueError(f"plugin {self._plugin_name}: register_tool: name must be a non-empty string")
         if not callable(handler):
@@ -294,15 +166,14 @@ class PluginSDK:
         if live is not None:
             live(name)
 
-
     # ---------------------------------------------------------------- stage hooks
 
-    def register_stage(self, stage: Any, handler: Callable[[Any], Any], *,
+    def register_stage(self, stage: Union[Stage, str, int], handler: StageHandler, *,
                        context_msgs: bool = True) -> None:
         """Run `handler(ctx)` at pipeline stage `stage` (HomeAgent `RegisterStage`).
 
-        `stage` is "on_input" … "after_output" or a `hearth.Stage`. The handler (sync or
-        async) gets a `hearth.StageContext` with the fields its stage may read (see the
+        `stage` is "on_input" … "after_output" or a `hearth_plugin.Stage`. The handler (sync or
+        async) gets a `hearth_plugin.StageContext` with the fields its stage may read (see the
         README's permission matrix) and changes it in place (or returns a new one);
         raising fails the hook with the exception's text. Hooks of one stage run in
         registration order. Only in `start()`: hooks travel in `Register`.
@@ -315,16 +186,15 @@ class PluginSDK:
         """
         self._add_stage(stage, handler, False, context_msgs)
 
-    def register_stage_own_tools(self, stage: Any, handler: Callable[[Any], Any], *,
+    def register_stage_own_tools(self, stage: Union[Stage, str, int], handler: StageHandler, *,
                                  context_msgs: bool = True) -> None:
         """Like `register_stage`, but in before_toolcall / after_toolcall the hook sees only
         calls of this plugin's own tools (HomeAgent `RegisterStageOwnTools`); at other
         stages it is a plain `register_stage`."""
         self._add_stage(stage, handler, True, context_msgs)
 
-    def _add_stage(self, stage: Any, handler: Callable[[Any], Any], own_tools_only: bool,
+    def _add_stage(self, stage: Union[Stage, str, int], handler: StageHandler, own_tools_only: bool,
                    context_msgs: bool = True) -> None:
-        from ._stages import StageHookEntry, stage_of
         st = stage_of(stage, self._plugin_name)
         what = f"plugin {self._plugin_name}: stage hook {st.value}"
         if not callable(handler):
@@ -338,73 +208,67 @@ class PluginSDK:
 
     # ---------------------------------------------------------------- host services
 
-    def _connection(self) -> Any:
-        with self._lock:
-            if self._conn is None:
-                if self._loop is None:
-                    raise RuntimeError(f"plugin {self._plugin_name}: host services are only "
-                                       "available while the plugin is served by the broker")
-                from ._host import Connection
-                self._conn = Connection(self._plugin_name, self._loop)
-            return self._conn
+    def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError(f"plugin {self._plugin_name}: host services are only "
+                               "available while the plugin is served by the broker")
+        return conn
 
-    def _client(self, attr: str) -> Any:
+    def _client(self, attr: str) -> ServiceClient:
         client = self._clients.get(attr)
         if client is None:
-            from ._host import ServiceClient
             client = self._clients.setdefault(attr, ServiceClient(self._connection, self._plugin_name, attr))
         return client
 
     @property
-    def host(self) -> Any:
+    def host(self) -> Host:
         """All host-service clients as attributes: `sdk.host.settings`, `.memory`,
         `.text_memory`, `.doc_memory`, `.knowledge`, `.llm`, `.input`."""
-        from ._host import Host
         return Host(self._client, self._plugin_name)
 
-    def _api(self, attr: str) -> Any:
-        api = self._apis.get(attr)
+    def _api(self, cls: Type[_A]) -> _A:
+        api = self._apis.get(cls._attr)
         if api is None:
-            from ._apis import APIS
-            api = self._apis.setdefault(attr, APIS[attr](self._connection, self._plugin_name))
+            api = self._apis.setdefault(cls._attr, cls(self._connection, self._plugin_name))
+        assert isinstance(api, cls)
         return api
 
-    def settings(self) -> Any:
-        """HomeAgent `Settings()`: a `hearth.SettingsAPI` (`get(key)` → value, `set(key,
+    def settings(self) -> SettingsAPI:
+        """HomeAgent `Settings()`: a `hearth_plugin.SettingsAPI` (`get(key)` → value, `set(key,
         value)`, `list(prefix)`, `get_core` / `set_core` / `list_core`, `get_plugin` /
         `set_plugin` / `list_plugin`, `register_def`, `defs`, `dump`, `plugins`)."""
-        return self._api("settings")
+        return self._api(SettingsAPI)
 
-    def memory(self) -> Any:
-        """HomeAgent `Memory()`: a `hearth.MemoryAPI` (graph memory: `recall`, `commit`,
+    def memory(self) -> MemoryAPI:
+        """HomeAgent `Memory()`: a `hearth_plugin.MemoryAPI` (graph memory: `recall`, `commit`,
         `introspect`, `merge_entities`, `purge`)."""
-        return self._api("memory")
+        return self._api(MemoryAPI)
 
-    def text_memory(self) -> Any:
-        """HomeAgent `TextMemory()`: a `hearth.TextMemoryAPI` (`append`)."""
-        return self._api("text_memory")
+    def text_memory(self) -> TextMemoryAPI:
+        """HomeAgent `TextMemory()`: a `hearth_plugin.TextMemoryAPI` (`append`)."""
+        return self._api(TextMemoryAPI)
 
-    def doc_memory(self) -> Any:
-        """HomeAgent `DocMemory()`: a `hearth.DocMemoryAPI` (`query`, `insert`, `remove`,
+    def doc_memory(self) -> DocMemoryAPI:
+        """HomeAgent `DocMemory()`: a `hearth_plugin.DocMemoryAPI` (`query`, `insert`, `remove`,
         `stats`)."""
-        return self._api("doc_memory")
+        return self._api(DocMemoryAPI)
 
-    def knowledge(self) -> Any:
-        """HomeAgent `Knowledge()`: a `hearth.KnowledgeAPI` (`search`, `add`, `list`)."""
-        return self._api("knowledge")
+    def knowledge(self) -> KnowledgeAPI:
+        """HomeAgent `Knowledge()`: a `hearth_plugin.KnowledgeAPI` (`search`, `add`, `list`)."""
+        return self._api(KnowledgeAPI)
 
-    def llm(self) -> Any:
-        """HomeAgent `LLM()`: a `hearth.LLMAPI` (`list_sources`, `set_source`,
+    def llm(self) -> LLMAPI:
+        """HomeAgent `LLM()`: a `hearth_plugin.LLMAPI` (`list_sources`, `set_source`,
         `current_source`)."""
-        return self._api("llm")
+        return self._api(LLMAPI)
 
-    def input(self) -> Any:
+    def input(self) -> ServiceClient:
         """`Input` service: `inject_text`, `inject_text_no_memory`, `inject_interrupt_text`."""
         return self._client("input")
 
     def _inject(self, method: str, source: Optional[str], channel: str, text: str,
                 user_id: str, group_id: str, priority: Any) -> Any:
-        from ._stages import priority_number
         call = getattr(self.input(), method)
         return call(source=source or self._plugin_name, channel=str(channel), text=str(text),
                     user_id=str(user_id or ""), group_id=str(group_id or ""),
@@ -457,7 +321,7 @@ class Plugin:
 
     #: LinkZone metadata (`name`, `triggers`, `ai: {tool, inject}`); module-level
     #: `metadata` is used when the class has none.
-    metadata: Optional[dict] = None
+    metadata: Optional[JSONObject] = None
 
     # Test hooks for fault injection (tests/plugins/stress.py); real plugins leave them
     # alone, and when they are None the session does exactly what it always does.
@@ -482,13 +346,17 @@ class Plugin:
         """The plugin's name (HomeAgent `Name()`); defaults to the name given to `Plugin(...)`."""
         return getattr(self, "_hearth_name", None) or ""
 
-    def start(self, sdk: PluginSDK) -> None:
-        """Called once before registration; HomeAgent plugins register tools here."""
+    def start(self, sdk: PluginSDK) -> Optional[Awaitable[None]]:
+        """Called once before registration (plain or `async def`); HomeAgent plugins
+        register tools and stage hooks here. Host calls work here already."""
+        return None
 
-    def stop(self) -> None:
-        """Called on Shutdown (and when the broker goes away) to release resources."""
+    def stop(self) -> Optional[Awaitable[None]]:
+        """Called on Shutdown (and when the broker goes away) to release resources
+        (plain or `async def`)."""
+        return None
 
-    def execute_tool(self, sender: Sender, args: dict) -> Any:
+    def execute_tool(self, sender: Sender, args: JSONObject) -> Any:
         """LinkZone direct mode: run the plugin's tool; return `{success, content, data?, error?}`."""
         raise NotImplementedError(f"{type(self).__name__}.execute_tool is not implemented")
 
@@ -496,15 +364,31 @@ class Plugin:
         """LinkZone inject mode: a trigger matched; answer with `sender.reply(text)`."""
         raise NotImplementedError(f"{type(self).__name__}.handle_event is not implemented")
 
-    def tool(self, func: Optional[Callable] = None, *, name: Optional[str] = None,
-             description: Optional[str] = None, parameters: Optional[dict] = None,
-             serial: bool = False) -> Any:
-        """Decorator registering `func` as a tool of this plugin instance (see `hearth.tool`)."""
+    @overload
+    def tool(self, func: Callable[P, R], /) -> Callable[P, R]: ...
 
-        def add(f: Callable) -> Callable:
-            _mark(f, name, description, parameters, serial)
-            tools = self.__dict__.setdefault("_hearth_tools", [])
-            tools.append(f.__hearth_tool__)  # type: ignore[attr-defined]
+    @overload
+    def tool(self, func: None = None, /, *, name: Optional[str] = None,
+             description: Optional[str] = None,
+             parameters: Optional[JSONObject] = None,
+             serial: bool = False) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+    def tool(self, func: Optional[Callable[..., Any]] = None, /, *, name: Optional[str] = None,
+             description: Optional[str] = None, parameters: Optional[JSONObject] = None,
+             serial: bool = False) -> Any:
+        """Decorator registering `func` as a tool of this plugin instance (options and
+        schema as `hearth_plugin.tool`); returns `func` unchanged, so type checkers keep
+        its signature."""
+
+        def add(f: Callable[..., Any]) -> Callable[..., Any]:
+            _mark(f, name, description, parameters, serial, owner=self)
+            tools: List[ToolInfo] = self.__dict__.setdefault("_hearth_tools", [])
+            tools.append(getattr(f, "__hearth_tool__"))
             return f
 
         return add(func) if func is not None else add
+
+
+#: What `run()`, `serve()` and `hearth_plugin.testing.load()` accept: a `Plugin`
+#: instance or subclass, a path to a plugin file, a module, or None (`__main__`).
+Target = Union[Plugin, Type[Plugin], str, "os.PathLike[str]", ModuleType, None]

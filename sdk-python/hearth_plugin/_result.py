@@ -5,8 +5,11 @@ An `Outcome` is `(success, content, data_json, error)`; see proto/README.md step
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
+
+from ._types import to_json
+
+__all__ = ["Outcome", "from_exception", "from_linkzone", "from_value", "to_json"]
 
 
 class Outcome(NamedTuple):
@@ -16,11 +19,6 @@ class Outcome(NamedTuple):
     content: str
     data_json: str
     error: str
-
-
-def to_json(value: Any) -> str:
-    """JSON text of `value` (UTF-8 kept as is; unknown objects via str())."""
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _text(value: Any) -> str:

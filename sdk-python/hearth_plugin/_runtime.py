@@ -1,13 +1,19 @@
-"""The plugin session: dial the broker, Hello + Register, then serve calls.
+"""The plugin session: start the plugin, dial the broker, Hello + Register, serve calls.
 
-One reader loop (`Session._read_loop`) receives every HostMessage and answers Ping at
-once; each InvokeTool / HandleEvent / RunStage runs as its own asyncio task; every outgoing
-message goes through one queue feeding the request iterator, so writes never
-interleave. Plain `def` handlers run in a thread pool and never delay pongs.
+`start()` runs the plugin's `start(sdk)` (host calls already work there: the
+connection exists) and adds what it registered. `Session` is one Attach stream: one
+reader loop (`Session._read_loop`) receives every HostMessage and answers Ping at
+once; each InvokeTool / HandleEvent / RunStage runs as its own asyncio task; every
+outgoing message goes through one queue feeding the request iterator, so writes never
+interleave. Plain `def` handlers run in the session's thread pool and never delay pongs.
+`serve()` (`await hearth_plugin.serve(plugin)`) puts these together on the caller's
+event loop; `hearth_plugin._main` runs it on a loop of its own for `run()` and
+`python -m hearth_plugin run`.
 
-Exit codes of `python -m hearth_plugin run`: 0 after Shutdown or when the broker ends the
-stream; 1 when the stream fails (broker unreachable, UNAUTHENTICATED, ...); 2 when the
-plugin cannot be loaded or started; 3 when the broker rejects the registration.
+Exit codes: 0 after Shutdown or when the broker ends the stream; 1 when the stream
+fails (broker unreachable, UNAUTHENTICATED, ...); 2 when the plugin cannot be loaded or
+started (raised as PluginLoadError / ConfigError by `serve()`); 3 when the broker
+rejects the registration.
 """
 
 from __future__ import annotations
@@ -22,26 +28,30 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Set, Tuple
 
 import grpc
 import grpc.aio
 
 from . import __version__
-from ._env import ConfigError, token
-from ._loader import Assembled
-from ._plugin import Sender, ToolEntry, _CallContext, _current_call
+from ._channel import MAX_MESSAGE, channel_target
+from ._env import ConfigError, read_env
+from ._host import Connection
+from ._loader import LoadedPlugin, load, resolve
+from ._plugin import Target
 from ._result import Outcome, from_exception, from_linkzone, from_value, to_json
-from ._stages import STAGES, StageContext, from_wire, to_wire
+from ._stages import STAGES, StageContext, StageHookEntry, from_wire, to_wire
+from ._types import ArgumentError, CallContext, PluginLoadError, Sender, ToolEntry, current_call
 from .v1 import plugin_pb2 as pb
 from .v1 import plugin_pb2_grpc as pb_grpc
+
+__all__ = ["EXIT_LOAD_ERROR", "EXIT_OK", "EXIT_REJECTED", "EXIT_STREAM_ERROR", "MAX_MESSAGE",
+           "PROTOCOL_VERSION", "SDK_NAME", "Pools", "Session", "call_handler", "channel_target",
+           "log", "register_message", "result_message", "serve", "serve_loaded", "start"]
 
 PROTOCOL_VERSION = "1.0.0"
 SDK_NAME = "hearth-plugin-python"
 FEATURES = ("cancel", "progress")
-#: Largest gRPC message either way (the broker's limit too, hearth_proto::MAX_MESSAGE_BYTES).
-#: A tool result over it is replaced by an error result instead of failing the stream.
-MAX_MESSAGE = 64 * 1024 * 1024
 _MIB = 1024 * 1024
 # Bytes a ToolResult message adds around its strings: field tags, length varints, call_id,
 # the PluginMessage wrapper (generous).
@@ -64,47 +74,39 @@ def log(msg: str) -> None:
         pass
 
 
-def channel_target(addr: str) -> Tuple[str, list]:
-    """grpc target and extra channel options for a HEARTH_ADDR value."""
-    if addr.startswith("unix:"):
-        # grpcio would send the percent-encoded socket path as :authority, which
-        # hyper/h2 (the broker) rejects.
-        return addr, [("grpc.default_authority", "localhost")]
-    for scheme in ("http://", "https://", "dns:///"):
-        if addr.startswith(scheme):
-            addr = addr[len(scheme):]
-            break
-    addr = addr.rstrip("/")
-    if not addr:
-        raise ConfigError("HEARTH_ADDR has no host:port")
-    return addr, []
-
-
-def _is_async_callable(fn: Callable) -> bool:
+def _is_async_callable(fn: Callable[..., Any]) -> bool:
     while isinstance(fn, functools.partial):
         fn = fn.func
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
-_lifecycle_pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+class Pools:
+    """The threads plain handlers run in: `handlers` (HEARTH_PY_THREADS, default 64) for
+    tools, hooks and events, and one thread of its own for start()/stop() so busy
+    handler threads cannot delay them."""
+
+    def __init__(self, workers: Optional[int] = None) -> None:
+        if workers is None:
+            workers = int(os.environ.get("HEARTH_PY_THREADS", "64"))
+        self.handlers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="hearth-handler")
+        self.lifecycle = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hearth-lifecycle")
+
+    def shutdown(self) -> None:
+        """Stops taking work; threads still blocked in handlers are left to finish."""
+        self.handlers.shutdown(wait=False, cancel_futures=True)
+        self.lifecycle.shutdown(wait=False, cancel_futures=True)
 
 
-def _lifecycle_executor() -> concurrent.futures.ThreadPoolExecutor:
-    """A thread of its own for start()/stop(), so busy handler threads cannot delay them."""
-    global _lifecycle_pool
-    if _lifecycle_pool is None:
-        _lifecycle_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hearth-lifecycle")
-    return _lifecycle_pool
-
-
-async def call_handler(fn: Callable, *args: Any, _lifecycle: bool = False, **kwargs: Any) -> Any:
-    """Run `fn`: awaited when async, else in the thread pool (context variables kept)."""
+async def call_handler(fn: Callable[..., Any], *args: Any,
+                       executor: Optional[concurrent.futures.Executor] = None, **kwargs: Any) -> Any:
+    """Run `fn`: awaited when async, else in `executor` (the loop's default when None),
+    context variables kept; an awaitable a plain function returns is awaited too."""
     if _is_async_callable(fn):
         return await fn(*args, **kwargs)
     loop = asyncio.get_running_loop()
     ctx = contextvars.copy_context()
-    pool = _lifecycle_executor() if _lifecycle else None
-    result = await loop.run_in_executor(pool, functools.partial(ctx.run, fn, *args, **kwargs))
+    result = await loop.run_in_executor(executor, functools.partial(ctx.run, fn, *args, **kwargs))
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -118,7 +120,7 @@ def _opt_float(v: Any, field: str) -> float:
     return float(v)
 
 
-def ai_tool_message(ai: dict, where: str) -> pb.AiTool:
+def ai_tool_message(ai: Dict[str, Any], where: str) -> pb.AiTool:
     """LinkZone `ai.tool` dict → AiTool (parameters keep default/enum as JSON text)."""
     try:
         msg = pb.AiTool(
@@ -167,7 +169,7 @@ def tool_spec(entry: ToolEntry, where: str) -> pb.ToolSpec:
     return spec
 
 
-def register_message(a: Assembled) -> pb.Register:
+def register_message(a: LoadedPlugin) -> pb.Register:
     """The Register message of an assembled plugin."""
     where = f"plugin {a.info['name']}"
     reg = pb.Register(plugin=pb.PluginInfo(**a.info))
@@ -237,16 +239,18 @@ def _sender(msg: pb.Sender, **extra: Any) -> Sender:
 class Session:
     """One Attach stream: handshake, then the read loop and the per-call tasks."""
 
-    def __init__(self, assembled: Assembled) -> None:
-        self.a = assembled
-        self.name = assembled.info["name"]
+    def __init__(self, loaded: LoadedPlugin, conn: Connection, pools: Pools) -> None:
+        self.a = loaded
+        self.conn = conn
+        self.pools = pools
+        self.name = loaded.name
         self.loop = asyncio.get_running_loop()
-        self.out: asyncio.Queue = asyncio.Queue()
-        self.tasks: Dict[Tuple[str, int], asyncio.Task] = {}
-        self.cancelled: set = set()
+        self.out: asyncio.Queue[Optional[pb.PluginMessage]] = asyncio.Queue()
+        self.tasks: Dict[Tuple[str, int], asyncio.Task[None]] = {}
+        self.cancelled: Set[int] = set()
         self.closing = False
         self._req_ids = itertools.count(1)  # next() is atomic: handler threads register too
-        self._hooks: Optional[Dict[str, Tuple[Any, bool]]] = None  # hook id → (entry, is async)
+        self._hooks: Optional[Dict[str, Tuple[StageHookEntry, bool]]] = None  # hook id → (entry, is async)
 
     # ---------------------------------------------------------------- writing
 
@@ -266,14 +270,14 @@ class Session:
             same = False
         (self.send if same else self.send_threadsafe)(msg)
 
-    async def _requests(self):
+    async def _requests(self) -> AsyncIterator[pb.PluginMessage]:
         while True:
             msg = await self.out.get()
             if msg is None:
                 return
             yield msg
 
-    async def _requests_marking_hello(self, hello_sent: asyncio.Event):
+    async def _requests_marking_hello(self, hello_sent: asyncio.Event) -> AsyncIterator[pb.PluginMessage]:
         """`_requests`, setting `hello_sent` once grpc has written the first message (Hello).
 
         grpc.aio pulls the next request only after the previous write completed.
@@ -307,19 +311,22 @@ class Session:
                 if not isinstance(args, dict):
                     raise TypeError(f"arguments must be a JSON object, got {type(args).__name__}")
                 sender = _sender(inv.sender)
-                _current_call.set(_CallContext(inv.call_id, inv.tool, self._send_progress))
+                current_call.set(CallContext(inv.call_id, inv.tool, self._send_progress))
+                pool = self.pools.handlers
                 if entry.kind == "linkzone":
-                    outcome = from_linkzone(await call_handler(entry.func, sender, args))
+                    outcome = from_linkzone(await call_handler(entry.func, sender, args, executor=pool))
                 elif entry.kind == "kwargs":
-                    kwargs = dict(args)
+                    kwargs = entry.bind(args) if entry.bind is not None else dict(args)
                     if entry.sender_param:
                         kwargs[entry.sender_param] = sender
-                    outcome = from_value(await call_handler(entry.func, **kwargs))
+                    outcome = from_value(await call_handler(entry.func, executor=pool, **kwargs))
                 else:
-                    outcome = from_value(await call_handler(entry.func, args))
+                    outcome = from_value(await call_handler(entry.func, args, executor=pool))
         except asyncio.CancelledError:
             self.tasks.pop(key, None)
             return  # cancelled by the broker (or shutdown): nothing is sent
+        except ArgumentError as e:  # the handler did not run: no traceback to show
+            outcome = Outcome(False, "", "", f"tool {inv.tool}: {e}")
         except Exception as e:
             log(f"plugin {self.name}: tool {inv.tool}: call {inv.call_id} failed:\n"
                 + "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip())
@@ -341,7 +348,7 @@ class Session:
             if not self.a.has_event_handler:
                 raise NotImplementedError(f"plugin {self.name} has no handle_event")
             sender = _sender(ev.sender, message=ev.message, params=list(ev.params), reply=reply)
-            await call_handler(self.a.plugin.handle_event, sender)
+            await call_handler(self.a.plugin.handle_event, sender, executor=self.pools.handlers)
         except asyncio.CancelledError:
             self.tasks.pop(key, None)
             return
@@ -367,7 +374,8 @@ class Session:
             if hook is None:
                 raise LookupError(f"plugin {self.name} has no stage hook {rs.hook_id!r}")
             ctx = from_wire(rs.context)
-            ret = await hook.handler(ctx) if is_async else await call_handler(hook.handler, ctx)
+            ret = (await hook.handler(ctx) if is_async
+                   else await call_handler(hook.handler, ctx, executor=self.pools.handlers))
             context = to_wire(ret if isinstance(ret, StageContext) else ctx)
         except asyncio.CancelledError:
             self.tasks.pop(key, None)
@@ -428,7 +436,8 @@ class Session:
 
     async def _stop_plugin(self, budget: float) -> None:
         try:
-            await asyncio.wait_for(call_handler(self.a.plugin.stop, _lifecycle=True), timeout=max(budget, 0.01))
+            await asyncio.wait_for(call_handler(self.a.plugin.stop, executor=self.pools.lifecycle),
+                                   timeout=max(budget, 0.01))
         except asyncio.TimeoutError:
             log(f"plugin {self.name}: stop() did not finish within {budget:.2f}s")
         except Exception as e:
@@ -439,11 +448,9 @@ class Session:
             task.cancel()
         self.tasks.clear()
 
-    async def run(self, addr: str, token: str) -> int:
-        """Attach, register and serve until Shutdown or the end of the stream; returns the exit code."""
-        target, options = channel_target(addr)
-        options += [("grpc.max_send_message_length", MAX_MESSAGE),
-                    ("grpc.max_receive_message_length", MAX_MESSAGE)]
+    async def run(self) -> int:
+        """Attach, register and serve until Shutdown or the end of the stream; returns the
+        exit code. ValueError (naming the field) when the registration cannot be encoded."""
         register = register_message(self.a)  # ValueError here names the field
         size = register.ByteSize()
         if size > MAX_MESSAGE - _RESULT_OVERHEAD:
@@ -454,14 +461,10 @@ class Session:
         after_hello = getattr(self.a.plugin, "hearth_after_hello", None)
         # One channel for the session and the host services (sdk.settings(), inject_text…);
         # a host call made in start() may have opened it already.
-        conn = self.a.sdk._connection() if self.a.sdk._loop is self.loop else None
-        if conn is not None:
-            channel = conn.ensure_channel(addr, token)
-        else:
-            channel = grpc.aio.insecure_channel(target, options=options)
+        channel = self.conn.ensure_channel()
         try:
             stub = pb_grpc.PluginHostStub(channel)
-            metadata = (("x-hearth-token", token),)
+            metadata = self.conn.metadata()
             self.send(pb.PluginMessage(hello=pb.Hello(
                 protocol_version=version, sdk=SDK_NAME, sdk_version=__version__,
                 features=list(FEATURES), pid=os.getpid())))
@@ -479,10 +482,6 @@ class Session:
         finally:
             self._cancel_all()
             self.out.put_nowait(None)
-            if conn is not None:
-                await conn.close()
-            else:
-                await channel.close(grace=0.2)
 
     async def _after_hello(self, hook: Callable[[], Any], hello_sent: asyncio.Event) -> Optional[int]:
         """Run the `hearth_after_hello` test hook once Hello is written; an int it returns
@@ -491,7 +490,7 @@ class Session:
             await asyncio.wait_for(hello_sent.wait(), 10.0)
         except asyncio.TimeoutError:
             log(f"plugin {self.name}: Hello not written within 10s; running hearth_after_hello anyway")
-        code = await call_handler(hook, _lifecycle=True)
+        code = await call_handler(hook, executor=self.pools.lifecycle)
         if code is None:
             return None
         if isinstance(code, bool) or not isinstance(code, int):
@@ -500,7 +499,7 @@ class Session:
             f"(exit code {code})")
         return code
 
-    async def _read_loop(self, call) -> int:
+    async def _read_loop(self, call: Any) -> int:
         registered = False
         while True:
             try:
@@ -564,22 +563,66 @@ class Session:
                 log(f"plugin {self.name}: ignoring unknown message {kind!r}")
 
 
-def read_env() -> Tuple[str, str]:
-    """(HEARTH_ADDR, spawn token) from the environment (the token: `hearth_plugin._env.token`);
-    ConfigError names what is missing or wrong."""
-    addr = os.environ.get("HEARTH_ADDR", "").strip()
-    if not addr:
-        raise ConfigError("HEARTH_ADDR is not set: plugins are started by the Hearth broker "
-                          "(hearth run), which sets HEARTH_ADDR, HEARTH_PLUGIN and passes the "
-                          "token in HEARTH_TOKEN_FD (set HEARTH_TOKEN for a manual run)")
-    return addr, token()
+async def start(loaded: LoadedPlugin, conn: Optional[Connection], pools: Pools) -> None:
+    """Run the plugin's `start(sdk)` with `conn` for host calls and add what it
+    registered to `loaded`. PluginLoadError when start() raises or the plugin registers
+    nothing at all."""
+    sdk = loaded.sdk
+    sdk._conn = conn
+    try:
+        await call_handler(loaded.plugin.start, sdk, executor=pools.lifecycle)
+    except Exception as e:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        raise PluginLoadError(f"{loaded.where()}: start() failed: {type(e).__name__}: {e}\n{tb}") from e
+    with sdk._lock:
+        sdk._started = True
+        sdk_tools = list(sdk._tools.values())
+    for entry in sdk_tools:
+        loaded.add_tool(entry)
+    loaded.started = True
+    if (not loaded.tools and loaded.inject is None and not loaded.triggers
+            and not loaded.has_event_handler and not sdk._stages):
+        raise PluginLoadError(f"{loaded.where()}: registers nothing (no tools, no stage hooks, "
+                              "no inject, no triggers)")
 
 
-async def serve_assembled(assembled: Assembled) -> int:
-    """Serve an assembled plugin on the broker given by the environment; returns the exit code."""
-    loop = asyncio.get_running_loop()
-    workers = int(os.environ.get("HEARTH_PY_THREADS", "64"))
-    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
-        max_workers=workers, thread_name_prefix="hearth-handler"))
-    addr, token = read_env()
-    return await Session(assembled).run(addr, token)
+async def serve_loaded(loaded: LoadedPlugin, addr: str, token: str, *,
+                       pools: Optional[Pools] = None) -> int:
+    """Start `loaded` and serve it on the broker at `addr` with `token` until the session
+    ends; returns the exit code (0, 1 or 3). PluginLoadError when start() fails;
+    ValueError when the registration cannot be encoded."""
+    own_pools = pools is None
+    pools = pools or Pools()
+    conn = Connection(loaded.name, asyncio.get_running_loop(), addr, token)
+    try:
+        await start(loaded, conn, pools)
+        return await Session(loaded, conn, pools).run()
+    finally:
+        await conn.close()
+        if own_pools:
+            pools.shutdown()
+
+
+async def serve(target: Target = None, *, addr: Optional[str] = None,
+                token: Optional[str] = None) -> int:
+    """Serve a plugin on the running event loop until the session ends.
+
+    `target`: a `Plugin` instance or subclass, a path to a plugin file, a module, or
+    None for the `__main__` module. `addr` / `token` default to HEARTH_ADDR and the
+    spawn token (HEARTH_TOKEN_FD, else HEARTH_TOKEN). Returns the exit code: 0 after
+    Shutdown or when the broker ends the stream, 1 when the stream fails, 3 when the
+    broker rejects the registration. Raises PluginLoadError when the plugin cannot be
+    loaded or its start() fails, ConfigError when the address or token is missing.
+    Plain handlers run in a thread pool of the session's own (the loop's default
+    executor is left alone); the process is not exited.
+    """
+    if addr is None or token is None:
+        env_addr, env_token = read_env()
+        addr = env_addr if addr is None else addr
+        token = env_token if token is None else token
+    plugin, module, path = resolve(target)
+    loaded = load(plugin, module, path)
+    try:
+        return await serve_loaded(loaded, addr, token)
+    except ValueError as e:
+        raise PluginLoadError(f"plugin {loaded.name}: {e}") from None

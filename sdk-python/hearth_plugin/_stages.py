@@ -8,12 +8,13 @@ plain Python values; the protobuf module is imported only by those two functions
 from __future__ import annotations
 
 import enum
+import json
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar, Union, cast, overload
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional
+_T = TypeVar("_T")
 
-__all__ = ["Stage", "StageContext", "ToolCall", "ToolResult", "MemItem", "STAGES"]
+__all__ = ["Stage", "StageContext", "ToolCall", "ToolResult", "MemItem", "STAGES", "StageHookEntry",
+           "from_wire", "to_wire", "stage_of", "priority_number"]
 
 
 class Stage(str, enum.Enum):
@@ -36,7 +37,7 @@ STAGES = tuple(s.value for s in Stage)
 _BY_NUMBER = {i + 1: s for i, s in enumerate(Stage)}
 
 
-def stage_of(stage: Any, plugin: str) -> Stage:
+def stage_of(stage: Union[Stage, str, int], plugin: str) -> Stage:
     """A stage name ("on_input", any case), a `Stage`, or the wire number 1..7 → `Stage`."""
     if isinstance(stage, Stage):
         return stage
@@ -51,10 +52,11 @@ class _Record:
     """Attribute bag with a readable repr and equality by fields (`_fields`, else the
     slots)."""
 
-    __slots__: tuple = ()
+    __slots__: Tuple[str, ...] = ()
 
-    def _field_names(self) -> tuple:
-        return getattr(type(self), "_fields", None) or self.__slots__
+    def _field_names(self) -> Tuple[str, ...]:
+        names: Tuple[str, ...] = getattr(type(self), "_fields", None) or self.__slots__
+        return names
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._field_names())
@@ -79,7 +81,8 @@ class ToolCall(_Record):
     __slots__ = ("id", "name", "plugin", "arguments", "deny", "deny_reason")
 
     def __init__(self, id: str = "", name: str = "", plugin: str = "",
-                 arguments: Optional[dict] = None, deny: bool = False, deny_reason: str = "") -> None:
+                 arguments: Optional[Dict[str, Any]] = None, deny: bool = False,
+                 deny_reason: str = "") -> None:
         self.id = id
         self.name = name
         self.plugin = plugin
@@ -117,21 +120,33 @@ class MemItem(_Record):
 _UNSET: Any = object()
 
 
-def _lazy(name: str, decode: Callable[[Any], Any]) -> property:
+class _Lazy(Generic[_T]):
     """A field decoded from the context's wire message on first use (read or write)."""
-    slot = "_" + name
 
-    def get(self: Any) -> Any:
-        value = getattr(self, slot)
+    __slots__ = ("slot", "decode")
+
+    def __init__(self, name: str, decode: Callable[[Any], _T]) -> None:
+        self.slot = "_" + name
+        self.decode = decode
+
+    @overload
+    def __get__(self, obj: None, owner: Any) -> "_Lazy[_T]": ...
+
+    @overload
+    def __get__(self, obj: object, owner: Any) -> _T: ...
+
+    def __get__(self, obj: Optional[object], owner: Any) -> Union[_T, "_Lazy[_T]"]:
+        if obj is None:
+            return self
+        value = getattr(obj, self.slot)
         if value is _UNSET:
-            value = decode(self._wire)
-            setattr(self, slot, value)
-        return value
+            value = self.decode(getattr(obj, "_wire"))
+            setattr(obj, self.slot, value)
+        result: _T = value
+        return result
 
-    def put(self: Any, value: Any) -> None:
-        setattr(self, slot, value)
-
-    return property(get, put)
+    def __set__(self, obj: object, value: _T) -> None:
+        setattr(obj, self.slot, value)
 
 
 class StageContext(_Record):
@@ -157,13 +172,13 @@ class StageContext(_Record):
                  "response", "phase", "_memory", "no_memory", "_extra", "_wire")
 
     def __init__(self, raw_message: str = "", user_id: str = "", group_id: str = "",
-                 context_msgs: Optional[List[dict]] = None, llm_text: str = "",
+                 context_msgs: Optional[List[Dict[str, Any]]] = None, llm_text: str = "",
                  reasoning_content: str = "", token_usage: Optional[Dict[str, int]] = None,
                  tool_calls: Optional[List[ToolCall]] = None,
                  tool_results: Optional[List[ToolResult]] = None, final_text: str = "",
                  response: Optional[str] = None, phase: Any = "", memory: Optional[List[MemItem]] = None,
-                 no_memory: bool = False, extra: Optional[dict] = None) -> None:
-        self._wire = None
+                 no_memory: bool = False, extra: Optional[Dict[str, Any]] = None) -> None:
+        self._wire: Any = None
         self.raw_message = raw_message
         self.user_id = user_id
         self.group_id = group_id
@@ -180,16 +195,19 @@ class StageContext(_Record):
         self.no_memory = no_memory
         self._extra = {} if extra is None else extra
 
-    context_msgs = _lazy("context_msgs", lambda c: _parse(c.context_msgs_json, [], "context_msgs_json"))
-    token_usage = _lazy("token_usage", lambda c: {k: int(v) for k, v in c.token_usage.items()})
-    tool_calls = _lazy("tool_calls", lambda c: [
+    context_msgs: _Lazy[List[Dict[str, Any]]] = _Lazy(
+        "context_msgs", lambda c: _parse(c.context_msgs_json, [], "context_msgs_json"))
+    token_usage: _Lazy[Dict[str, int]] = _Lazy(
+        "token_usage", lambda c: {k: int(v) for k, v in c.token_usage.items()})
+    tool_calls: _Lazy[List[ToolCall]] = _Lazy("tool_calls", lambda c: [
         ToolCall(t.id, t.name, t.plugin, _parse(t.arguments_json, {}, "tool_calls.arguments_json"),
                  t.deny, t.deny_reason) for t in c.tool_calls])
-    tool_results = _lazy("tool_results", lambda c: [
+    tool_results: _Lazy[List[ToolResult]] = _Lazy("tool_results", lambda c: [
         ToolResult(r.call_id, r.name, r.plugin, r.success,
                    _parse(r.result_json, None, "tool_results.result_json")) for r in c.tool_results])
-    memory = _lazy("memory", lambda c: [MemItem(m.role, m.content, m.score) for m in c.memory])
-    extra = _lazy("extra", lambda c: _parse(c.extra_json, {}, "extra_json"))
+    memory: _Lazy[List[MemItem]] = _Lazy(
+        "memory", lambda c: [MemItem(m.role, m.content, m.score) for m in c.memory])
+    extra: _Lazy[Dict[str, Any]] = _Lazy("extra", lambda c: _parse(c.extra_json, {}, "extra_json"))
 
 
 class StageHookEntry:
@@ -197,8 +215,8 @@ class StageHookEntry:
 
     __slots__ = ("hook_id", "stage", "own_tools_only", "handler", "no_context_msgs")
 
-    def __init__(self, hook_id: str, stage: Stage, own_tools_only: bool, handler: Callable,
-                 no_context_msgs: bool = False) -> None:
+    def __init__(self, hook_id: str, stage: Stage, own_tools_only: bool,
+                 handler: Callable[[StageContext], Any], no_context_msgs: bool = False) -> None:
         self.hook_id = hook_id
         self.stage = stage
         self.own_tools_only = own_tools_only
@@ -228,7 +246,6 @@ def priority_number(priority: Any, plugin: str) -> int:
 def _parse(text: str, empty: Any, what: str) -> Any:
     if not text:
         return empty
-    import json
     try:
         return json.loads(text)
     except ValueError as e:
@@ -236,7 +253,6 @@ def _parse(text: str, empty: Any, what: str) -> Any:
 
 
 def _json(value: Any) -> str:
-    import json
     return "" if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -274,13 +290,13 @@ def _unused(ctx: Any, name: str) -> bool:
 def to_wire(ctx: StageContext) -> Any:
     """`StageContext` → wire `hearth.v1.StageContext` (list items may be objects or dicts).
     Fields of a context from the wire that the handler never used go back as they came."""
-    from .v1 import plugin_pb2 as pb
+    from .v1 import plugin_pb2 as pb  # protobuf: loaded when a plugin is served
 
     def s(v: Any) -> str:
         return "" if v is None else str(v)
 
-    wire = getattr(ctx, "_wire", None)
-    phase = STAGES.index(str(ctx.phase)) + 1 if str(ctx.phase) in STAGES else 0
+    wire: Optional[pb.StageContext] = getattr(ctx, "_wire", None)
+    phase = cast("pb.Stage", STAGES.index(str(ctx.phase)) + 1 if str(ctx.phase) in STAGES else 0)
     lazy = ("context_msgs", "token_usage", "tool_calls", "tool_results", "memory", "extra")
     if wire is not None and all(_unused(ctx, f) for f in lazy):
         # Only plain fields can differ: copy the wire and set them.
@@ -294,26 +310,27 @@ def to_wire(ctx: StageContext) -> Any:
         else:
             w.response = str(ctx.response)
         return w
+    kept = wire if wire is not None else pb.StageContext()  # only read where _unused()
     w = pb.StageContext(
         raw_message=s(ctx.raw_message),
         user_id=s(ctx.user_id),
         group_id=s(ctx.group_id),
-        context_msgs_json=wire.context_msgs_json if _unused(ctx, "context_msgs") else _json(ctx.context_msgs),
+        context_msgs_json=kept.context_msgs_json if _unused(ctx, "context_msgs") else _json(ctx.context_msgs),
         llm_text=s(ctx.llm_text),
         reasoning_content=s(ctx.reasoning_content),
-        token_usage=(wire.token_usage if _unused(ctx, "token_usage")
+        token_usage=(kept.token_usage if _unused(ctx, "token_usage")
                      else {str(k): int(v or 0) for k, v in (ctx.token_usage or {}).items()}),
         final_text=s(ctx.final_text),
         phase=phase,
         no_memory=bool(ctx.no_memory),
-        extra_json=wire.extra_json if _unused(ctx, "extra") else _json(ctx.extra),
+        extra_json=kept.extra_json if _unused(ctx, "extra") else _json(ctx.extra),
     )
     if _unused(ctx, "tool_calls"):
-        w.tool_calls.extend(wire.tool_calls)
+        w.tool_calls.extend(kept.tool_calls)
     if _unused(ctx, "tool_results"):
-        w.tool_results.extend(wire.tool_results)
+        w.tool_results.extend(kept.tool_results)
     if _unused(ctx, "memory"):
-        w.memory.extend(wire.memory)
+        w.memory.extend(kept.memory)
     for t in [] if _unused(ctx, "tool_calls") else ctx.tool_calls or []:
         w.tool_calls.add(id=s(_get(t, "id")), name=s(_get(t, "name")), plugin=s(_get(t, "plugin")),
                          arguments_json=_json(_get(t, "arguments")), deny=bool(_get(t, "deny")),

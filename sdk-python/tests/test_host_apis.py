@@ -1,6 +1,7 @@
 """The typed host-service APIs (`sdk.settings()`, `sdk.memory()`, …): the request each
-method sends and what it makes of the response, against the fake broker's host
-services, called both blocking (from a thread) and awaited (on the plugin's loop)."""
+method sends and what it makes of the response, against scripted replies of the fake
+broker (`host_replies`, its overrides), called both blocking (from a thread) and
+awaited (on the plugin's loop)."""
 
 import asyncio
 import json
@@ -16,12 +17,9 @@ from hearth_plugin.v1 import plugin_pb2 as pb
 
 
 def sdk_on(broker, loop):
-    """A PluginSDK whose host calls go to the fake broker."""
+    """A PluginSDK whose host calls go to the fake broker (as the runtime wires it)."""
     sdk = PluginSDK("typed")
-    sdk._loop = loop
-    conn = Connection("typed", loop)
-    conn.ensure_channel(addr=broker.addr, token=broker.token)
-    sdk._conn = conn
+    sdk._conn = Connection("typed", loop, broker.addr, broker.token)
     return sdk
 
 
@@ -31,10 +29,10 @@ def in_thread(fn, *args, **kwargs):
 
 
 def last(broker, service, method):
-    calls = [c for c in broker.host_calls if c[:2] == (service, method)]
-    assert calls, f"no {service}/{method} call in {[c[:2] for c in broker.host_calls]}"
-    assert calls[-1][2] == broker.token
-    return calls[-1][3]
+    calls = [c for c in broker.host_calls if (c.service, c.method) == (service, method)]
+    assert calls, f"no {service}/{method} call in {[(c.service, c.method) for c in broker.host_calls]}"
+    assert calls[-1].token == broker.token
+    return calls[-1].request
 
 
 def test_settings_values_keys_defs_dump(tmp_path):
@@ -213,8 +211,9 @@ def test_errors_carry_the_status_name_and_the_broker_message(tmp_path):
         with pytest.raises(HostError) as e:
             await sdk.memory().commit([("a", "b", "c")])
         assert (e.value.code, e.value.details) == ("PERMISSION_DENIED", "plugin typed: memory.commit needs capability `memory`")
+        broker.host_replies[("Knowledge", "List")] = (grpc.StatusCode.UNIMPLEMENTED, "no such service")
         with pytest.raises(HostError) as e:
-            await sdk.knowledge().list()                  # no reply configured
+            await sdk.knowledge().list()
         assert e.value.code == "UNIMPLEMENTED" and "does not serve this host service" in str(e.value)
         broker.host_replies[("Settings", "Get")] = h.ValueResponse(value_json="{broken")
         with pytest.raises(HostError) as e:

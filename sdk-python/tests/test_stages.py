@@ -154,10 +154,11 @@ def test_inject_text_reaches_the_input_service_with_the_token(tmp_path):
         r = await s.call("hooks_sync", {"text": "你好"})
         method, token, req = await asyncio.wait_for(broker.injected.get(), 10)
         assert (method, token, req.source, req.channel, req.text) == ("InjectText", broker.token, "hooks", "qq", "你好")
-        # host services the broker does not serve: a clear HostError naming the method
+        # a failed host call: a clear HostError naming the method and the broker's message
         data = json.loads(r.data_json)
-        assert data["code"] == "UNIMPLEMENTED" and data["method"] == "hearth.v1.Settings/Get"
-        assert data["error"].startswith("plugin hooks: settings.get (hearth.v1.Settings/Get): UNIMPLEMENTED")
+        assert data["code"] == "NOT_FOUND" and data["method"] == "hearth.v1.Settings/Get"
+        assert data["error"] == ("plugin hooks: settings.get (hearth.v1.Settings/Get): NOT_FOUND: "
+                                 "no `city` in config_hooks")
 
         r = await s.call("hooks_async", {"text": "wake up"})
         assert r.success and "unknown priority 'urgent'" in r.content, r
@@ -231,7 +232,7 @@ def test_readme_stage_and_host_examples(tmp_path):
 
         _, s = await broker.start_plugin(reminder, name="reminder")
         r = await s.call("remind", {"text": "喝水"})
-        assert not r.success and "UNIMPLEMENTED" in r.error
+        assert not r.success and "NOT_FOUND: no `city` in config_reminder" in r.error
         got = await asyncio.wait_for(broker.injected.get(), 10)
         assert (got[0], got[2].source, got[2].text) == ("InjectText", "reminder", "提醒: 喝水")
         assert (await s.call("alarm", {"text": "起床"})).content == "ok"

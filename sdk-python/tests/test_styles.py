@@ -238,28 +238,36 @@ def test_decorator_registration_and_results(tmp_path):
                 "tags": {"type": "array", "items": {"type": "string"},
                          "description": "Only notes with all these tags.", "default": []},
                 "exact": {"type": "boolean", "default": False},
-                "lang": {"type": "string"},
+                "lang": {"type": ["string", "null"]},
                 "mode": {"type": "string", "enum": ["fast", "deep"], "default": "fast"},
             },
             "required": ["query"],
+            "additionalProperties": False,
         }
         assert tools["ratio"].description == "Divide a by b."
         assert json.loads(tools["ratio"].parameters_json) == {
             "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-            "required": ["a", "b"]}
+            "required": ["a", "b"], "additionalProperties": False}
         assert tools["shout"].description == "Upper-case the text."
 
         r = await s.call("search", {"query": "q", "tags": ["a"]})
         assert r.success and json.loads(r.data_json) == {
             "query": "q", "limit": 5, "tags": ["a"], "exact": False, "lang": None, "mode": "fast"}
+        r = await s.call("search", {"query": "q", "lang": None})      # an explicit null is fine
+        assert r.success and json.loads(r.data_json)["lang"] is None
         r = await s.call("ratio", {"a": 1, "b": 4}, sender={"user_id": "alice"})
         assert r.success and json.loads(r.data_json) == {"value": 0.25, "user": "alice"}
         r = await s.call("ratio", {"a": 1, "b": 0})
         assert (r.success, r.error) == (False, "ZeroDivisionError: division by zero")
         r = await s.call("shout", {"text": "héllo"})
         assert (r.success, r.content, r.data_json) == (True, "HÉLLO", "")
-        r = await s.call("shout", {"text": "x", "extra": 1})  # unexpected argument → error result
-        assert not r.success and r.error.startswith("TypeError:") and "extra" in r.error
+        # Unknown and missing arguments fail before the handler runs, naming them.
+        r = await s.call("shout", {"text": "x", "extra": 1, "more": 2})
+        assert (r.success, r.error) == (
+            False, "tool shout: arguments: unknown arguments `extra`, `more` (the tool takes text)")
+        r = await s.call("shout", {})
+        assert (r.success, r.error) == (False, "tool shout: arguments: missing argument `text`")
+        assert "tool shout" not in proc.stderr()  # not a handler failure: nothing logged
 
     run(tmp_path, body)
 
@@ -271,7 +279,8 @@ def test_decorated_methods_of_a_plugin_class(tmp_path):
         (t,) = s.register.tools
         assert t.name == "bump" and t.description == "Add `by` to the counter."
         assert json.loads(t.parameters_json) == {
-            "type": "object", "properties": {"by": {"type": "integer", "default": 1}}}
+            "type": "object", "properties": {"by": {"type": "integer", "default": 1}},
+            "additionalProperties": False}
         assert (await s.call("bump", {})).content == "1"
         assert (await s.call("bump", {"by": 5})).content == "6"
 

@@ -40,8 +40,9 @@ def test_schema_types():
           lit: Literal[1, 2] = 1, *args, **kw) -> None:
         """Doc."""
 
-    desc, schema, sender = function_schema(f)
+    desc, schema, sender, _ = function_schema(f)
     assert desc == "Doc." and sender is None
+    assert "additionalProperties" not in schema  # **kw takes any other argument
     props = schema["properties"]
     assert props["s"] == {"type": "string"} and props["i"] == {"type": "integer"}
     assert props["x"] == {"type": "number"} and props["b"] == {"type": "boolean"}
@@ -50,7 +51,7 @@ def test_schema_types():
     assert props["c"] == {"type": "string", "enum": ["red", "blue"]}
     assert props["u"] == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
     assert props["any_"] == {}
-    assert props["o"] == {"type": "integer"} and props["p"] == {"type": "integer"}
+    assert props["o"] == {"type": ["integer", "null"]} and props["p"] == {"type": ["integer", "null"]}
     assert props["lit"] == {"type": "integer", "enum": [1, 2], "default": 1}
     assert "args" not in props and "kw" not in props
     assert schema["required"] == ["s", "i", "x", "b", "l", "d", "c", "u", "any_"]

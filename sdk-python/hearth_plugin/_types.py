@@ -1,0 +1,220 @@
+"""Types every other module shares: `HostError`, `Sender`, `ToolInfo`, `ToolEntry`, the
+current call behind `progress()`, and the JSON aliases.
+
+This module imports nothing of ours, so any module may import it without a cycle
+(the loader, the runtime, the schema code, the host clients and the test harness all
+do). It imports no gRPC either: `import hearth_plugin` stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Union
+
+__all__ = ["JSON", "JSONObject", "ArgumentError", "HostError", "PluginLoadError", "StatusCode",
+           "Sender", "ToolInfo", "ToolEntry", "CallContext", "current_call", "progress", "to_json"]
+
+#: Any JSON value as Python builds it from JSON text.
+JSON = Union[None, bool, int, float, str, List["JSON"], Dict[str, "JSON"]]
+#: A JSON object (tool arguments, settings dumps …).
+JSONObject = Dict[str, Any]
+
+
+def to_json(value: Any) -> str:
+    """JSON text of `value` (UTF-8 kept as is; unknown objects via str())."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class StatusCode(str):
+    """A gRPC status name (`"NOT_FOUND"`) that also equals the `grpc.StatusCode` member
+    of that name and keeps its `.name`, so both `e.code == "NOT_FOUND"` and
+    `e.code == grpc.StatusCode.NOT_FOUND` hold."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        """The status name itself (as `grpc.StatusCode.X.name`)."""
+        return str(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return str.__eq__(self, other)
+        name = getattr(other, "name", None)
+        return type(other).__name__ == "StatusCode" and isinstance(name, str) and str.__eq__(self, name)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+    def __repr__(self) -> str:
+        return f"StatusCode({str(self)!r})"
+
+
+class HostError(Exception):
+    """A host-service call failed; the message names the plugin, the method and the status.
+
+    `code` is the gRPC status name as a `StatusCode` (`e.code == "NOT_FOUND"`; it also
+    equals `grpc.StatusCode.NOT_FOUND` and has `.name`); `UNIMPLEMENTED` while the
+    broker does not serve the service. `details` is the broker's own message,
+    `method` the full rpc name (`hearth.v1.Settings/Get`).
+    """
+
+    code: Optional[StatusCode]
+
+    def __init__(self, message: str, code: Any = None, method: str = "", details: str = "") -> None:
+        super().__init__(message)
+        if code is not None and not isinstance(code, StatusCode):
+            code = StatusCode(code if isinstance(code, str) else getattr(code, "name", str(code)))
+        self.code = code
+        self.method = method
+        self.details = details or message
+
+
+class _Sent:
+    """What `Sender.reply` returns: awaitable (a no-op) so `await sender.reply(...)` works."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that ends at once
+
+    def __repr__(self) -> str:
+        return "<reply sent>"
+
+
+_SENT = _Sent()
+
+
+class Sender:
+    """Who a call is made for (LinkZone `sender`), plus the event of an inject call.
+
+    Attributes: `user_id`, `group_id`, `channel`, `session_id`; for `handle_event`
+    also `message` (the matched text) and `params` (parsed parameters).
+    """
+
+    __slots__ = ("user_id", "group_id", "channel", "session_id", "message", "params", "_reply")
+
+    def __init__(self, user_id: str = "", group_id: str = "", channel: str = "",
+                 session_id: str = "", message: str = "", params: Optional[List[str]] = None,
+                 reply: Optional[Callable[[str], None]] = None) -> None:
+        self.user_id = user_id
+        self.group_id = group_id
+        self.channel = channel
+        self.session_id = session_id
+        self.message = message
+        self.params: List[str] = list(params or [])
+        self._reply = reply
+
+    def param(self, index: int) -> Optional[str]:
+        """Parameter `index` of the matched command (LinkZone `sender.param(i)`), or None."""
+        if 0 <= index < len(self.params):
+            return self.params[index]
+        return None
+
+    def reply(self, text: Any) -> Awaitable[None]:
+        """Send `text` to the user (inject mode; may be called several times, in order).
+
+        Callable from both async handlers and plain handlers running in a thread. The
+        message is queued at once; the return value may be awaited (`await
+        sender.reply(...)`, as LinkZone's Node plugins write it) or ignored. Values that
+        are not strings are sent as JSON text.
+        """
+        if self._reply is None:
+            raise RuntimeError("sender.reply() is only available in handle_event")
+        self._reply(text if isinstance(text, str) else to_json(text))
+        return _SENT
+
+    def __repr__(self) -> str:
+        return (f"Sender(user_id={self.user_id!r}, group_id={self.group_id!r}, "
+                f"channel={self.channel!r}, session_id={self.session_id!r})")
+
+
+class ToolInfo:
+    """What a `@tool` / `@plugin.tool` decoration declares about one function.
+
+    `description` and `parameters` left as None are derived from the function's
+    docstring and type hints when the plugin registers.
+    """
+
+    __slots__ = ("func", "name", "description", "parameters", "serial", "owner")
+
+    def __init__(self, func: Callable[..., Any], name: str, description: Optional[str],
+                 parameters: Optional[JSONObject], serial: bool, owner: Optional[object] = None) -> None:
+        self.func = func
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.serial = serial
+        #: The Plugin instance of `@plugin.tool`; None for `@tool` (the module's plugin).
+        self.owner = owner
+
+
+class ToolEntry:
+    """One tool as the runtime registers and calls it (internal).
+
+    `kind` says how it is called: "value" (HomeAgent `handler(args)`), "kwargs" (a
+    `@tool` function, its arguments bound by `bind`) or "linkzone"
+    (`execute_tool(sender, args)`). `bind` turns the arguments object into keyword
+    arguments of the declared types, raising `ArgumentError` before the handler runs.
+    """
+
+    __slots__ = ("name", "description", "parameters", "ai_tool", "serial", "kind", "func",
+                 "sender_param", "bind")
+
+    def __init__(self, name: str, *, description: str = "", parameters: Optional[JSONObject] = None,
+                 ai_tool: Optional[JSONObject] = None, serial: bool = False, kind: str,
+                 func: Callable[..., Any], sender_param: Optional[str] = None,
+                 bind: Optional[Callable[[JSONObject], Dict[str, Any]]] = None) -> None:
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.ai_tool = ai_tool
+        self.serial = serial
+        self.kind = kind
+        self.func = func
+        self.sender_param = sender_param
+        self.bind = bind
+
+
+class ArgumentError(ValueError):
+    """The arguments of a call do not fit the tool's parameters (unknown or missing
+    arguments, a value that cannot become the declared type); raised before the
+    handler runs. The message names the argument: "argument `address.zip`: …"."""
+
+
+class PluginLoadError(Exception):
+    """The plugin could not be loaded, does not define a plugin, or its `start()`
+    failed; the message names the file or the plugin."""
+
+
+class CallContext:
+    """The call a handler is running for; reached through `progress()`."""
+
+    __slots__ = ("call_id", "tool", "send_progress")
+
+    def __init__(self, call_id: int, tool_name: str,
+                 send_progress: Callable[[int, str, float], None]) -> None:
+        self.call_id = call_id
+        self.tool = tool_name
+        self.send_progress = send_progress
+
+
+current_call: contextvars.ContextVar[Optional[CallContext]] = contextvars.ContextVar(
+    "hearth_current_call", default=None)
+
+
+def progress(message: str = "", fraction: float = -1.0) -> None:
+    """Report progress of the current tool call (extends its timeout on the broker).
+
+    Works in async handlers and in plain handlers running in the thread pool;
+    `fraction` is 0..1 when known, negative otherwise. Outside a tool call it raises
+    `RuntimeError`.
+    """
+    ctx = current_call.get()
+    if ctx is None:
+        raise RuntimeError("hearth_plugin.progress() called outside a tool call")
+    ctx.send_progress(ctx.call_id, str(message), float(fraction))
