@@ -530,6 +530,11 @@ export interface ServeOptions {
    * comments declare `ai.inject` when metadata has none (`serve(P, {file: __filename})`).
    */
   file?: string;
+  /**
+   * Receives each line the SDK logs for this plugin (`hearth-plugin: plugin NAME: …`,
+   * without the newline) instead of stderr. The test harness collects them this way.
+   */
+  log?: (line: string) => void;
 }
 
 /**

@@ -1,15 +1,18 @@
 'use strict';
 
 /**
- * hearth-plugin/runner: what the broker runs for a `runtime: "node"` plugin.
- *
- *   node -e "require(require.resolve('hearth-plugin/runner', {paths: [require('path').dirname(process.argv[1])]})).main(process.argv[1])" /abs/plugin/index.js
+ * hearth-plugin/runner: what the broker runs for a `runtime: "node"` plugin. Its
+ * bootstrap (`node -e NODE_BOOTSTRAP /abs/plugin/index.js`, broker/src/supervisor/
+ * process.rs) resolves this module from the plugin's folder and calls `main(entry)`;
+ * `hearth-node run <entry>` does the same by hand.
  *
  * Loads the entry (CommonJS, or ESM by dynamic import), finds the plugin it exports and
  * serves it; exits 0 after Shutdown or a clean end of the stream, 1 on a stream failure
- * or when start() throws, 2 when the entry cannot be loaded or exports no plugin (or
- * its metadata is invalid, or HEARTH_ADDR is unset, or the token cannot be read from
- * HEARTH_TOKEN_FD), 3 when the broker rejects it.
+ * or when start() throws, 2 when the entry cannot be loaded or exports no plugin (or a
+ * module it needs is missing, or its metadata is invalid, or HEARTH_ADDR is unset, or
+ * the token cannot be read from HEARTH_TOKEN_FD), 3 when the broker rejects it. A
+ * missing module is reported as one stderr line naming it and the `npm install` that
+ * fixes it (the broker quotes a failed plugin's last stderr lines as the reason).
  */
 
 const path = require('node:path');
@@ -34,14 +37,17 @@ async function main(entryPath) {
     process.exit(2);
   }
   const file = path.resolve(entryPath);
-  const { loadModule, pluginFromExports } = require('./lib/load');
+  const { loadModule, pluginFromExports, moduleNotFound } = require('./lib/load');
   let instance;
   try {
     const exported = await loadModule(file);
     instance = await pluginFromExports(exported, file, { pluginName: process.env.HEARTH_PLUGIN });
   } catch (e) {
     const err = /** @type {any} */ (e);
-    const msg = err && err.name === 'LoadError' ? err.message : `loading ${file} failed: ${(err && err.stack) || err}`;
+    // A missing dependency is one line (the broker shows a failed plugin's last stderr
+    // lines as the reason): what is missing and how to install it.
+    const missing = moduleNotFound(err, file);
+    const msg = missing || (err && err.name === 'LoadError' ? err.message : `loading ${file} failed: ${(err && err.stack) || err}`);
     process.stderr.write(`hearth-plugin: ${msg}\n`);
     process.exit(2);
   }

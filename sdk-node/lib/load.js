@@ -7,8 +7,9 @@
  * and the inject spec of the file's `@ai-trigger-*` header comments (lib/header.js).
  */
 
+const fs = require('node:fs');
 const path = require('node:path');
-const { pathToFileURL } = require('node:url');
+const { pathToFileURL, fileURLToPath } = require('node:url');
 const { Plugin } = require('./plugin');
 const header = require('./header');
 
@@ -133,4 +134,51 @@ async function loadModule(file) {
   }
 }
 
-module.exports = { LoadError, pluginFromExports, loadModule, isPluginInstance, isPluginClass };
+/**
+ * The folder to run `npm install` in for `file`: the nearest one holding a package.json,
+ * else the file's own folder.
+ * @param {string} file
+ */
+function projectDir(file) {
+  const start = path.dirname(file);
+  for (let dir = start; ; dir = path.dirname(dir)) {
+    if (fs.existsSync(path.join(dir, 'package.json'))) return dir;
+    if (path.dirname(dir) === dir) return start;
+  }
+}
+
+/**
+ * One line saying what is missing and how to install it, when loading the plugin entry
+ * `file` failed because a module could not be found (CommonJS `MODULE_NOT_FOUND`, ESM
+ * `ERR_MODULE_NOT_FOUND`); null for any other error. E.g. `cannot load /p/index.js:
+ * module 'left-pad' not found (required from /p/index.js); run \`npm install left-pad\`
+ * in /p`. A module missing inside an installed package asks for `npm install`; a
+ * missing relative file names the file.
+ * @param {unknown} e
+ * @param {string} file absolute path of the entry
+ * @returns {string | null}
+ */
+function moduleNotFound(e, file) {
+  const err = /** @type {any} */ (e);
+  if (!err || (err.code !== 'MODULE_NOT_FOUND' && err.code !== 'ERR_MODULE_NOT_FOUND')) return null;
+  const first = String(err.message || '').split('\n')[0];
+  const m = /^Cannot find (?:package|module) '([^']+)'(?: imported from (.+))?/.exec(first);
+  if (!m) return null;
+  let spec = m[1];
+  const from = m[2] ? m[2].trim() : (Array.isArray(err.requireStack) && err.requireStack[0]) || file;
+  const where = `cannot load ${file}`;
+  if (spec.startsWith('file://')) spec = fileURLToPath(spec);
+  if (path.isAbsolute(spec) && path.resolve(spec) === file) return `${where}: the file does not exist`;
+  // A relative path (CommonJS) or the absolute one it resolved to (ESM): a file of the plugin.
+  if (spec.startsWith('.') || path.isAbsolute(spec)) return `${where}: file '${spec}' not found (required from ${from})`;
+  if (spec.startsWith('node:')) return `${where}: module '${spec}' is not built into Node ${process.version} (required from ${from})`;
+  const parts = spec.split('/');
+  const pkg = spec.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
+  const dir = projectDir(file);
+  if (from.split(path.sep).includes('node_modules')) {
+    return `${where}: module '${spec}' not found (required from ${from}); an installed package is incomplete: run \`npm install\` in ${dir}`;
+  }
+  return `${where}: module '${spec}' not found (required from ${from}); run \`npm install ${pkg}\` in ${dir}`;
+}
+
+module.exports = { LoadError, pluginFromExports, loadModule, moduleNotFound, isPluginInstance, isPluginClass };

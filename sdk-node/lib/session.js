@@ -124,7 +124,9 @@ class Session {
 
   /** @param {...unknown} args */
   log(...args) {
-    process.stderr.write(`hearth-plugin: plugin ${this.name}: ${args.map(String).join(' ')}\n`);
+    const line = `hearth-plugin: plugin ${this.name}: ${args.map(String).join(' ')}`;
+    if (this.opts.log) this.opts.log(line);
+    else process.stderr.write(`${line}\n`);
   }
 
   /**

@@ -150,10 +150,11 @@ describe('typed host APIs', () => {
     assert.ok(e instanceof HostError);
     assert.deepEqual([e.name, e.code, e.grpcCode, e.details, e.method], ['HostError', 'NOT_FOUND', grpc.status.NOT_FOUND, 'no `k` in config_typed', 'settings.get']);
     assert.equal(e.message, 'plugin typed: settings.get: NOT_FOUND: no `k` in config_typed');
-    reply('knowledge.list', undefined);
-    delete broker.hostReplies['knowledge.list'];
-    const u = await api.knowledge().list().catch((x) => x);
-    assert.equal(u.code, 'UNIMPLEMENTED');
+    // Without a canned reply the fake host answers, checking capabilities as the broker does.
+    delete broker.hostReplies['settings.getCore'];
+    const u = await api.settings().getCore('core.x').catch((x) => x);
+    assert.ok(u instanceof HostError, String(u));
+    assert.deepEqual([u.code, u.details], ['PERMISSION_DENIED', 'plugin plugin: Settings.GetCore needs capability `settings_core`; add it to `capabilities` in its plugin.json']);
     reply('settings.get', { valueJson: '{broken' });
     const j = await api.settings().get('k').catch((x) => x);
     assert.ok(j instanceof HostError && j.code === 'INTERNAL' && /invalid JSON/.test(j.message), j.message);

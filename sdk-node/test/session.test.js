@@ -176,20 +176,29 @@ describe('session with a HomeAgent-style plugin', () => {
   });
 
   it('reaches host services with its token (ctx.host, sdk.injectText)', async () => {
-    broker.settings.set('city', '"北京"');
+    broker.host.settings.set('homeagent', 'city', '北京');
     const r = await p.session.call1(7000, 'ha_setting', { key: 'city' });
     assert.deepEqual([r.success, r.content], [true, '北京'], 'a string value is the content as is');
-    assert.equal(broker.settings.get('city.copy'), '"北京"');
+    assert.equal(broker.host.settings.get('homeagent', 'city.copy'), '北京');
     const missing = await p.session.call1(7001, 'ha_setting', { key: 'nope' });
-    assert.equal(missing.error, 'HostError: plugin homeagent: settings.get: NOT_FOUND: no setting nope');
+    assert.equal(missing.error, 'HostError: plugin homeagent: settings.get: NOT_FOUND: no `nope` in config_homeagent');
     const inj = await p.session.call1(7002, 'ha_inject', { text: '提醒：喝水' });
     assert.equal(inj.content, 'injected');
-    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: '提醒：喝水', userId: '', groupId: '', priority: 0 });
+    const sent = (/** @type {string} */ method) => broker.lastCall(method);
+    assert.deepEqual(sent('input.injectText'), { source: 'homeagent', channel: 'timer', text: '提醒：喝水', userId: '', groupId: '', priority: 0 });
+    const as = { method: 'injectText', plugin: 'homeagent', source: 'plugin:homeagent', userId: 'plugin:homeagent', channel: 'timer', noMemory: false, interrupt: false };
+    assert.deepEqual(broker.host.injected.at(-1), { ...as, groupId: '', text: '提醒：喝水', priority: 'background' });
     // The conversation and priority travel with the input.
     await p.session.call1(7003, 'ha_inject', { text: 'to the group', group: 'g1' });
-    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: 'to the group', userId: '', groupId: 'g1', priority: 2 });
-    await p.session.call1(7004, 'ha_inject', { text: 'to ann', user: 'ann' });
-    assert.deepEqual(broker.injected.at(-1), { source: 'homeagent', channel: 'timer', text: 'to ann', userId: 'ann', groupId: '', priority: 4 });
+    assert.deepEqual(sent('input.injectText'), { source: 'homeagent', channel: 'timer', text: 'to the group', userId: '', groupId: 'g1', priority: 2 });
+    assert.deepEqual(broker.host.injected.at(-1), { ...as, groupId: 'g1', text: 'to the group', priority: 'message' });
+    // Speaking as another user needs capability input_as_user (the broker's rule).
+    const ann = await p.session.call1(7004, 'ha_inject', { text: 'to ann', user: 'ann' });
+    assert.deepEqual(sent('input.injectText'), { source: 'homeagent', channel: 'timer', text: 'to ann', userId: 'ann', groupId: '', priority: 4 });
+    assert.match(ann.error, /^HostError: plugin homeagent: input\.injectText: PERMISSION_DENIED: plugin homeagent: Input\.InjectText: `user_id` "ann" is not this plugin \(plugin:homeagent\); injecting as another user or source needs capability `input_as_user`/);
+    broker.host.grant('homeagent', ['input', 'input_as_user']);
+    await p.session.call1(7005, 'ha_inject', { text: 'to ann', user: 'ann' });
+    assert.deepEqual(broker.host.injected.at(-1), { ...as, userId: 'ann', groupId: '', text: 'to ann', priority: 'critical' });
   });
 
   it('keeps working when the plugin floods stdout', async () => {
