@@ -82,6 +82,7 @@ impl Plugin for Hooks {
             ToolDef {
                 description: "Answers pong.".into(),
                 parameters: json!({"type": "object", "properties": {}}),
+                ..Default::default()
             },
             move |_args| {
                 let pong = pong.clone();

@@ -507,6 +507,7 @@ impl Plugin for HostCases {
                 ToolDef {
                     description: "Answers pong.".into(),
                     parameters: json!({"type": "object"}),
+                    ..Default::default()
                 },
                 |_| async { Ok::<_, String>(json!("pong")) },
             )?;
@@ -523,6 +524,7 @@ impl Plugin for HostCases {
             ToolDef {
                 description: format!("Runs the host-service {section}."),
                 parameters: json!({"type": "object"}),
+                ..Default::default()
             },
             move |_| {
                 let (host, me, peer, file) = (host.clone(), me.clone(), peer.clone(), file.clone());

@@ -30,6 +30,7 @@ impl Plugin for TokenProbe {
         let def = ToolDef {
             description: "What this plugin and its children see of the token variables".into(),
             parameters: json!({"type": "object", "properties": {}}),
+            ..Default::default()
         };
         host.register_tool("token_probe", def, |_args: Value| async move {
             let child = tokio::process::Command::new("sh")

@@ -160,7 +160,7 @@ pub struct ConfigDef {
 }
 
 impl ConfigDef {
-    fn to_wire(&self) -> pb::ConfigDef {
+    pub(crate) fn to_wire(&self) -> pb::ConfigDef {
         pb::ConfigDef {
             key: self.key.clone(),
             default_json: self
@@ -185,7 +185,7 @@ impl ConfigDef {
         }
     }
 
-    fn from_wire(w: pb::ConfigDef) -> Result<ConfigDef, serde_json::Error> {
+    pub(crate) fn from_wire(w: pb::ConfigDef) -> Result<ConfigDef, serde_json::Error> {
         Ok(ConfigDef {
             default: if w.default_json.is_empty() {
                 None

@@ -79,6 +79,14 @@ pub enum Error {
         /// The duplicated tool name.
         tool: String,
     },
+    /// The same trigger (type and pattern) is registered twice.
+    #[error("plugin {plugin}: trigger {trigger} is registered twice")]
+    DuplicateTrigger {
+        /// The plugin's name.
+        plugin: String,
+        /// The trigger, e.g. `command /weather`.
+        trigger: String,
+    },
     /// `Plugin::init` failed.
     #[error("plugin {plugin}: init failed: {source}")]
     Init {

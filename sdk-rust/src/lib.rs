@@ -13,6 +13,11 @@
 //!   [`ToolDef`] and an async closure taking the arguments as a [`serde_json::Value`],
 //!   and [`Registrar::register_stage`] for pipeline stage hooks.
 //!
+//! LinkZone's parts come along: [`Registrar::register_trigger`] with a [`Trigger`] and
+//! a handler of [`Event`]s (`sender.param(i)`, `sender.reply(text)`),
+//! [`Registrar::set_inject`] ([`AiInject`]), and `ai.tool` policies ([`AiTool`]) from
+//! [`Tool::ai_tool`] or [`ToolDef::ai_tool`].
+//!
 //! Each call runs as its own task: many calls are in flight at once, a `Ping` is
 //! answered while handlers are busy, a panicking handler becomes a failed result
 //! ("tool NAME panicked: …") and the plugin keeps serving, and a `Cancel` from the
@@ -86,6 +91,7 @@
 //!                 "properties": {"city": {"type": "string"}},
 //!                 "required": ["city"],
 //!             }),
+//!             ..Default::default()
 //!         };
 //!         host.register_tool("weather_query", def, |args: Value| async move {
 //!             let city = args["city"].as_str().unwrap_or_default().to_string();
@@ -105,12 +111,18 @@
 //! ```
 //!
 //! Tests and embedders that do not want environment variables use [`serve_with`] with a
-//! [`ServeConfig`].
+//! [`ServeConfig`]. To test a plugin without a broker, enable the feature `testing`
+//! (under `[dev-dependencies]`) and use `testing::Harness`: it serves the plugin in
+//! process against a fake broker with in-memory host services and drives it as the
+//! broker would (tool calls with schema checks, stage hooks through the permission
+//! matrix, trigger events); its module docs have runnable examples.
 //!
 //! # Layout
 //! - `tool`: [`Tool`], [`ToolDefinition`], [`ToolResult`], [`CallContext`].
 //! - `plugin`: [`Plugin`], [`PluginMetadata`], [`Registrar`] (HomeAgent `register_tool`,
-//!   `register_stage`).
+//!   `register_stage`; LinkZone `register_trigger`, `set_inject`).
+//! - `linkzone`: [`Trigger`], [`AiTool`], [`AiInject`] and their wire forms.
+//! - `event`: [`Event`], what a trigger's handler receives (`reply`, `param`).
 //! - `serve`: [`serve`], [`serve_async`], [`serve_with`], [`serve_configured`]; the
 //!   session loop.
 //! - `host`: [`Host`], token-carrying clients of the broker's host services.
@@ -118,12 +130,20 @@
 //!   [`TextMemory`], [`DocMemory`], [`Knowledge`], [`Llm`]) and [`HostError`].
 //! - `transport`: dialling `unix://` and `http://` broker addresses.
 //! - `error`: [`Error`].
+//! - `testing` (feature `testing`): the test harness, the fake broker and host services.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod apis;
 mod error;
+mod event;
 mod host;
+mod linkzone;
 mod plugin;
 mod serve;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod tool;
 mod transport;
 
@@ -137,8 +157,10 @@ pub use apis::{
     Memory, Relation, Settings, TextEvent, TextMemory, Triple,
 };
 pub use error::{BoxError, Error};
+pub use event::Event;
 pub use hearth_proto::v1::Priority;
 pub use host::{Host, HostChannel, Inject, TokenInterceptor};
+pub use linkzone::{AiInject, AiTool, Trigger};
 pub use plugin::{Plugin, PluginConfig, PluginMetadata, Registrar, StageOptions, ToolDef};
 pub use serve::{
     serve, serve_async, serve_configured, serve_with, ServeConfig, FEATURES, SDK_NAME,

@@ -12,6 +12,8 @@ use serde_json::Value;
 
 use hearth_proto::v1::{Stage, StageContext, StageHook};
 
+use crate::event::Event;
+use crate::linkzone::{AiInject, AiTool, Trigger};
 use crate::tool::{Args, CallContext, Tool, ToolDefinition, ToolResult};
 use crate::{BoxError, Error, Host};
 
@@ -87,6 +89,10 @@ pub struct ToolDef {
     pub description: String,
     /// JSON Schema of the arguments object.
     pub parameters: Value,
+    /// LinkZone `ai.tool` policies (call limits, confirmation, cooldown, timeout), if
+    /// any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ai_tool: Option<AiTool>,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -99,6 +105,18 @@ pub(crate) type StageHandler =
 pub(crate) struct StageEntry {
     pub(crate) hook: StageHook,
     pub(crate) handler: Arc<StageHandler>,
+}
+
+/// An event handler as the session runs it.
+pub(crate) type EventHandler = dyn Fn(Event) -> BoxFuture<Result<(), String>> + Send + Sync;
+
+/// Everything a [`Registrar`] collected, for the session.
+pub(crate) struct Registrations {
+    pub(crate) tools: Vec<Arc<dyn Tool>>,
+    pub(crate) stages: Vec<StageEntry>,
+    /// Triggers in registration order, each with its handler.
+    pub(crate) triggers: Vec<(Trigger, Arc<EventHandler>)>,
+    pub(crate) inject: Option<AiInject>,
 }
 
 /// Options of a stage hook ([`Registrar::register_stage_with`]).
@@ -125,6 +143,8 @@ pub struct Registrar {
     tools: Vec<Arc<dyn Tool>>,
     names: Vec<String>,
     stages: Vec<StageEntry>,
+    triggers: Vec<(Trigger, Arc<EventHandler>)>,
+    inject: Option<AiInject>,
     host: Option<Host>,
 }
 
@@ -141,6 +161,11 @@ impl std::fmt::Debug for Registrar {
                     .map(|s| &s.hook.hook_id)
                     .collect::<Vec<_>>(),
             )
+            .field(
+                "triggers",
+                &self.triggers.iter().map(|(t, _)| t).collect::<Vec<_>>(),
+            )
+            .field("inject", &self.inject)
             .finish()
     }
 }
@@ -153,6 +178,8 @@ impl Registrar {
             tools: Vec::new(),
             names: Vec::new(),
             stages: Vec::new(),
+            triggers: Vec::new(),
+            inject: None,
             host: None,
         }
     }
@@ -235,8 +262,46 @@ impl Registrar {
                 description: def.description,
                 parameters: def.parameters,
             },
+            ai_tool: def.ai_tool,
             handler,
         }))
+    }
+
+    /// Registers a LinkZone event handler for `trigger` (LinkZone `triggers` +
+    /// `handleEvent(sender)`): a message that matches it reaches `handler` as an
+    /// [`Event`], whose [`reply`](Event::reply) sends text to the user and whose
+    /// [`param`](Event::param) gives the parsed parameters. `Err(e)` (or a panic) is
+    /// reported to the broker, which logs it. Register the same handler for several
+    /// triggers by cloning it (or a function name).
+    ///
+    /// Fails when the same trigger (type and pattern) is already registered. Patterns
+    /// are checked by the broker (an empty pattern, an invalid regex or an unknown event
+    /// name is rejected there, by name).
+    pub fn register_trigger<F, Fut, E>(&mut self, trigger: Trigger, handler: F) -> Result<(), Error>
+    where
+        F: Fn(Event) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        if self.triggers.iter().any(|(t, _)| *t == trigger) {
+            return Err(Error::DuplicateTrigger {
+                plugin: self.plugin.clone(),
+                trigger: trigger.to_string(),
+            });
+        }
+        let handler: Arc<EventHandler> = Arc::new(move |event| {
+            let fut = handler(event);
+            Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+        });
+        self.triggers.push((trigger, handler));
+        Ok(())
+    }
+
+    /// Sets the plugin's LinkZone `ai.inject` spec (replacing an earlier one): the
+    /// command format the LLM is told about; a command line it writes is matched
+    /// against the triggers of [`register_trigger`](Self::register_trigger).
+    pub fn set_inject(&mut self, inject: AiInject) {
+        self.inject = Some(inject);
     }
 
     /// Registers a pipeline stage hook (HomeAgent `RegisterStage`).
@@ -319,14 +384,20 @@ impl Registrar {
         });
     }
 
-    pub(crate) fn into_parts(self) -> (Vec<Arc<dyn Tool>>, Vec<StageEntry>) {
-        (self.tools, self.stages)
+    pub(crate) fn into_parts(self) -> Registrations {
+        Registrations {
+            tools: self.tools,
+            stages: self.stages,
+            triggers: self.triggers,
+            inject: self.inject,
+        }
     }
 }
 
 /// A HomeAgent-style handler as a [`Tool`].
 struct FnTool {
     definition: ToolDefinition,
+    ai_tool: Option<AiTool>,
     handler: Arc<Handler>,
 }
 
@@ -334,6 +405,10 @@ struct FnTool {
 impl Tool for FnTool {
     fn definition(&self) -> ToolDefinition {
         self.definition.clone()
+    }
+
+    fn ai_tool(&self) -> Option<AiTool> {
+        self.ai_tool.clone()
     }
 
     async fn execute(&self, ctx: &CallContext, args: Args) -> Result<ToolResult, BoxError> {

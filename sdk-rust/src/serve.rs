@@ -29,7 +29,9 @@ use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 
-use crate::plugin::{Plugin, PluginConfig, Registrar, StageEntry, StageHandler};
+use crate::event::Event;
+use crate::linkzone::Trigger;
+use crate::plugin::{EventHandler, Plugin, PluginConfig, Registrar, StageEntry, StageHandler};
 use crate::tool::{Args, CallContext, Tool};
 use crate::{transport, Error, Host};
 
@@ -329,13 +331,16 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
             plugin: name.clone(),
             source,
         })?;
-    let (registered_tools, stage_entries) = registrar.into_parts();
-    let (tools, specs) = tool_table(&name, plugin.tools().into_iter().chain(registered_tools))?;
-    let stage_hooks: Vec<pb::StageHook> = stage_entries.iter().map(|e| e.hook.clone()).collect();
-    let stages: HashMap<String, Arc<StageHandler>> = stage_entries
+    let parts = registrar.into_parts();
+    let (tools, specs) = tool_table(&name, plugin.tools().into_iter().chain(parts.tools))?;
+    let stage_hooks: Vec<pb::StageHook> = parts.stages.iter().map(|e| e.hook.clone()).collect();
+    let stages: HashMap<String, Arc<StageHandler>> = parts
+        .stages
         .into_iter()
         .map(|StageEntry { hook, handler }| (hook.hook_id, handler))
         .collect();
+    let triggers: Vec<pb::Trigger> = parts.triggers.iter().map(|(t, _)| t.to_wire()).collect();
+    let events: HashMap<Trigger, Arc<EventHandler>> = parts.triggers.into_iter().collect();
 
     let mut meta = plugin.metadata();
     if meta.name.is_empty() {
@@ -361,6 +366,8 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
         }),
         tools: specs,
         stages: stage_hooks,
+        inject: parts.inject.as_ref().map(|i| i.to_wire()),
+        triggers,
         ..Default::default()
     });
     // Test knob (`after_hello`): Register waits until the hook has run, and the
@@ -403,6 +410,7 @@ pub async fn serve_with<P: Plugin>(mut plugin: P, config: ServeConfig) -> Result
         plugin: name,
         tools,
         stages,
+        events,
         host,
         out,
         inbound,
@@ -436,7 +444,14 @@ fn tool_table(
         specs.push(pb::ToolSpec {
             name: def.name.clone(),
             description: def.description,
-            parameters_json: def.parameters.to_string(),
+            // No schema (`Value::Null`, e.g. `ToolDef::default()`): the broker reads an
+            // empty text as "no parameters"; "null" would be an invalid schema.
+            parameters_json: if def.parameters.is_null() {
+                String::new()
+            } else {
+                def.parameters.to_string()
+            },
+            ai_tool: tool.ai_tool().map(|ai| ai.to_wire()),
             ..Default::default()
         });
         table.insert(def.name, tool);
@@ -450,6 +465,8 @@ enum Work {
     Tool(String),
     /// A stage hook run, with the hook id.
     Stage(String),
+    /// An event handler run, with its trigger.
+    Event(Trigger),
 }
 
 /// A call whose handler task is running.
@@ -464,6 +481,8 @@ struct Session {
     tools: ToolTable,
     /// Stage handlers by hook id.
     stages: HashMap<String, Arc<StageHandler>>,
+    /// Event handlers by trigger.
+    events: HashMap<Trigger, Arc<EventHandler>>,
     /// Host-service handle given to every call.
     host: Host,
     out: mpsc::UnboundedSender<pb::PluginMessage>,
@@ -568,13 +587,7 @@ impl Session {
                 }
             }
             Some(In::RunStage(run)) => self.run_stage(run),
-            Some(In::HandleEvent(ev)) => self.send(Out::EventDone(pb::EventDone {
-                call_id: ev.call_id,
-                error: format!(
-                    "plugin {}: events (triggers) are not supported by {SDK_NAME}",
-                    self.plugin
-                ),
-            })),
+            Some(In::HandleEvent(ev)) => self.handle_event(ev),
             Some(In::ToolRegistration(tr)) if !tr.ok => eprintln!(
                 "hearth-plugin: plugin {}: tool {}: registration refused: {}",
                 self.plugin, tr.name, tr.error
@@ -665,6 +678,51 @@ impl Session {
         self.track(call_id, Work::Stage(run.hook_id), cancel, abort);
     }
 
+    fn handle_event(&mut self, ev: pb::HandleEvent) {
+        let call_id = ev.call_id;
+        let trigger = ev.trigger.as_ref().and_then(Trigger::from_wire);
+        let handler = trigger.as_ref().and_then(|t| self.events.get(t).cloned());
+        let (Some(trigger), Some(handler)) = (trigger, handler) else {
+            self.send(Out::EventDone(pb::EventDone {
+                call_id,
+                error: format!(
+                    "plugin {} has no event handler for trigger {}",
+                    self.plugin,
+                    match &ev.trigger {
+                        Some(t) => format!("type {} {:?}", t.r#type, t.pattern),
+                        None => "(none given)".into(),
+                    }
+                ),
+            }));
+            return;
+        };
+        if self.in_flight.contains_key(&call_id) {
+            eprintln!(
+                "hearth-plugin: plugin {}: ignoring HandleEvent with call id {call_id}, already in flight",
+                self.plugin
+            );
+            return;
+        }
+        let cancel = self.all_calls.child_token();
+        let event = Event::from_wire(
+            ev,
+            trigger.clone(),
+            self.plugin.clone(),
+            cancel.clone(),
+            self.out.clone(),
+            self.host.clone(),
+        );
+        let label = trigger.clone();
+        let abort = self.tasks.spawn(async move {
+            let error = match handler(event).await {
+                Ok(()) => String::new(),
+                Err(e) => format!("event handler of trigger {label}: {e}"),
+            };
+            Out::EventDone(pb::EventDone { call_id, error })
+        });
+        self.track(call_id, Work::Event(trigger), cancel, abort);
+    }
+
     fn track(&mut self, call_id: u64, work: Work, cancel: CancellationToken, abort: AbortHandle) {
         self.by_task.insert(abort.id(), call_id);
         self.in_flight.insert(
@@ -713,6 +771,11 @@ impl Session {
                     context: None,
                     error,
                 })
+            }
+            Work::Event(trigger) => {
+                let error = format!("event handler of trigger {trigger} {failure}");
+                eprintln!("hearth-plugin: plugin {}: {error}", self.plugin);
+                Out::EventDone(pb::EventDone { call_id, error })
             }
         };
         self.send(answer);

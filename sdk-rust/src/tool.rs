@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::linkzone::AiTool;
 use crate::{BoxError, Host};
 
 /// A tool's arguments: the JSON object the LLM passed.
@@ -105,6 +106,12 @@ pub trait Tool: Send + Sync + 'static {
     /// everything (the broker has already checked them against the schema).
     fn validate(&self, _args: &Args) -> Result<(), BoxError> {
         Ok(())
+    }
+
+    /// LinkZone `ai.tool` policies of the tool (call limits, confirmation, cooldown,
+    /// timeout), sent with its definition. The default has none.
+    fn ai_tool(&self) -> Option<AiTool> {
+        None
     }
 
     /// Runs the tool. `Err` becomes a failed result carrying the error's text; so does

@@ -1,280 +1,119 @@
-//! A fake broker: a real tonic `PluginHost` server that checks the token and hands each
-//! session to the test.
+//! The fake broker of these tests: `hearth_plugin::testing::FakeBroker` (a real tonic
+//! `PluginHost` server with the fake host services), with helpers that panic with the
+//! harness's error instead of returning it, which keeps the protocol tests short.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use hearth_plugin::proto::v1::input_server::{Input, InputServer};
-use hearth_plugin::proto::v1::plugin_host_server::{PluginHost, PluginHostServer};
 use hearth_plugin::proto::v1::{self as pb, host_message::Msg as In, plugin_message::Msg as Out};
-use hearth_plugin::proto::{MAX_MESSAGE_BYTES, TOKEN_METADATA};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream, UnixListenerStream};
-use tonic::{Request, Response, Status, Streaming};
+use hearth_plugin::testing::{BrokerSession, FakeBroker, FakeHost};
 
 /// How long a test waits for any one message before failing.
 pub(crate) const STEP: Duration = Duration::from_secs(10);
 
-struct Fake {
-    token: String,
-    sessions: mpsc::UnboundedSender<Session>,
-}
-
-#[hearth_plugin::async_trait]
-impl PluginHost for Fake {
-    type AttachStream = UnboundedReceiverStream<Result<pb::HostMessage, Status>>;
-
-    async fn attach(
-        &self,
-        request: Request<Streaming<pb::PluginMessage>>,
-    ) -> Result<Response<Self::AttachStream>, Status> {
-        let token = request
-            .metadata()
-            .get(TOKEN_METADATA)
-            .and_then(|v| v.to_str().ok());
-        if token != Some(self.token.as_str()) {
-            return Err(Status::unauthenticated("missing or wrong x-hearth-token"));
-        }
-        let (to_plugin, rx) = mpsc::unbounded_channel();
-        let _ = self.sessions.send(Session {
-            from_plugin: request.into_inner(),
-            to_plugin: Some(to_plugin),
-        });
-        Ok(Response::new(UnboundedReceiverStream::new(rx)))
-    }
-}
-
-/// Fake `Input` host service: records (token, kind, request) of each injection.
-#[derive(Clone)]
-struct FakeInput(mpsc::UnboundedSender<Injected>);
-
-/// One recorded `Input` call.
-pub(crate) type Injected = (String, &'static str, pb::InjectRequest);
-
-impl FakeInput {
-    fn record(
-        &self,
-        kind: &'static str,
-        req: Request<pb::InjectRequest>,
-    ) -> Result<Response<pb::Empty>, Status> {
-        let token = req
-            .metadata()
-            .get(TOKEN_METADATA)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        let _ = self.0.send((token, kind, req.into_inner()));
-        Ok(Response::new(pb::Empty {}))
-    }
-}
-
-#[hearth_plugin::async_trait]
-impl Input for FakeInput {
-    async fn inject_text(
-        &self,
-        req: Request<pb::InjectRequest>,
-    ) -> Result<Response<pb::Empty>, Status> {
-        self.record("text", req)
-    }
-    async fn inject_text_no_memory(
-        &self,
-        req: Request<pb::InjectRequest>,
-    ) -> Result<Response<pb::Empty>, Status> {
-        self.record("no_memory", req)
-    }
-    async fn inject_interrupt_text(
-        &self,
-        req: Request<pb::InjectRequest>,
-    ) -> Result<Response<pb::Empty>, Status> {
-        self.record("interrupt", req)
-    }
-}
-
 /// A running fake broker; stops when dropped.
 pub(crate) struct Broker {
-    /// Address to give the plugin.
+    /// Address to give the plugin (tests may change it, e.g. to `unix:/path`).
     pub(crate) addr: String,
     /// Token the broker accepts.
     pub(crate) token: String,
-    sessions: mpsc::UnboundedReceiver<Session>,
-    /// Calls of the `Input` host service.
-    pub(crate) injected: mpsc::UnboundedReceiver<Injected>,
-    server: tokio::task::JoinHandle<()>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-/// The broker's services: `PluginHost` and `Input`.
-fn router(
-    token: &str,
-) -> (
-    tonic::transport::server::Router,
-    mpsc::UnboundedReceiver<Session>,
-    mpsc::UnboundedReceiver<Injected>,
-) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let svc = PluginHostServer::new(Fake {
-        token: token.into(),
-        sessions: tx,
-    })
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let (itx, irx) = mpsc::unbounded_channel();
-    let router = tonic::transport::Server::builder()
-        .add_service(svc)
-        .add_service(InputServer::new(FakeInput(itx)));
-    (router, rx, irx)
+    inner: FakeBroker,
 }
 
 impl Broker {
-    /// A broker on a Unix socket in a fresh temp dir.
-    pub(crate) fn unix() -> Broker {
-        let dir = tempfile::tempdir().unwrap();
-        let path: PathBuf = dir.path().join("hearth.sock");
-        let listener = tokio::net::UnixListener::bind(&path).unwrap();
-        let token = format!("tok-{}", std::process::id());
-        let (router, sessions, injected) = router(&token);
-        let server = tokio::spawn(async move {
-            router
-                .serve_with_incoming(UnixListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
+    fn wrap(inner: FakeBroker) -> Broker {
         Broker {
-            addr: format!("unix://{}", path.display()),
-            token,
-            sessions,
-            injected,
-            server,
-            _dir: Some(dir),
+            addr: inner.addr().to_string(),
+            token: inner.token().to_string(),
+            inner,
         }
+    }
+
+    /// A broker on a Unix socket in a fresh temp dir, for plugin `testplug`.
+    pub(crate) fn unix() -> Broker {
+        Broker::unix_for("testplug")
+    }
+
+    /// A broker on a Unix socket whose host services serve plugin `plugin`.
+    pub(crate) fn unix_for(plugin: &str) -> Broker {
+        Broker::wrap(FakeBroker::unix(FakeHost::new(plugin)).expect("fake broker"))
     }
 
     /// A broker on TCP loopback, port chosen by the OS.
     pub(crate) async fn tcp() -> Broker {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = format!("http://{}", listener.local_addr().unwrap());
-        let token = "tcp-token".to_string();
-        let (router, sessions, injected) = router(&token);
-        let server = tokio::spawn(async move {
-            router
-                .serve_with_incoming(TcpListenerStream::new(listener))
+        Broker::wrap(
+            FakeBroker::tcp(FakeHost::new("testplug"))
                 .await
-                .unwrap();
-        });
-        Broker {
-            addr,
-            token,
-            sessions,
-            injected,
-            server,
-            _dir: None,
-        }
+                .expect("fake broker"),
+        )
+    }
+
+    /// The fake host services.
+    pub(crate) fn host(&self) -> &FakeHost {
+        self.inner.host()
+    }
+
+    /// `HEARTH_ADDR`, `HEARTH_TOKEN`, `HEARTH_PLUGIN`: what `eval "$(hearth plugins
+    /// attach-token NAME)"` exports for a plugin started by hand.
+    pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
+        self.inner.env()
     }
 
     /// The next session a plugin opened.
     pub(crate) async fn session(&mut self) -> Session {
-        tokio::time::timeout(STEP, self.sessions.recv())
+        let mut s = self
+            .inner
+            .session_within(STEP)
             .await
-            .expect("no plugin attached in time")
-            .expect("broker stopped")
+            .expect("no plugin attached in time");
+        s.set_wait(STEP);
+        Session(s)
     }
 }
 
-/// The broker's end of one plugin session.
-pub(crate) struct Session {
-    from_plugin: Streaming<pb::PluginMessage>,
-    to_plugin: Option<mpsc::UnboundedSender<Result<pb::HostMessage, Status>>>,
-}
+/// The broker's end of one plugin session; every helper panics on failure.
+pub(crate) struct Session(BrokerSession);
 
 impl Session {
     /// Next message from the plugin; panics on timeout or end of stream.
     pub(crate) async fn recv(&mut self) -> Out {
-        match tokio::time::timeout(STEP, self.from_plugin.message()).await {
-            Ok(Ok(Some(m))) => m.msg.expect("empty PluginMessage"),
-            Ok(Ok(None)) => panic!("plugin closed the stream"),
-            Ok(Err(s)) => panic!("plugin stream failed: {s}"),
-            Err(_) => panic!("no message from the plugin in time"),
-        }
+        self.0.recv().await.unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Next message within `wait`, `None` if nothing came.
     pub(crate) async fn recv_within(&mut self, wait: Duration) -> Option<Out> {
-        match tokio::time::timeout(wait, self.from_plugin.message()).await {
-            Ok(Ok(Some(m))) => m.msg,
-            Ok(_) => None,
-            Err(_) => None,
-        }
+        self.0.recv_within(wait).await
     }
 
     /// Whether the plugin's stream has ended (cleanly or not) within `wait`.
     pub(crate) async fn ended_within(&mut self, wait: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            match tokio::time::timeout_at(deadline, self.from_plugin.message()).await {
-                Err(_) => return false,
-                Ok(Ok(Some(_))) => continue,
-                Ok(_) => return true,
-            }
-        }
+        self.0.ended_within(wait).await
     }
 
     /// Sends a message to the plugin.
     pub(crate) fn send(&self, msg: In) {
-        self.to_plugin
-            .as_ref()
-            .expect("session closed")
-            .send(Ok(pb::HostMessage { msg: Some(msg) }))
-            .expect("plugin side gone");
+        self.0.send(msg).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Ends the broker's side of the stream.
     pub(crate) fn close(&mut self) {
-        self.to_plugin = None;
+        self.0.close()
     }
 
     /// Reads Hello and Register and answers Registered with every tool.
     pub(crate) async fn handshake(&mut self) -> (pb::Hello, pb::Register) {
-        let Out::Hello(hello) = self.recv().await else {
-            panic!("first message is not Hello")
-        };
-        let Out::Register(register) = self.recv().await else {
-            panic!("second message is not Register")
-        };
-        self.send(In::Registered(pb::Registered {
-            plugin: register.plugin.clone().unwrap_or_default().name,
-            tools: register.tools.iter().map(|t| t.name.clone()).collect(),
-            protocol_version: hearth_plugin::proto::PROTOCOL_VERSION.into(),
-            ..Default::default()
-        }));
-        (hello, register)
+        self.0.handshake().await.unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Sends InvokeTool.
     pub(crate) fn invoke(&self, call_id: u64, tool: &str, args: serde_json::Value) {
-        self.send(In::InvokeTool(pb::InvokeTool {
-            call_id,
-            tool: tool.into(),
-            args_json: args.to_string(),
-            timeout_ms: 30_000,
-            ..Default::default()
-        }));
+        self.0
+            .invoke(call_id, tool, args)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Next ToolResult, skipping Progress messages.
     pub(crate) async fn result(&mut self) -> pb::ToolResult {
-        loop {
-            match self.recv().await {
-                Out::ToolResult(r) => return r,
-                Out::Progress(_) => continue,
-                other => panic!("expected ToolResult, got {other:?}"),
-            }
-        }
+        self.0.result().await.unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Invokes a tool and returns its result (no other call may be in flight).
@@ -284,9 +123,9 @@ impl Session {
         tool: &str,
         args: serde_json::Value,
     ) -> pb::ToolResult {
-        self.invoke(call_id, tool, args);
-        let r = self.result().await;
-        assert_eq!(r.call_id, call_id, "result for another call");
-        r
+        self.0
+            .call(call_id, tool, args)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 }

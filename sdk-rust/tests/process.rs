@@ -165,6 +165,35 @@ async fn stress_plugin_serves_prefixed_tools_with_junk_stdout_and_bad_schema() {
     );
 }
 
+/// A plugin started by hand (a debugger, an IDE) after `eval "$(hearth plugins
+/// attach-token NAME)"`: no token pipe, the token in `HEARTH_TOKEN`.
+#[tokio::test]
+async fn a_hand_started_plugin_attaches_with_hearth_token_from_the_environment() {
+    let mut broker = Broker::unix();
+    let mut cmd = Command::new(example_bin("stress"));
+    cmd.env_remove("HEARTH_FAULT")
+        .env_remove("HEARTH_TOOL_PREFIX")
+        .env_remove("HEARTH_TOKEN_FD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    for (key, value) in broker.env() {
+        cmd.env(key, value);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut s = broker.session().await;
+    let (_, register) = s.handshake().await;
+    assert_eq!(register.plugin.unwrap().name, "testplug");
+    let r = s.call(1, "testplug_echo", json!({"hi": 1})).await;
+    assert!(r.success, "{r:?}");
+    s.send(In::Shutdown(pb::Shutdown {
+        grace_ms: 2000,
+        reason: "done".into(),
+    }));
+    assert_eq!(exit_code(&mut child).await, 0);
+}
+
 #[tokio::test]
 async fn exit_before_hello_never_attaches() {
     let mut broker = Broker::unix();

@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
+use hearth_plugin::testing::InjectKind;
+
 use crate::broker::{Broker, Session, STEP};
 
 /// What the test plugin reports back to the test.
@@ -114,6 +116,7 @@ impl Plugin for TestPlugin {
         let def = |d: &str| ToolDef {
             description: d.into(),
             parameters: json!({"type": "object"}),
+            ..Default::default()
         };
         host.register_tool("t_echo", def("echo"), |args: Value| async move {
             Ok::<_, String>(args)
@@ -855,6 +858,10 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
 
     s.send(In::HandleEvent(pb::HandleEvent {
         call_id: 5,
+        trigger: Some(pb::Trigger {
+            r#type: 0,
+            pattern: "/none".into(),
+        }),
         ..Default::default()
     }));
     match s.recv().await {
@@ -862,7 +869,7 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
             (d.call_id, d.error.as_str()),
             (
                 5,
-                "plugin stg: events (triggers) are not supported by hearth-plugin-rust"
+                r#"plugin stg has no event handler for trigger type 0 "/none""#
             )
         ),
         other => panic!("expected EventDone, got {other:?}"),
@@ -920,37 +927,55 @@ async fn host_services_carry_the_plugin_token_from_start_and_from_calls() {
             Ok(())
         }
     }
-    let mut broker = Broker::unix();
+    let mut broker = Broker::unix_for("inj");
     let serve = tokio::spawn(serve_with(
         Injector,
         ServeConfig::new(broker.addr.clone(), broker.token.clone(), "inj"),
     ));
     let mut s = broker.session().await;
     s.handshake().await;
-    let (token, kind, req) = broker.injected.recv().await.unwrap();
-    assert_eq!((token.as_str(), kind), (broker.token.as_str(), "text"));
+    // `start` injected before Register: the fake host admitted the plugin's token.
+    let injected = broker.host().injected();
+    assert_eq!(injected.len(), 1);
+    assert_eq!(injected[0].kind, InjectKind::Text);
     assert_eq!(
-        (req.source.as_str(), req.channel.as_str(), req.text.as_str()),
-        ("inj", "cli", "started")
+        (
+            injected[0].source.as_str(),
+            injected[0].channel.as_str(),
+            injected[0].text.as_str()
+        ),
+        ("plugin:inj", "cli", "started")
     );
 
     let r = s.call(1, "inj_say", json!({"text": "urgent"})).await;
     assert_eq!((r.success, r.content.as_str()), (true, "said"), "{r:?}");
-    let (token, kind, req) = broker.injected.recv().await.unwrap();
+    let injected = broker.host().injected();
     assert_eq!(
-        (token.as_str(), kind, req.text.as_str()),
-        (broker.token.as_str(), "interrupt", "urgent")
+        (injected[1].kind, injected[1].text.as_str()),
+        (InjectKind::Interrupt, "urgent")
     );
     // The conversation and priority travel with the input.
-    let (_, kind, req) = broker.injected.recv().await.unwrap();
     assert_eq!(
-        (kind, req.text.as_str(), req.group_id.as_str(), req.priority),
         (
-            "no_memory",
+            injected[2].kind,
+            injected[2].text.as_str(),
+            injected[2].group_id.as_str(),
+            injected[2].priority
+        ),
+        (
+            InjectKind::NoMemory,
             "to the group",
             "g1",
-            pb::Priority::Message as i32
+            hearth_plugin::Priority::Message
         )
+    );
+    assert_eq!(
+        broker.host().calls(),
+        [
+            "Input.InjectText",
+            "Input.InjectInterruptText",
+            "Input.InjectTextNoMemory"
+        ]
     );
     s.send(In::Shutdown(pb::Shutdown {
         grace_ms: 500,
