@@ -11,7 +11,9 @@
 //! asking; no terminal, or no answer in time, is a no). Without MESSAGE it is a REPL
 //! with line editing and history (`<data_dir>/chat_history`); when stdin is not a
 //! terminal it reads one message per line. `--json` prints every event as one JSON
-//! object per line. A turn that failed exits with status 1 and the error on stderr.
+//! object per line. A turn that failed exits with status 1 and the error on stderr;
+//! with stdin not a terminal, every line is a turn and the exit status is 1 when any
+//! of them failed (`error: 2 of 3 turns failed` on stderr after the last).
 //! On a terminal, control and bidi characters of the LLM's and plugins' text are
 //! shown escaped, newlines and tabs kept (`--raw` prints them as they are; see
 //! [`crate::term`]).
@@ -213,8 +215,8 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
             Event::Queued(q) => {
                 if q.ahead > 0 {
                     eprintln!(
-                        "… waiting: {} turn(s) of {} ahead",
-                        q.ahead,
+                        "… waiting: {} of {} ahead",
+                        crate::term::count(q.ahead as usize, "turn", "turns"),
                         err_term.line(&q.conversation)
                     );
                 } else {
@@ -280,7 +282,7 @@ fn event_json(e: &Event) -> serde_json::Value {
 /// The user's answer to `c`: yes with `--yes`; else asked on the terminal
 /// (`/dev/tty`, so it works in the REPL and with piped stdin) within the request's
 /// timeout. No terminal, no answer in time, or anything but y/yes is a no.
-async fn ask_confirm(c: &ConfirmRequest, yes: bool) -> bool {
+pub(crate) async fn ask_confirm(c: &ConfirmRequest, yes: bool) -> bool {
     if yes {
         eprintln!("✔ running {} (--yes)", Printer::stderr().line(&c.tool));
         return true;
@@ -339,11 +341,24 @@ pub async fn chat(
     }
     use std::io::IsTerminal;
     if !std::io::stdin().is_terminal() {
+        // A script reads the exit status: any failed turn makes it 1.
+        let (mut turns, mut failed) = (0usize, 0usize);
         for line in std::io::stdin().lines() {
             let line = line?;
             if !line.trim().is_empty() {
-                exchange(conn, &args, line.trim()).await?;
+                turns += 1;
+                if !exchange(conn, &args, line.trim()).await? {
+                    failed += 1;
+                }
             }
+        }
+        if failed > 0 {
+            eprintln!(
+                "error: {} of {} failed",
+                failed,
+                crate::term::count(turns, "turn", "turns")
+            );
+            return Ok(ExitCode::FAILURE);
         }
         return Ok(ExitCode::SUCCESS);
     }

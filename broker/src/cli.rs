@@ -121,12 +121,13 @@ pub enum Command {
         #[command(subcommand)]
         command: ToolsCommand,
     },
-    /// Developer tools (a scripted LLM server for offline tests and demos).
-    Dev {
-        /// Developer tool.
-        #[command(subcommand)]
-        command: crate::dev::DevCommand,
-    },
+    /// The plugin author's inner loop: `hearth dev PLUGIN_DIR` runs a broker on a temp
+    /// data dir with that plugin and a scripted LLM, prints its log, reloads it on save;
+    /// `hearth dev llm-server` serves a scripted LLM alone.
+    Dev(crate::dev::DevArgs),
+    /// Write a new plugin folder: plugin.json, code, README and a test that passes with
+    /// only the SDK installed (`pytest`, `node --test`, `cargo test`).
+    New(crate::scaffold::NewArgs),
 }
 
 /// `hearth plugins …`
@@ -153,10 +154,27 @@ pub enum PluginsCommand {
         /// Plugin name.
         name: String,
     },
-    /// Restart a plugin with the new code and manifest in its directory.
+    /// Start the new code and manifest in a plugin's directory beside the running
+    /// process, and switch to it once it is ready; if it fails, say why and keep the
+    /// running one.
     Reload {
         /// Plugin name.
         name: String,
+    },
+    /// A one-time token for a process started by hand (a debugger, an IDE) to attach
+    /// as plugin NAME: prints `export HEARTH_ADDR=… HEARTH_TOKEN=… HEARTH_PLUGIN=…`
+    /// lines, so `eval "$(hearth plugins attach-token NAME)"` then starting the plugin
+    /// in that shell attaches it. A loaded NAME's own process makes room while it runs
+    /// and comes back when it disconnects; any other NAME is an ad-hoc plugin.
+    AttachToken {
+        /// Plugin name.
+        name: String,
+        /// Print JSON (addr, token, env, …) instead of shell lines.
+        #[arg(long)]
+        json: bool,
+        /// Seconds the token stays valid unused (default 600).
+        #[arg(long, value_name = "S")]
+        ttl_s: Option<u32>,
     },
     /// Say that DIR is the plugin NAME (its settings, secrets and data follow the
     /// name): needed when a plugin folder moved, or a new folder takes over a name.
@@ -168,15 +186,25 @@ pub enum PluginsCommand {
         dir: PathBuf,
     },
     /// Print the last lines a plugin wrote to stdout/stderr.
+    ///
+    /// Each line starts with the time the broker read it (local time, RFC 3339 with
+    /// milliseconds), then `!` for stderr; a line `── pid 1234 started (restart 2;
+    /// last exit: exit status 1) ──` marks where each new process of the plugin
+    /// begins.
     Logs {
         /// Plugin name.
         name: String,
-        /// Keep printing new lines until interrupted.
+        /// Keep printing new lines as they come, until Ctrl-C (or the plugin is
+        /// unloaded).
         #[arg(long, short = 'f')]
         follow: bool,
         /// How many past lines to print (0 = all kept).
         #[arg(long, short = 'n', default_value_t = 100)]
         tail: u32,
+        /// Print one JSON object per line: plugin, stream (`stdout`, `stderr` or
+        /// `broker`), text, time (RFC 3339), unix_ms, pid.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -227,18 +255,38 @@ pub enum ToolsCommand {
         json: bool,
     },
     /// Call a tool and print its result.
+    ///
+    /// Without --policies the tool's `ai.tool` policies are NOT applied: the call runs
+    /// even when its `cooldown`, `max_calls` or `confirm` would stop it in a chat (an
+    /// operator's call; its `timeout` still applies unless --timeout-ms says
+    /// otherwise). With --policies the call is checked as a chat's would be, as a
+    /// conversation of its own by user `cli` (or --user): `cooldown` (per user, shared
+    /// with that user's chats), `confirm` (asked on the terminal; --yes approves),
+    /// `timeout`, and `max_calls` (per conversation: one call never reaches it).
     Call {
         /// Tool name.
         name: String,
         /// Arguments as a JSON object.
         #[arg(default_value = "{}")]
         args: String,
-        /// Timeout in milliseconds (default: the plugin's call_timeout_s).
+        /// Timeout in milliseconds (default: the tool's `ai.tool` timeout, else the
+        /// plugin's call_timeout_s).
         #[arg(long, value_name = "MS")]
         timeout_ms: Option<u32>,
         /// Print the whole result as JSON.
         #[arg(long)]
         json: bool,
+        /// Apply the tool's `ai.tool` policies (cooldown, confirm, max_calls, timeout)
+        /// as a chat would; without it they are not applied.
+        #[arg(long)]
+        policies: bool,
+        /// The user the call is made as (cooldowns are per user); default `cli` with
+        /// --policies, else $USER.
+        #[arg(long)]
+        user: Option<String>,
+        /// With --policies: approve a tool whose policy is `confirm` without asking.
+        #[arg(long, requires = "policies")]
+        yes: bool,
     },
 }
 
@@ -256,7 +304,8 @@ pub fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
-        Command::Dev { command } => crate::dev::dev_command(command),
+        Command::Dev(args) => crate::dev::dev_command(args),
+        Command::New(args) => crate::scaffold::new_command(args),
         Command::Plugins {
             command: PluginsCommand::Adopt { name, dir },
         } => tokio::runtime::Builder::new_current_thread()
@@ -319,6 +368,7 @@ pub fn main() -> ExitCode {
                 rt.block_on(crate::server::run(RunOptions {
                     data_dir: cli.data_dir,
                     plugin_dirs: plugins,
+                    plugin_paths: Vec::new(),
                     listen,
                     shutdown_grace: Duration::from_millis(shutdown_grace_ms),
                     restart_wait: Duration::from_millis(restart_wait_ms),
@@ -464,6 +514,38 @@ fn print_status(p: Option<PluginStatus>) {
     }
 }
 
+/// How long `hearth tools call --policies` waits for the user to approve a `confirm` tool.
+const CONFIRM_WAIT_MS: u32 = 60_000;
+
+/// `unloaded NAME (was pid 1234, ready, 2 tools: a, b)` from the status before.
+fn unloaded(name: &str, before: Option<&PluginStatus>) -> String {
+    let Some(p) = before else {
+        return format!("unloaded {name}");
+    };
+    let mut was = Vec::new();
+    if p.pid != 0 {
+        was.push(format!("pid {}", p.pid));
+    }
+    was.push(state_name(p.state));
+    let tools = crate::term::count(p.tools.len(), "tool", "tools");
+    if p.tools.is_empty() {
+        was.push("no tools".into());
+    } else {
+        was.push(format!("{tools}: {}", p.tools.join(", ")));
+    }
+    format!("unloaded {name} (was {})", was.join(", "))
+}
+
+/// `unix_ms` as local time, RFC 3339 with milliseconds (`2026-12-01T12:00:01.123+01:00`).
+fn log_time(unix_ms: u64) -> String {
+    let Ok(at) = jiff::Timestamp::from_millisecond(unix_ms as i64) else {
+        return "-".into();
+    };
+    at.to_zoned(jiff::tz::TimeZone::system())
+        .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        .to_string()
+}
+
 fn status_error(s: tonic::Status) -> anyhow::Error {
     anyhow!("{}", s.message())
 }
@@ -483,8 +565,51 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
         "name": p.name, "runtime": p.runtime, "pid": p.pid, "state": state_name(p.state),
         "restarts": p.restarts, "tools": p.tools, "dir": p.dir, "uptime_ms": p.uptime_ms,
         "last_exit": p.last_exit, "reason": p.reason, "version": p.version, "sdk": p.sdk,
-        "startup_ms": p.startup_ms, "sandbox": p.sandbox,
+        "startup_ms": p.startup_ms, "sandbox": p.sandbox, "attached": p.attached,
     })
+}
+
+/// `'text'` for a POSIX shell.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// `hearth plugins attach-token`: shell lines (or JSON) for a process started by hand.
+fn print_attach_token(r: &hearth_proto::v1::AttachTokenResponse, json: bool) -> anyhow::Result<()> {
+    let env = [
+        (hearth_proto::ENV_ADDR, &r.addr),
+        (hearth_proto::ENV_TOKEN, &r.token),
+        (hearth_proto::ENV_PLUGIN, &r.name),
+    ];
+    if json {
+        let env: serde_json::Map<String, serde_json::Value> =
+            env.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        let v = json!({
+            "name": r.name, "addr": r.addr, "token": r.token,
+            "expires_in_ms": r.expires_in_ms, "loaded": r.loaded, "env": env,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    // A token pipe named in the shell would win over HEARTH_TOKEN.
+    println!("unset {}", hearth_proto::ENV_TOKEN_FD);
+    for (key, value) in env {
+        println!("export {key}={}", shell_quote(value));
+    }
+    let what = if r.loaded {
+        "its own process makes room while yours runs and comes back when it disconnects".to_string()
+    } else {
+        format!(
+            "no plugin {} is loaded: yours is an ad-hoc plugin while it runs",
+            r.name
+        )
+    };
+    eprintln!(
+        "# one use, valid {} s unused; start plugin {} in this shell (`python -m hearth_plugin run main.py`, `node node_modules/hearth-plugin/bin/hearth-node.js run index.js`, or the plugin's binary; under a debugger if you like): {what}",
+        r.expires_in_ms / 1000,
+        r.name
+    );
+    Ok(())
 }
 
 /// `hearth plugins adopt NAME DIR`: records DIR as NAME's folder, then loads it into
@@ -535,7 +660,8 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
     match command {
         Command::Run { .. }
         | Command::Reaper
-        | Command::Dev { .. }
+        | Command::Dev(_)
+        | Command::New(_)
         | Command::Adapters { .. }
         | Command::Settings { .. }
         | Command::Plugins {
@@ -635,7 +761,11 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                         "{:<16} {:<7} {:<9} {:>8} {:>8} {:>9}  {:<24} {:<18} {}",
                         out.line(&p.name),
                         out.line(&p.runtime),
-                        state_name(p.state),
+                        if p.attached {
+                            "attached".to_string()
+                        } else {
+                            state_name(p.state)
+                        },
                         dash(p.pid.to_string()),
                         p.restarts,
                         dash(human_duration(p.uptime_ms)),
@@ -643,7 +773,8 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                         dash(p.sandbox.clone()),
                         out.line(&p.tools.join(","))
                     );
-                    if !p.reason.is_empty() && p.state != PluginState::Ready as i32 {
+                    // Also for a ready plugin: why its last reload failed.
+                    if !p.reason.is_empty() {
                         println!("{:<16} └ {}", "", out.line(&p.reason));
                     }
                 }
@@ -669,9 +800,26 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
         Command::Plugins {
             command: PluginsCommand::Unload { name },
         } => {
-            let req = conn.with_token(UnloadPluginRequest { name });
-            let r = conn.client().unload_plugin(req).await;
-            print_status(r.map_err(status_error)?.into_inner().plugin);
+            // What it was, to say what the unload did (the answer is the stopped plugin).
+            let req = conn.with_token(ListPluginsRequest {});
+            let before = conn
+                .client()
+                .list_plugins(req)
+                .await
+                .map_err(status_error)?
+                .into_inner()
+                .plugins
+                .into_iter()
+                .find(|p| p.name == name);
+            let req = conn.with_token(UnloadPluginRequest { name: name.clone() });
+            conn.client()
+                .unload_plugin(req)
+                .await
+                .map_err(status_error)?;
+            println!(
+                "{}",
+                Printer::stdout().line(&unloaded(&name, before.as_ref()))
+            );
         }
         Command::Plugins {
             command: PluginsCommand::Reload { name },
@@ -681,7 +829,28 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
             print_status(r.map_err(status_error)?.into_inner().plugin);
         }
         Command::Plugins {
-            command: PluginsCommand::Logs { name, follow, tail },
+            command: PluginsCommand::AttachToken { name, json, ttl_s },
+        } => {
+            let req = conn.with_token(hearth_proto::v1::AttachTokenRequest {
+                name,
+                ttl_s: ttl_s.unwrap_or(0),
+            });
+            let r = conn
+                .client()
+                .attach_token(req)
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            print_attach_token(&r, json)?;
+        }
+        Command::Plugins {
+            command:
+                PluginsCommand::Logs {
+                    name,
+                    follow,
+                    tail,
+                    json,
+                },
         } => {
             let req = conn.with_token(PluginLogsRequest { name, tail, follow });
             let mut lines = conn
@@ -692,8 +861,19 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 .into_inner();
             let out = Printer::stdout();
             while let Some(line) = lines.message().await.map_err(status_error)? {
-                let tag = if line.stream == "stderr" { "!" } else { " " };
-                println!("{tag} {}", out.line(&line.text));
+                let time = log_time(line.unix_ms);
+                if json {
+                    let v = json!({
+                        "plugin": line.plugin, "stream": line.stream, "text": line.text,
+                        "time": time, "unix_ms": line.unix_ms, "pid": line.pid,
+                    });
+                    println!("{v}");
+                } else if line.stream == "broker" {
+                    println!("{time}   ── {} ──", out.line(&line.text));
+                } else {
+                    let tag = if line.stream == "stderr" { "!" } else { " " };
+                    println!("{time} {tag} {}", out.line(&line.text));
+                }
             }
         }
         Command::Tools {
@@ -739,26 +919,56 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     args,
                     timeout_ms,
                     json,
+                    policies,
+                    user,
+                    yes,
                 },
         } => {
-            let req = conn.with_token(CallToolRequest {
-                name: name.clone(),
-                args_json: args,
-                timeout_ms: timeout_ms.unwrap_or(0),
-                user_id: std::env::var("USER").unwrap_or_default(),
-                group_id: String::new(),
+            let user_id = user.unwrap_or_else(|| {
+                if policies {
+                    "cli".into()
+                } else {
+                    std::env::var("USER").unwrap_or_default()
+                }
             });
-            let r = conn
-                .client()
-                .call_tool(req)
-                .await
-                .map_err(status_error)?
-                .into_inner();
+            let mut confirmed = yes;
+            let r = loop {
+                let req = conn.with_token(CallToolRequest {
+                    name: name.clone(),
+                    args_json: args.clone(),
+                    timeout_ms: timeout_ms.unwrap_or(0),
+                    user_id: user_id.clone(),
+                    group_id: String::new(),
+                    policies,
+                    confirmed,
+                });
+                let mut r = conn
+                    .client()
+                    .call_tool(req)
+                    .await
+                    .map_err(status_error)?
+                    .into_inner();
+                if r.needs_confirmation && !confirmed {
+                    let question = hearth_proto::v1::ConfirmRequest {
+                        tool: name.clone(),
+                        args_json: args.clone(),
+                        timeout_ms: CONFIRM_WAIT_MS,
+                        ..Default::default()
+                    };
+                    if crate::chat::ask_confirm(&question, false).await {
+                        confirmed = true;
+                        continue;
+                    }
+                    r.error = "not run: its `confirm` policy asks the user, who did not approve it (--yes approves)".into();
+                }
+                break r;
+            };
             if json {
                 let data = serde_json::from_str::<serde_json::Value>(&r.data_json).ok();
                 let v = json!({
                     "tool": r.tool, "plugin": r.plugin, "success": r.success, "content": r.content,
                     "data": data, "error": r.error, "elapsed_us": r.elapsed_us,
+                    "needs_confirmation": r.needs_confirmation,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else if r.success {

@@ -93,7 +93,7 @@ pub enum CallError {
     },
     /// The plugin declares `max_concurrency` and that many of its calls stayed in
     /// flight for the whole timeout: this call was never sent.
-    #[error("plugin {plugin}: {target} was not sent: {max_concurrency} call(s) of the plugin (its max_concurrency) stayed in flight for {waited_ms} ms")]
+    #[error("plugin {plugin}: {target} was not sent: {} of the plugin (its max_concurrency) stayed in flight for {waited_ms} ms", crate::term::count(*.max_concurrency as usize, "call", "calls"))]
     Saturated {
         /// Plugin name.
         plugin: String,
@@ -104,6 +104,20 @@ pub enum CallError {
         /// How long the call waited for a free slot, in milliseconds.
         waited_ms: u64,
     },
+}
+
+impl CallError {
+    /// The call never reached the plugin (unknown tool, bad arguments, plugin not
+    /// ready, no free slot): nothing ran.
+    pub fn not_sent(&self) -> bool {
+        matches!(
+            self,
+            CallError::UnknownTool { .. }
+                | CallError::InvalidArguments { .. }
+                | CallError::NotReady { .. }
+                | CallError::Saturated { .. }
+        )
+    }
 }
 
 impl From<CallError> for Status {
@@ -133,13 +147,22 @@ pub enum PluginError {
         /// Why, naming the file or field.
         reason: String,
     },
-    /// The operation did not complete in time.
+    /// The operation failed or did not complete in time.
     #[error("plugin {plugin}: {what}")]
     Failed {
         /// Plugin name.
         plugin: String,
         /// What failed.
         what: String,
+    },
+    /// A newer operation on the plugin (a later reload, a restart, an unload, a
+    /// process attached by hand) replaced this one before it completed.
+    #[error("plugin {plugin}: {why}")]
+    Superseded {
+        /// Plugin name.
+        plugin: String,
+        /// What replaced it.
+        why: String,
     },
 }
 
@@ -149,6 +172,7 @@ impl From<PluginError> for Status {
             PluginError::Unknown(_) => Code::NotFound,
             PluginError::Load { .. } => Code::FailedPrecondition,
             PluginError::Failed { .. } => Code::Unavailable,
+            PluginError::Superseded { .. } => Code::Aborted,
         };
         Status::new(code, e.to_string())
     }

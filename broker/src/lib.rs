@@ -29,9 +29,11 @@
 //!   top-level `adapters/`, overrides from `<data_dir>/adapters/`) that translate between
 //!   the unified completion request/response/stream chunk and each LLM API's JSON.
 //! - [`supervisor`]: spawn, handshake, heartbeat, restart (policy, crash budget),
-//!   drain, reload and stop plugin processes; the session of each plugin and its
-//!   calls in flight; the reaper that cleans up if the broker is killed.
-//! - [`grpc`]: thin service implementations (`PluginHost`, `Admin`, `Agent`, `Input`).
+//!   drain, side-by-side reload and stop plugin processes, and processes attached by
+//!   hand with one-time tokens; the session of each plugin and its calls in flight;
+//!   the reaper that cleans up if the broker is killed.
+//! - [`grpc`]: thin service implementations (`PluginHost`, `Admin`, `Agent`, `Input`,
+//!   the host services) and the token checks in front of them.
 //! - [`server`]: `hearth run` — listeners, admin token, discovery, graceful stop.
 //! - [`watch`]: `hearth run --watch` — reload plugins whose files change.
 //! - [`storage`]: the data dir on disk — `hearth.db` (SQLite, WAL, schema migrations),
@@ -39,6 +41,7 @@
 //! - [`cli`]: the `hearth` command line and its client side; [`chat`]: `hearth chat`
 //!   and `hearth inject`; [`settings_cli`]: `hearth settings`; [`term`]: control and
 //!   bidi characters from plugins and the LLM escaped in the log and on a terminal.
+//! - [`scaffold`]: `hearth new` — a plugin folder per language and style, with a test.
 //! - [`dev`]: `hearth dev` — the plugin author's inner loop, and `hearth dev llm-server`
 //!   (the scripted LLM server of crate `hearth-scripted`, for offline tests and demos).
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
@@ -55,6 +58,7 @@ pub mod manifest;
 pub mod pipeline;
 pub mod registry;
 pub mod router;
+pub mod scaffold;
 pub mod schema;
 pub mod server;
 pub mod settings_cli;

@@ -315,7 +315,7 @@ pub enum ManifestError {
         message: String,
     },
     /// No manifest and nothing to infer the runtime from.
-    #[error("{dir}: cannot infer the runtime: no plugin.json, main.py, index.js, package.json or executable `{name}`")]
+    #[error("not a plugin directory: {dir} (no plugin.json, and cannot infer the runtime: no main.py, index.js, package.json or executable `{name}`)")]
     NoRuntime {
         /// The plugin directory.
         dir: PathBuf,
@@ -333,6 +333,34 @@ pub enum ManifestError {
 }
 
 impl PluginSpec {
+    /// The spec of an ad-hoc plugin: a process started by hand that attached as `name`
+    /// (`hearth plugins attach-token`) while no folder of that name is loaded. Default
+    /// capabilities, timeouts and policies; no folder and nothing to spawn.
+    pub fn attached(name: &str) -> PluginSpec {
+        PluginSpec {
+            name: name.into(),
+            dir: PathBuf::new(),
+            runtime: Runtime::Exec,
+            entry: PathBuf::new(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            python: None,
+            node: None,
+            startup_timeout_s: DEFAULT_STARTUP_TIMEOUT_S,
+            call_timeout_s: DEFAULT_CALL_TIMEOUT_S,
+            max_total_s: DEFAULT_MAX_TOTAL_S,
+            restart: RestartPolicy::default(),
+            ping_interval: Duration::from_millis(DEFAULT_PING_INTERVAL_MS),
+            hung_timeout: Duration::from_millis(DEFAULT_HUNG_TIMEOUT_MS),
+            version: String::new(),
+            capabilities: DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect(),
+            max_concurrency: 0,
+            env_passthrough: Vec::new(),
+            allow_loader_env: false,
+            sandbox: SandboxSpec::default(),
+        }
+    }
+
     /// Reads `dir/plugin.json` if present, else infers the runtime from the files in
     /// `dir`. `dir` need not be absolute.
     pub fn load(dir: &Path) -> Result<PluginSpec, ManifestError> {
@@ -822,7 +850,10 @@ mod tests {
         let dir = root.join("empty");
         std::fs::create_dir_all(&dir).unwrap();
         let err = PluginSpec::load(&dir).unwrap_err().to_string();
-        assert!(err.contains("cannot infer the runtime"), "{err}");
+        assert!(
+            err.contains("not a plugin directory") && err.contains("cannot infer the runtime"),
+            "{err}"
+        );
         std::fs::remove_dir_all(root).unwrap();
     }
 }

@@ -56,6 +56,9 @@ pub struct RunOptions {
     pub data_dir: PathBuf,
     /// Extra plugin roots besides `<data_dir>/plugins`.
     pub plugin_dirs: Vec<PathBuf>,
+    /// Single plugin folders to load as well (`hearth dev PLUGIN_DIR`); watched like
+    /// the roots with `watch`.
+    pub plugin_paths: Vec<PathBuf>,
     /// Optional TCP loopback address to serve on as well.
     pub listen: Option<std::net::SocketAddr>,
     /// Grace between `Shutdown` and SIGTERM.
@@ -338,6 +341,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                     .chain(
                         opts.plugin_dirs
                             .iter()
+                            .chain(&opts.plugin_paths)
                             .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
                     )
                     .collect(),
@@ -358,26 +362,27 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     // tonic reads and decodes the body (AdminAuth, PluginAuth): an unauthenticated call
     // costs its headers, not its (up to 64 MiB) message.
     let make_router = || {
-        use crate::grpc::{AdminAuth, PluginAuth};
+        use crate::grpc::{AdminAuth, PluginAuth, SessionGate};
         use tonic::service::interceptor::InterceptedService;
         let admin_auth = AdminAuth::new(&admin_token);
-        let plugin_auth = PluginAuth::host_services(supervisor.clone());
+        let plugin_auth = PluginAuth::host_services(supervisor.clone()).admin_token(&admin_token);
         let router = tonic::transport::Server::builder()
             // Every waiting chat is a stream: allow as many as conversations can queue
             // (hyper's default is 200 per connection).
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-            .add_service(InterceptedService::new(
+            // A refused session is answered after the plugin's handshake writes
+            // (grpc::session_gate: grpcio would report INTERNAL instead).
+            .add_service(SessionGate::new(InterceptedService::new(
                 PluginHostServer::new(PluginHostService::new(supervisor.clone()))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-                PluginAuth::session(supervisor.clone()),
-            ))
+                PluginAuth::session(supervisor.clone()).admin_token(&admin_token),
+            )))
             .add_service(InterceptedService::new(
-                AdminServer::new(AdminService::new(
-                    router.clone(),
-                    sources.clone(),
-                    admin_token.clone(),
-                ))
+                AdminServer::new(
+                    AdminService::new(router.clone(), sources.clone(), admin_token.clone())
+                        .with_policies(agent.policies()),
+                )
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
                 admin_auth.clone(),
@@ -394,9 +399,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             ))
             .add_service(InterceptedService::new(
                 LlmServer::new(LlmService::new(sources.clone(), supervisor.clone())),
-                plugin_auth,
+                plugin_auth.clone(),
             ));
-        host.add_to(router)
+        host.add_to(router, plugin_auth)
     };
     let mut servers = Vec::new();
     let unix_stop = stop.clone();
@@ -422,11 +427,16 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             tracing::error!("--plugins {}: not a directory", root.display());
         }
     }
-    let dirs = discover(&roots);
+    let mut dirs = discover(&roots);
+    dirs.extend(opts.plugin_paths.iter().cloned());
     for dir in &dirs {
         let _ = supervisor.load(dir);
     }
-    tracing::info!("broker ready: {} plugin dir(s) found", dirs.len());
+    tracing::info!(
+        "broker ready: {} found",
+        crate::term::count(dirs.len(), "plugin dir", "plugin dirs")
+    );
+    roots.extend(opts.plugin_paths.iter().cloned());
     let _watcher = if opts.watch {
         Some(crate::watch::spawn(supervisor.clone(), &roots).context("--watch")?)
     } else {

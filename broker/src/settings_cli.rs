@@ -30,7 +30,9 @@ pub enum SettingsCommand {
         show_secrets: bool,
     },
     /// Write one value: VALUE is JSON (`3`, `true`, `"text"`, `{"a":1}`), else taken
-    /// as a string.
+    /// as a string. A key with a def (`hearth settings defs`) must get a value of its
+    /// type (`string`, `number`, `integer`, `boolean`); for a `string` key VALUE is
+    /// always text.
     Set {
         /// The key.
         key: String,
@@ -146,7 +148,17 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
             secret,
         } => {
             let scope = scope(plugin);
-            let parsed = serde_json::from_str::<Value>(&value).unwrap_or(Value::String(value));
+            // A key defined as a string takes VALUE as text even when it reads as
+            // JSON (`123`, `true`); a JSON string literal (`"123"`) still works.
+            let string_def = settings
+                .defs(&scope, &key)
+                .await?
+                .iter()
+                .any(|d| d.key == key && d.r#type == "string");
+            let parsed = match serde_json::from_str::<Value>(&value) {
+                Ok(v) if v.is_string() || !string_def => v,
+                _ => Value::String(value),
+            };
             settings.set(&scope, &key, parsed).await?;
             if secret {
                 define_secret(&settings, &scope, &key).await?;

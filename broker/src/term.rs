@@ -239,6 +239,12 @@ impl VisitFmt for EscapedVisitor<'_> {
     }
 }
 
+/// `n` and the noun that fits it, for messages: `count(1, "turn", "turns")` is
+/// `1 turn`, `count(3, "crash", "crashes")` is `3 crashes` (no `turn(s)`).
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;

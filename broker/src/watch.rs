@@ -2,8 +2,12 @@
 //!
 //! Only writes, creations, renames and removals count (not reads or metadata), and
 //! they are debounced (300 ms) so an editor's save or a build's burst of writes is
-//! one reload. Changes under `__pycache__`, `node_modules`, `target` and hidden
-//! directories, and editor swap/backup files, are ignored.
+//! one reload. Each reload runs on its own ([`Supervisor::reload`]: the new version
+//! starts beside the serving one, which keeps serving if the new one fails): a slow
+//! or broken plugin never holds up another's reload, and a newer change to the same
+//! plugin supersedes a reload still in progress. Changes under `__pycache__`,
+//! `node_modules`, `target` and hidden directories, and editor swap/backup files, are
+//! ignored.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -13,13 +17,14 @@ use std::time::Duration;
 use notify::event::{EventKind, ModifyKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
+use crate::error::PluginError;
 use crate::supervisor::Supervisor;
 
 /// Quiet period after the last change before a reload.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
 
 /// True for paths whose changes are not code changes.
-fn ignored(path: &Path) -> bool {
+pub(crate) fn ignored(path: &Path) -> bool {
     let noisy_dir = path.components().any(|c| match c {
         Component::Normal(n) => {
             let n = n.to_string_lossy();
@@ -52,10 +57,21 @@ fn is_change(kind: &EventKind) -> bool {
 /// changed file. Keep the returned watcher alive for as long as watching should go on.
 pub fn spawn(supervisor: Arc<Supervisor>, roots: &[PathBuf]) -> notify::Result<RecommendedWatcher> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
+    // Noise is judged below the watched root: a root inside a hidden folder
+    // (`~/.config/…`, a `/tmp/.tmpXXXX` test dir) still has its changes seen.
+    let watched: Vec<PathBuf> = roots.to_vec();
+    let below_root = move |p: &Path| -> bool {
+        let rel = watched
+            .iter()
+            .filter_map(|r| p.strip_prefix(r).ok())
+            .min_by_key(|rel| rel.components().count())
+            .unwrap_or(p);
+        !ignored(rel)
+    };
     let mut watcher =
         notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
             Ok(event) if is_change(&event.kind) => {
-                for path in event.paths.into_iter().filter(|p| !ignored(p)) {
+                for path in event.paths.into_iter().filter(|p| below_root(p)) {
                     let _ = tx.send(path);
                 }
             }
@@ -69,12 +85,15 @@ pub fn spawn(supervisor: Arc<Supervisor>, roots: &[PathBuf]) -> notify::Result<R
         }
     }
     tokio::spawn(async move {
+        // Reloads in progress; dropped (aborted) with this task.
+        let mut reloads = tokio::task::JoinSet::new();
         while let Some(first) = rx.recv().await {
             // Debounce: collect until the tree has been quiet for DEBOUNCE.
             let mut paths = vec![first];
             while let Ok(Some(p)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {
                 paths.push(p);
             }
+            while reloads.try_join_next().is_some() {}
             let plugins = supervisor.plugins();
             let mut changed = BTreeSet::new();
             for path in &paths {
@@ -84,10 +103,16 @@ pub fn spawn(supervisor: Arc<Supervisor>, roots: &[PathBuf]) -> notify::Result<R
             }
             for name in changed {
                 tracing::info!(plugin = %name, "--watch: files changed; reloading");
-                match supervisor.reload(&name).await {
-                    Ok(_) => tracing::info!(plugin = %name, "--watch: reloaded"),
-                    Err(e) => tracing::error!(plugin = %name, "--watch: reload failed: {e}"),
-                }
+                let supervisor = supervisor.clone();
+                reloads.spawn(async move {
+                    match supervisor.reload(&name).await {
+                        Ok(_) => tracing::info!(plugin = %name, "--watch: reloaded"),
+                        Err(e @ PluginError::Superseded { .. }) => {
+                            tracing::info!(plugin = %name, "--watch: {e}")
+                        }
+                        Err(e) => tracing::error!(plugin = %name, "--watch: {e}"),
+                    }
+                });
             }
         }
     });

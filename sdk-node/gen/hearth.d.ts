@@ -774,6 +774,8 @@ export namespace hearth {
             public unloadPlugin(request: hearth.v1.IUnloadPluginRequest): Promise<hearth.v1.UnloadPluginResponse>;
             public reloadPlugin(request: hearth.v1.IReloadPluginRequest, callback: hearth.v1.Admin.ReloadPluginCallback): void;
             public reloadPlugin(request: hearth.v1.IReloadPluginRequest): Promise<hearth.v1.ReloadPluginResponse>;
+            public attachToken(request: hearth.v1.IAttachTokenRequest, callback: hearth.v1.Admin.AttachTokenCallback): void;
+            public attachToken(request: hearth.v1.IAttachTokenRequest): Promise<hearth.v1.AttachTokenResponse>;
             public pluginLogs(request: hearth.v1.IPluginLogsRequest, callback: hearth.v1.Admin.PluginLogsCallback): void;
             public pluginLogs(request: hearth.v1.IPluginLogsRequest): Promise<hearth.v1.LogLine>;
             public listSources(request: hearth.v1.IListSourcesRequest, callback: hearth.v1.Admin.ListSourcesCallback): void;
@@ -797,6 +799,8 @@ export namespace hearth {
             type UnloadPluginCallback = (error: (Error|null), response?: hearth.v1.UnloadPluginResponse) => void;
 
             type ReloadPluginCallback = (error: (Error|null), response?: hearth.v1.ReloadPluginResponse) => void;
+
+            type AttachTokenCallback = (error: (Error|null), response?: hearth.v1.AttachTokenResponse) => void;
 
             type PluginLogsCallback = (error: (Error|null), response?: hearth.v1.LogLine) => void;
 
@@ -846,6 +850,7 @@ export namespace hearth {
             sdk?: (string|null);
             startupMs?: (number|null);
             sandbox?: (string|null);
+            attached?: (boolean|null);
         }
 
         class PluginStatus implements IPluginStatus {
@@ -864,6 +869,7 @@ export namespace hearth {
             public sdk: string;
             public startupMs: number;
             public sandbox: string;
+            public attached: boolean;
             public static create(properties?: hearth.v1.IPluginStatus): hearth.v1.PluginStatus;
             public static encode(message: hearth.v1.IPluginStatus, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginStatus;
@@ -987,6 +993,42 @@ export namespace hearth {
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 
+        interface IAttachTokenRequest {
+            name?: (string|null);
+            ttlS?: (number|null);
+        }
+
+        class AttachTokenRequest implements IAttachTokenRequest {
+            constructor(properties?: hearth.v1.IAttachTokenRequest);
+            public name: string;
+            public ttlS: number;
+            public static create(properties?: hearth.v1.IAttachTokenRequest): hearth.v1.AttachTokenRequest;
+            public static encode(message: hearth.v1.IAttachTokenRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.AttachTokenRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IAttachTokenResponse {
+            name?: (string|null);
+            addr?: (string|null);
+            token?: (string|null);
+            expiresInMs?: (number|Long|null);
+            loaded?: (boolean|null);
+        }
+
+        class AttachTokenResponse implements IAttachTokenResponse {
+            constructor(properties?: hearth.v1.IAttachTokenResponse);
+            public name: string;
+            public addr: string;
+            public token: string;
+            public expiresInMs: (number|Long);
+            public loaded: boolean;
+            public static create(properties?: hearth.v1.IAttachTokenResponse): hearth.v1.AttachTokenResponse;
+            public static encode(message: hearth.v1.IAttachTokenResponse, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.AttachTokenResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
         interface IPluginLogsRequest {
             name?: (string|null);
             tail?: (number|null);
@@ -1009,6 +1051,7 @@ export namespace hearth {
             stream?: (string|null);
             text?: (string|null);
             unixMs?: (number|Long|null);
+            pid?: (number|null);
         }
 
         class LogLine implements ILogLine {
@@ -1017,6 +1060,7 @@ export namespace hearth {
             public stream: string;
             public text: string;
             public unixMs: (number|Long);
+            public pid: number;
             public static create(properties?: hearth.v1.ILogLine): hearth.v1.LogLine;
             public static encode(message: hearth.v1.ILogLine, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.LogLine;
@@ -1072,6 +1116,8 @@ export namespace hearth {
             timeoutMs?: (number|null);
             userId?: (string|null);
             groupId?: (string|null);
+            policies?: (boolean|null);
+            confirmed?: (boolean|null);
         }
 
         class CallToolRequest implements ICallToolRequest {
@@ -1081,6 +1127,8 @@ export namespace hearth {
             public timeoutMs: number;
             public userId: string;
             public groupId: string;
+            public policies: boolean;
+            public confirmed: boolean;
             public static create(properties?: hearth.v1.ICallToolRequest): hearth.v1.CallToolRequest;
             public static encode(message: hearth.v1.ICallToolRequest, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.CallToolRequest;
@@ -1095,6 +1143,7 @@ export namespace hearth {
             dataJson?: (string|null);
             error?: (string|null);
             elapsedUs?: (number|Long|null);
+            needsConfirmation?: (boolean|null);
         }
 
         class CallToolResponse implements ICallToolResponse {
@@ -1106,6 +1155,7 @@ export namespace hearth {
             public dataJson: string;
             public error: string;
             public elapsedUs: (number|Long);
+            public needsConfirmation: boolean;
             public static create(properties?: hearth.v1.ICallToolResponse): hearth.v1.CallToolResponse;
             public static encode(message: hearth.v1.ICallToolResponse, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.CallToolResponse;

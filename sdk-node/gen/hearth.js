@@ -3880,6 +3880,11 @@ $root.hearth = (function() {
             }, "name", { value: "ReloadPlugin" });
 
 
+            Object.defineProperty(Admin.prototype.attachToken = function attachToken(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, attachToken, $root.hearth.v1.AttachTokenRequest, $root.hearth.v1.AttachTokenResponse, request, callback);
+            }, "name", { value: "AttachToken" });
+
+
             Object.defineProperty(Admin.prototype.pluginLogs = function pluginLogs(request, callback) {
                 return $protobuf.rpc.Service.prototype.rpcCall.call(this, pluginLogs, $root.hearth.v1.PluginLogsRequest, $root.hearth.v1.LogLine, request, callback);
             }, "name", { value: "PluginLogs" });
@@ -4013,6 +4018,7 @@ $root.hearth = (function() {
             PluginStatus.prototype.sdk = "";
             PluginStatus.prototype.startupMs = 0;
             PluginStatus.prototype.sandbox = "";
+            PluginStatus.prototype.attached = false;
 
             PluginStatus.create = function create(properties) {
                 return new PluginStatus(properties);
@@ -4054,6 +4060,8 @@ $root.hearth = (function() {
                     writer.uint32(104).uint32(message.startupMs);
                 if (message.sandbox != null && Object.hasOwnProperty.call(message, "sandbox"))
                     writer.uint32(114).string(message.sandbox);
+                if (message.attached != null && Object.hasOwnProperty.call(message, "attached"))
+                    writer.uint32(120).bool(message.attached);
                 return writer;
             };
 
@@ -4136,6 +4144,10 @@ $root.hearth = (function() {
                         }
                     case 14: {
                             message.sandbox = reader.string();
+                            break;
+                        }
+                    case 15: {
+                            message.attached = reader.bool();
                             break;
                         }
                     default:
@@ -4858,6 +4870,195 @@ $root.hearth = (function() {
             return ReloadPluginResponse;
         })();
 
+        v1.AttachTokenRequest = (function() {
+
+            function AttachTokenRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            AttachTokenRequest.prototype.name = "";
+            AttachTokenRequest.prototype.ttlS = 0;
+
+            AttachTokenRequest.create = function create(properties) {
+                return new AttachTokenRequest(properties);
+            };
+
+            AttachTokenRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.name != null && Object.hasOwnProperty.call(message, "name"))
+                    writer.uint32(10).string(message.name);
+                if (message.ttlS != null && Object.hasOwnProperty.call(message, "ttlS"))
+                    writer.uint32(16).uint32(message.ttlS);
+                return writer;
+            };
+
+            AttachTokenRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.AttachTokenRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.name = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.ttlS = reader.uint32();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            AttachTokenRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.AttachTokenRequest";
+            };
+
+            return AttachTokenRequest;
+        })();
+
+        v1.AttachTokenResponse = (function() {
+
+            function AttachTokenResponse(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            AttachTokenResponse.prototype.name = "";
+            AttachTokenResponse.prototype.addr = "";
+            AttachTokenResponse.prototype.token = "";
+            AttachTokenResponse.prototype.expiresInMs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+            AttachTokenResponse.prototype.loaded = false;
+
+            AttachTokenResponse.create = function create(properties) {
+                return new AttachTokenResponse(properties);
+            };
+
+            AttachTokenResponse.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.name != null && Object.hasOwnProperty.call(message, "name"))
+                    writer.uint32(10).string(message.name);
+                if (message.addr != null && Object.hasOwnProperty.call(message, "addr"))
+                    writer.uint32(18).string(message.addr);
+                if (message.token != null && Object.hasOwnProperty.call(message, "token"))
+                    writer.uint32(26).string(message.token);
+                if (message.expiresInMs != null && Object.hasOwnProperty.call(message, "expiresInMs"))
+                    writer.uint32(32).uint64(message.expiresInMs);
+                if (message.loaded != null && Object.hasOwnProperty.call(message, "loaded"))
+                    writer.uint32(40).bool(message.loaded);
+                return writer;
+            };
+
+            AttachTokenResponse.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.AttachTokenResponse();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.name = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.addr = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.token = reader.string();
+                            break;
+                        }
+                    case 4: {
+                            message.expiresInMs = reader.uint64();
+                            break;
+                        }
+                    case 5: {
+                            message.loaded = reader.bool();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            AttachTokenResponse.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.AttachTokenResponse";
+            };
+
+            return AttachTokenResponse;
+        })();
+
         v1.PluginLogsRequest = (function() {
 
             function PluginLogsRequest(properties) {
@@ -4962,6 +5163,7 @@ $root.hearth = (function() {
             LogLine.prototype.stream = "";
             LogLine.prototype.text = "";
             LogLine.prototype.unixMs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+            LogLine.prototype.pid = 0;
 
             LogLine.create = function create(properties) {
                 return new LogLine(properties);
@@ -4982,6 +5184,8 @@ $root.hearth = (function() {
                     writer.uint32(26).string(message.text);
                 if (message.unixMs != null && Object.hasOwnProperty.call(message, "unixMs"))
                     writer.uint32(32).uint64(message.unixMs);
+                if (message.pid != null && Object.hasOwnProperty.call(message, "pid"))
+                    writer.uint32(40).uint32(message.pid);
                 return writer;
             };
 
@@ -5022,6 +5226,10 @@ $root.hearth = (function() {
                         }
                     case 4: {
                             message.unixMs = reader.uint64();
+                            break;
+                        }
+                    case 5: {
+                            message.pid = reader.uint32();
                             break;
                         }
                     default:
@@ -5309,6 +5517,8 @@ $root.hearth = (function() {
             CallToolRequest.prototype.timeoutMs = 0;
             CallToolRequest.prototype.userId = "";
             CallToolRequest.prototype.groupId = "";
+            CallToolRequest.prototype.policies = false;
+            CallToolRequest.prototype.confirmed = false;
 
             CallToolRequest.create = function create(properties) {
                 return new CallToolRequest(properties);
@@ -5331,6 +5541,10 @@ $root.hearth = (function() {
                     writer.uint32(34).string(message.userId);
                 if (message.groupId != null && Object.hasOwnProperty.call(message, "groupId"))
                     writer.uint32(42).string(message.groupId);
+                if (message.policies != null && Object.hasOwnProperty.call(message, "policies"))
+                    writer.uint32(48).bool(message.policies);
+                if (message.confirmed != null && Object.hasOwnProperty.call(message, "confirmed"))
+                    writer.uint32(56).bool(message.confirmed);
                 return writer;
             };
 
@@ -5377,6 +5591,14 @@ $root.hearth = (function() {
                             message.groupId = reader.string();
                             break;
                         }
+                    case 6: {
+                            message.policies = reader.bool();
+                            break;
+                        }
+                    case 7: {
+                            message.confirmed = reader.bool();
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -5416,6 +5638,7 @@ $root.hearth = (function() {
             CallToolResponse.prototype.dataJson = "";
             CallToolResponse.prototype.error = "";
             CallToolResponse.prototype.elapsedUs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+            CallToolResponse.prototype.needsConfirmation = false;
 
             CallToolResponse.create = function create(properties) {
                 return new CallToolResponse(properties);
@@ -5442,6 +5665,8 @@ $root.hearth = (function() {
                     writer.uint32(50).string(message.error);
                 if (message.elapsedUs != null && Object.hasOwnProperty.call(message, "elapsedUs"))
                     writer.uint32(56).uint64(message.elapsedUs);
+                if (message.needsConfirmation != null && Object.hasOwnProperty.call(message, "needsConfirmation"))
+                    writer.uint32(64).bool(message.needsConfirmation);
                 return writer;
             };
 
@@ -5494,6 +5719,10 @@ $root.hearth = (function() {
                         }
                     case 7: {
                             message.elapsedUs = reader.uint64();
+                            break;
+                        }
+                    case 8: {
+                            message.needsConfirmation = reader.bool();
                             break;
                         }
                     default:

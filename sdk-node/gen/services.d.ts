@@ -15,6 +15,7 @@ export declare const AdminService: {
   loadPlugin: MethodDefinition<hearth.v1.ILoadPluginRequest, hearth.v1.LoadPluginResponse> & { originalName: string };
   unloadPlugin: MethodDefinition<hearth.v1.IUnloadPluginRequest, hearth.v1.UnloadPluginResponse> & { originalName: string };
   reloadPlugin: MethodDefinition<hearth.v1.IReloadPluginRequest, hearth.v1.ReloadPluginResponse> & { originalName: string };
+  attachToken: MethodDefinition<hearth.v1.IAttachTokenRequest, hearth.v1.AttachTokenResponse> & { originalName: string };
   pluginLogs: MethodDefinition<hearth.v1.IPluginLogsRequest, hearth.v1.LogLine> & { originalName: string };
   listSources: MethodDefinition<hearth.v1.IListSourcesRequest, hearth.v1.ListSourcesResponse> & { originalName: string };
   useSource: MethodDefinition<hearth.v1.IUseSourceRequest, hearth.v1.ListSourcesResponse> & { originalName: string };

@@ -75,6 +75,16 @@ exports.AdminService = {
     responseDeserialize: deserialize(v1.ReloadPluginResponse),
     originalName: 'ReloadPlugin',
   },
+  attachToken: {
+    path: '/hearth.v1.Admin/AttachToken',
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: serialize(v1.AttachTokenRequest),
+    requestDeserialize: deserialize(v1.AttachTokenRequest),
+    responseSerialize: serialize(v1.AttachTokenResponse),
+    responseDeserialize: deserialize(v1.AttachTokenResponse),
+    originalName: 'AttachToken',
+  },
   pluginLogs: {
     path: '/hearth.v1.Admin/PluginLogs',
     requestStream: false,

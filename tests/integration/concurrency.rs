@@ -512,7 +512,7 @@ async fn policies_and_confirmations_stay_per_user_and_per_turn_under_concurrency
     }
     texts.sort();
     assert!(
-        texts[0].starts_with("Error: tool cool was not run: it is cooling down for user cat"),
+        texts[0].starts_with("Error: cooldown: tool cool may be called again by user `cat` in"),
         "{texts:?}"
     );
     assert!(texts[1].contains("for cat"), "{texts:?}");

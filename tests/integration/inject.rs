@@ -171,7 +171,9 @@ async fn ai_tool_policies_are_enforced_by_the_broker() {
         );
         let refused = f.iter().find(|c| !c.1).unwrap();
         assert!(
-            refused.2.contains("at most 1 time(s) per conversation"),
+            refused
+                .2
+                .contains("may be called at most once per conversation"),
             "{f:?}"
         );
         assert!(
@@ -185,7 +187,10 @@ async fn ai_tool_policies_are_enforced_by_the_broker() {
     assert!(f[0].1 && f[0].2.contains("cool ran #1 for ann"), "{f:?}");
     let f = finished(&b.chat("cool", "ann").await);
     assert!(
-        !f[0].1 && f[0].2.contains("cooling down for user ann"),
+        !f[0].1
+            && f[0]
+                .2
+                .contains("cooldown: tool cool may be called again by user `ann` in"),
         "{f:?}"
     );
     let f = finished(&b.chat("cool", "bob").await);

@@ -3,7 +3,10 @@
 #![allow(unreachable_pub, missing_docs)]
 
 mod agent;
+mod author;
+mod cli_edges;
 mod concurrency;
+mod dev;
 mod families;
 mod harness;
 mod host;

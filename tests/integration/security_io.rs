@@ -302,9 +302,10 @@ async fn big_unauthenticated_calls_are_refused_before_their_body_is_read() {
     .await;
     for e in &errors {
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
-        assert_eq!(
-            e.message(),
-            "x-hearth-token does not match any running plugin"
+        assert!(
+            e.message()
+                .starts_with("x-hearth-token does not match any running plugin;"),
+            "{e:?}"
         );
     }
     assert!(took < Duration::from_secs(10), "refusals took {took:?}");

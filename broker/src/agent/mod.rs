@@ -125,7 +125,7 @@ impl EventSink {
 #[non_exhaustive]
 pub enum AgentError {
     /// The conversation already holds `queue_per_conversation` waiting inputs.
-    #[error("conversation {conversation} is busy: {waiting} message(s) already wait for their turn ([agent] queue_per_conversation = {limit}); try again when it has answered")]
+    #[error("conversation {conversation} is busy: {} already wait for their turn ([agent] queue_per_conversation = {limit}); try again when it has answered", crate::term::count(*.waiting, "message", "messages"))]
     Busy {
         /// Which conversation.
         conversation: String,
@@ -281,6 +281,12 @@ impl Agent {
         self.shared.deps.policies.answer(confirm_id, approved)
     }
 
+    /// The `ai.tool` policy state of every turn (cooldowns, confirmations): calls made
+    /// outside a turn with policies (`Admin.CallTool`) share it.
+    pub fn policies(&self) -> Arc<crate::pipeline::policy::Policies> {
+        self.shared.deps.policies.clone()
+    }
+
     /// Turns running, inputs waiting and active conversations.
     pub fn load(&self) -> Load {
         self.shared.state.lock().unwrap().scheduler.load()
@@ -298,8 +304,8 @@ impl Agent {
         };
         if !drained.is_empty() {
             tracing::info!(
-                "{} waiting message(s) not processed: the broker is stopping",
-                drained.len()
+                "{} not processed: the broker is stopping",
+                crate::term::count(drained.len(), "waiting message", "waiting messages")
             );
         }
         for job in drained {
@@ -310,7 +316,8 @@ impl Agent {
         let running = self.load().running;
         if running > 0 {
             tracing::info!(
-                "letting {running} running turn(s) finish (up to {} ms)",
+                "letting {} finish (up to {} ms)",
+                crate::term::count(running, "running turn", "running turns"),
                 grace.as_millis()
             );
         }
@@ -319,8 +326,8 @@ impl Agent {
             .is_err()
         {
             tracing::warn!(
-                "{} turn(s) still running after {} ms; cancelling them",
-                self.load().running,
+                "{} still running after {} ms; cancelling",
+                crate::term::count(self.load().running, "turn", "turns"),
                 grace.as_millis()
             );
             self.shared.cancel.cancel();

@@ -2,6 +2,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hearth_proto::v1::admin_server::Admin;
+use hearth_proto::v1::{AttachTokenRequest, AttachTokenResponse};
 use hearth_proto::v1::{
     CallToolRequest, CallToolResponse, ListPluginsRequest, ListPluginsResponse, ListToolsRequest,
     ListToolsResponse, LoadPluginRequest, LoadPluginResponse, LogLine, PluginLogsRequest,
@@ -15,6 +16,7 @@ use crate::llm::SourcePool;
 use tonic::{Request, Response, Status};
 
 use crate::error::CallError;
+use crate::pipeline::policy::{Admission, Policies, Refusal};
 use crate::router::ToolRouter;
 use crate::supervisor::{PluginSnapshot, Supervisor};
 
@@ -25,6 +27,9 @@ pub struct AdminService {
     supervisor: Arc<Supervisor>,
     sources: Arc<SourcePool>,
     token: Arc<str>,
+    /// `ai.tool` policy state for `CallTool` with `policies` (the agent's, so
+    /// cooldowns are shared with chats).
+    policies: Arc<Policies>,
 }
 
 impl AdminService {
@@ -36,7 +41,13 @@ impl AdminService {
             router,
             sources,
             token: token.into(),
+            policies: Arc::default(),
         }
+    }
+
+    /// Applies `policies` (the agent's) to `CallTool` with `policies` set.
+    pub fn with_policies(self, policies: Arc<Policies>) -> Self {
+        AdminService { policies, ..self }
     }
 
     fn sources_response(&self) -> ListSourcesResponse {
@@ -66,6 +77,37 @@ impl AdminService {
         }
     }
 
+    /// With `policies`: admits `req` under its tool's `ai.tool` policies, as a
+    /// conversation of its own ([`Policies::admit_alone`]). Err is the answer when
+    /// they refuse it (not run).
+    fn admit(
+        &self,
+        req: &CallToolRequest,
+        started: Instant,
+    ) -> Result<Option<Admission>, Box<CallToolResponse>> {
+        let tool = req
+            .policies
+            .then(|| self.supervisor.registry().get(&req.name))
+            .flatten();
+        let Some((tool, ai)) = tool.as_ref().and_then(|t| Some((t, t.ai_tool.as_ref()?))) else {
+            return Ok(None);
+        };
+        self.policies
+            .admit_alone(&req.name, ai, &req.user_id, req.confirmed)
+            .map(Some)
+            .map_err(|refusal| {
+                Box::new(CallToolResponse {
+                    tool: req.name.clone(),
+                    plugin: tool.plugin.clone(),
+                    success: false,
+                    error: refusal.message().to_string(),
+                    elapsed_us: started.elapsed().as_micros() as u64,
+                    needs_confirmation: matches!(refusal, Refusal::NeedsConfirmation(_)),
+                    ..Default::default()
+                })
+            })
+    }
+
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         super::authorize_admin(request, &self.token)
     }
@@ -87,6 +129,7 @@ fn to_wire(s: PluginSnapshot) -> PluginStatus {
         sdk: s.sdk,
         startup_ms: s.startup.map(|d| d.as_millis() as u32).unwrap_or(0),
         sandbox: s.sandbox.to_string(),
+        attached: s.attached,
     }
 }
 
@@ -95,12 +138,15 @@ fn log_line(plugin: &str, l: crate::supervisor::process::LogLine) -> LogLine {
         plugin: plugin.to_string(),
         stream: l.stream.into(),
         text: l.text,
-        unix_ms: l
-            .at
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0),
+        unix_ms: unix_ms(l.at),
+        pid: l.pid,
     }
+}
+
+fn unix_ms(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 #[tonic::async_trait]
@@ -132,11 +178,26 @@ impl Admin for AdminService {
     ) -> Result<Response<LoadPluginResponse>, Status> {
         self.authorize(&request)?;
         let path = std::path::PathBuf::from(&request.get_ref().path);
-        if !path.is_dir() {
-            return Err(Status::failed_precondition(format!(
-                "{}: not a plugin directory",
-                path.display()
-            )));
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Status::failed_precondition(format!(
+                    "{}: the directory does not exist",
+                    path.display()
+                )))
+            }
+            Err(e) => {
+                return Err(Status::failed_precondition(format!(
+                    "{}: {e}",
+                    path.display()
+                )))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(Status::failed_precondition(format!(
+                    "not a plugin directory: {} is a file (a plugin is a folder with plugin.json or an entry file)",
+                    path.display()
+                )))
+            }
+            Ok(_) => {}
         }
         let snapshot = self.supervisor.load_and_wait(&path).await?;
         Ok(Response::new(LoadPluginResponse {
@@ -152,6 +213,23 @@ impl Admin for AdminService {
         let snapshot = self.supervisor.unload(&request.get_ref().name).await?;
         Ok(Response::new(UnloadPluginResponse {
             plugin: Some(to_wire(snapshot)),
+        }))
+    }
+
+    async fn attach_token(
+        &self,
+        request: Request<AttachTokenRequest>,
+    ) -> Result<Response<AttachTokenResponse>, Status> {
+        self.authorize(&request)?;
+        let req = request.into_inner();
+        let ttl = (req.ttl_s > 0).then(|| Duration::from_secs(req.ttl_s.into()));
+        let grant = self.supervisor.attach_token(&req.name, ttl)?;
+        Ok(Response::new(AttachTokenResponse {
+            name: grant.name,
+            addr: grant.addr,
+            token: grant.token,
+            expires_in_ms: grant.expires_in.as_millis() as u64,
+            loaded: grant.loaded,
         }))
     }
 
@@ -204,8 +282,12 @@ impl Admin for AdminService {
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => LogLine {
                         plugin: name.clone(),
                         stream: "broker".into(),
-                        text: format!("…[{n} lines skipped: the reader fell behind]"),
-                        unix_ms: 0,
+                        text: format!(
+                            "…[{} skipped: the reader fell behind]",
+                            crate::term::count(n as usize, "line", "lines")
+                        ),
+                        unix_ms: unix_ms(std::time::SystemTime::now()),
+                        pid: 0,
                     },
                     // The plugin was unloaded.
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -271,6 +353,10 @@ impl Admin for AdminService {
         let req = request.into_inner();
         let started = Instant::now();
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms.into()));
+        let admission = match self.admit(&req, started) {
+            Ok(admission) => admission,
+            Err(refused) => return Ok(Response::new(*refused)),
+        };
         let sender = Sender {
             user_id: req.user_id,
             group_id: req.group_id,
@@ -282,6 +368,12 @@ impl Admin for AdminService {
             .call_json(&req.name, &req.args_json, timeout, Some(sender))
             .await;
         let elapsed_us = started.elapsed().as_micros() as u64;
+        // A call that never reached the plugin starts no cooldown.
+        if let (Some(admission), Err(e)) = (admission, &outcome) {
+            if e.not_sent() {
+                self.policies.release(admission);
+            }
+        }
         match outcome {
             Ok((plugin, r)) => Ok(Response::new(CallToolResponse {
                 tool: req.name,
@@ -291,6 +383,7 @@ impl Admin for AdminService {
                 data_json: r.data_json,
                 error: r.error,
                 elapsed_us,
+                needs_confirmation: false,
             })),
             // A schema violation is the tool's error result: the plugin was not called.
             Err(CallError::InvalidArguments { message, .. }) => {

@@ -76,15 +76,15 @@ impl HostServices {
 
     /// `router` with the five services added (DocMemory and Knowledge accept
     /// messages up to [`hearth_proto::MAX_MESSAGE_BYTES`]: documents can be large).
-    /// Each checks the caller's token before its body is read
-    /// ([`PluginAuth`](super::PluginAuth)).
+    /// Each checks the caller's token before its body is read, with `auth`
+    /// ([`PluginAuth::host_services`](super::PluginAuth::host_services)).
     pub fn add_to(
         &self,
         router: tonic::transport::server::Router,
+        auth: super::PluginAuth,
     ) -> tonic::transport::server::Router {
         use tonic::service::interceptor::InterceptedService;
         let max = hearth_proto::MAX_MESSAGE_BYTES;
-        let auth = super::PluginAuth::host_services(self.supervisor.clone());
         router
             .add_service(InterceptedService::new(
                 SettingsServer::new(self.clone()),

@@ -5,16 +5,21 @@
 //!
 //! Host-service calls carry the calling plugin's spawn token (`x-hearth-token`); each
 //! method needs a capability from the plugin's manifest ([`crate::manifest::CAPABILITIES`]).
+//! Tokens are checked before a body is read ([`AdminAuth`], [`PluginAuth`]); a refused
+//! plugin session is answered once the plugin's handshake writes are in
+//! ([`SessionGate`]), so the plugin sees UNAUTHENTICATED and why.
 
 mod admin;
 mod agent;
 mod host;
 mod plugin_host;
+mod session_gate;
 
 pub use admin::AdminService;
 pub use agent::{AgentService, InputService, LlmService};
 pub use host::HostServices;
 pub use plugin_host::PluginHostService;
+pub use session_gate::SessionGate;
 
 use crate::supervisor::Supervisor;
 
@@ -118,11 +123,70 @@ impl tonic::service::Interceptor for AdminAuth {
 /// the body is read, as [`AdminAuth`]): admits a call whose `x-hearth-token` is the
 /// token of a running plugin. Which plugin it is and whether it holds the method's
 /// capability is still decided per method by the handler.
+///
+/// A refused call is UNAUTHENTICATED with a message that says what to do (the admin
+/// token is named as such: a plugin started by hand with it gets more than "no") and
+/// a warning in the broker log, at most one a second of each kind (`RefusalLog`).
 #[derive(Debug, Clone)]
 pub struct PluginAuth {
     supervisor: std::sync::Arc<Supervisor>,
     /// The UNAUTHENTICATED message for a token no plugin has (as the handler says it).
     unknown: &'static str,
+    /// Also admit attach tokens (`hearth plugins attach-token`), valid or not: the
+    /// session handler says what is wrong with one.
+    attach_tokens: bool,
+    /// The broker's admin token, to recognize it when a plugin sends it.
+    admin_token: Option<std::sync::Arc<str>>,
+    /// `session` or `host service`, for the log.
+    what: &'static str,
+    log: std::sync::Arc<RefusalLog>,
+}
+
+/// What a process started by hand needs: one line appended to token refusals.
+const ATTACH_HINT: &str =
+    "a plugin started by hand needs HEARTH_TOKEN from `hearth plugins attach-token NAME`";
+
+/// Warnings for refused plugin tokens, at most one a second of each kind (no token,
+/// the admin token, an unknown token …): the first refusal of a kind in a second is
+/// logged, later ones are counted and the count is told with the next one logged (a
+/// plugin retrying in a loop cannot flood the log).
+#[derive(Debug, Default)]
+struct RefusalLog {
+    /// Per kind: second (since `started`) of its last warning, refusals not logged since.
+    kinds: std::sync::Mutex<std::collections::HashMap<&'static str, (u64, u64)>>,
+    started: std::sync::OnceLock<std::time::Instant>,
+}
+
+impl RefusalLog {
+    fn warn(&self, what: &str, kind: &'static str, detail: &str) {
+        let second = self
+            .started
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_secs();
+        let skipped = {
+            let mut kinds = self.kinds.lock().unwrap();
+            match kinds.get_mut(kind) {
+                Some((last, skipped)) if *last == second => {
+                    *skipped += 1;
+                    return;
+                }
+                Some((last, skipped)) => {
+                    *last = second;
+                    std::mem::take(skipped)
+                }
+                None => {
+                    kinds.insert(kind, (second, 0));
+                    0
+                }
+            }
+        };
+        if skipped > 0 {
+            tracing::warn!("plugin {what} refused: {kind}{detail} ({skipped} more not logged)");
+        } else {
+            tracing::warn!("plugin {what} refused: {kind}{detail}");
+        }
+    }
 }
 
 impl PluginAuth {
@@ -131,6 +195,10 @@ impl PluginAuth {
         PluginAuth {
             supervisor,
             unknown: "x-hearth-token does not match any running plugin",
+            attach_tokens: false,
+            admin_token: None,
+            what: "host-service call",
+            log: Default::default(),
         }
     }
 
@@ -141,15 +209,73 @@ impl PluginAuth {
             supervisor,
             unknown:
                 "x-hearth-token does not match any plugin the broker started (wrong or stale token)",
+            attach_tokens: true,
+            admin_token: None,
+            what: "session (PluginHost.Attach)",
+            log: Default::default(),
         }
+    }
+
+    /// Knows `token` as the broker's admin token, to say so when a plugin sends it.
+    pub fn admin_token(self, token: &str) -> PluginAuth {
+        PluginAuth {
+            admin_token: Some(token.into()),
+            ..self
+        }
+    }
+
+    /// UNAUTHENTICATED for `token` (`None`: no `x-hearth-token` at all), logged.
+    fn refuse(&self, token: Option<&str>) -> Status {
+        let (kind, detail, message) = match token {
+            None => (
+                "no x-hearth-token",
+                String::new(),
+                format!(
+                    "missing metadata `{}`: {ATTACH_HINT}",
+                    hearth_proto::TOKEN_METADATA
+                ),
+            ),
+            Some(t)
+                if self
+                    .admin_token
+                    .as_deref()
+                    .is_some_and(|admin| crate::supervisor::same_secret(t, admin)) =>
+            {
+                (
+                    "the admin token was sent as a plugin token",
+                    String::new(),
+                    "this is the admin token (<data_dir>/admin.token); plugins need a spawn or attach token: see `hearth plugins attach-token NAME`".to_string(),
+                )
+            }
+            Some(t) => (
+                "unknown token",
+                format!(" ({} characters)", t.chars().count()),
+                format!("{}; {ATTACH_HINT}", self.unknown),
+            ),
+        };
+        self.log.warn(self.what, kind, &detail);
+        Status::unauthenticated(message)
     }
 }
 
 impl tonic::service::Interceptor for PluginAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let token = metadata(&request, hearth_proto::TOKEN_METADATA)?;
+        let token = match metadata(&request, hearth_proto::TOKEN_METADATA) {
+            Ok(token) => token,
+            Err(status) => {
+                let present = request.metadata().get(hearth_proto::TOKEN_METADATA);
+                if present.is_none() {
+                    return Err(self.refuse(None));
+                }
+                self.log.warn(self.what, "x-hearth-token is not ASCII", "");
+                return Err(status);
+            }
+        };
         let Some(plugin) = self.supervisor.plugin_for_token(token) else {
-            return Err(Status::unauthenticated(self.unknown));
+            if self.attach_tokens && self.supervisor.is_attach_token(token) {
+                return Ok(request);
+            }
+            return Err(self.refuse(Some(token)));
         };
         let mut request = request;
         request.extensions_mut().insert(Caller(plugin));

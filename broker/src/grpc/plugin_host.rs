@@ -31,7 +31,17 @@ impl PluginHost for PluginHostService {
         request: Request<Streaming<PluginMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let token = super::metadata(&request, hearth_proto::TOKEN_METADATA)?.to_string();
-        let rx = self.supervisor.attach(&token, request.into_inner())?;
+        // The dialing process, from the Unix socket's peer credentials (SO_PEERCRED):
+        // what `plugins list` shows for a process attached by hand.
+        let peer_pid = request
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+            .and_then(|c| c.peer_cred)
+            .and_then(|c| c.pid())
+            .and_then(|pid| u32::try_from(pid).ok());
+        let rx = self
+            .supervisor
+            .attach(&token, request.into_inner(), peer_pid)?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

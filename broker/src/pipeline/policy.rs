@@ -34,6 +34,24 @@ pub struct Policies {
     next_confirm: AtomicU64,
 }
 
+/// Why [`Policies::admit_alone`] did not admit a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The tool's `confirm` policy: the user has to approve the call first.
+    NeedsConfirmation(String),
+    /// `max_calls` or `cooldown` (the text names which, and what is left).
+    Policy(String),
+}
+
+impl Refusal {
+    /// The text saying why.
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::NeedsConfirmation(m) | Refusal::Policy(m) => m,
+        }
+    }
+}
+
 /// A cooldown started by [`Policies::admit`]; [`Policies::release`] takes it back
 /// when the call does not run after all.
 #[derive(Debug)]
@@ -56,9 +74,13 @@ impl Policies {
     ) -> Result<Admission, String> {
         let count = counts.entry(tool.to_string()).or_insert(0);
         if ai.max_calls > 0 && *count >= ai.max_calls {
+            let times = match ai.max_calls {
+                1 => "once".to_string(),
+                2 => "twice".to_string(),
+                n => format!("{n} times"),
+            };
             return Err(format!(
-                "tool {tool} was not run: it may be called at most {} time(s) per conversation (max_calls)",
-                ai.max_calls
+                "max_calls: tool {tool} may be called at most {times} per conversation; this call was not run"
             ));
         }
         let mut admission = Admission {
@@ -71,9 +93,14 @@ impl Policies {
             let mut cooldowns = self.cooldowns.lock().unwrap();
             let previous = cooldowns.get(&key).copied();
             if let Some(until) = previous.filter(|until| *until > now) {
+                let who = if user.is_empty() {
+                    "the same (anonymous) user".to_string()
+                } else {
+                    format!("user `{user}`")
+                };
                 return Err(format!(
-                    "tool {tool} was not run: it is cooling down for user {user} ({:.1} s left of its {} s cooldown)",
-                    (until - now).as_secs_f64(),
+                    "cooldown: tool {tool} may be called again by {who} in {} (its cooldown is {} s); this call was not run",
+                    seconds_left(until - now),
                     ai.cooldown_s
                 ));
             }
@@ -85,6 +112,28 @@ impl Policies {
         }
         *count += 1;
         Ok(admission)
+    }
+
+    /// Admits one call of `tool` (policy `ai`) by `user` made outside any turn
+    /// (`Admin.CallTool` with `policies`, `hearth tools call --policies`): the call is
+    /// a conversation of its own, so `max_calls` sees it alone, and its `cooldown` is
+    /// the same per-user state chats use. A `confirm` tool runs only `confirmed` (the
+    /// client asked the user beforehand); that is checked first, so such a refusal
+    /// starts no cooldown.
+    pub fn admit_alone(
+        &self,
+        tool: &str,
+        ai: &AiTool,
+        user: &str,
+        confirmed: bool,
+    ) -> Result<Admission, Refusal> {
+        if ai.confirm && !confirmed {
+            return Err(Refusal::NeedsConfirmation(format!(
+                "confirm: tool {tool} runs only once the user approved it; this call was not run (ask, then call again confirmed)"
+            )));
+        }
+        self.admit(tool, ai, user, &mut HashMap::new())
+            .map_err(Refusal::Policy)
     }
 
     /// Takes back the cooldown `admission` started (the call did not run).
@@ -126,6 +175,16 @@ impl Policies {
     }
 }
 
+/// `12 s` (whole seconds, rounded up), or `2.5 s` under ten seconds.
+fn seconds_left(left: Duration) -> String {
+    let s = left.as_secs_f64();
+    if s >= 10.0 {
+        format!("{} s", s.ceil())
+    } else {
+        format!("{:.1} s", (s * 10.0).ceil() / 10.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,7 +200,18 @@ mod tests {
         assert!(p.admit("t", &ai, "u", &mut counts).is_ok());
         assert!(p.admit("t", &ai, "u", &mut counts).is_ok());
         let e = p.admit("t", &ai, "u", &mut counts).unwrap_err();
-        assert!(e.contains("at most 2 time(s)"), "{e}");
+        assert_eq!(
+            e,
+            "max_calls: tool t may be called at most twice per conversation; this call was not run"
+        );
+        let once = AiTool {
+            max_calls: 1,
+            ..Default::default()
+        };
+        let mut counts = HashMap::new();
+        p.admit("o", &once, "u", &mut counts).unwrap();
+        let e = p.admit("o", &once, "u", &mut counts).unwrap_err();
+        assert!(e.contains("at most once per conversation"), "{e}");
         // Another conversation starts from zero.
         assert!(p.admit("t", &ai, "u", &mut HashMap::new()).is_ok());
     }
@@ -155,10 +225,40 @@ mod tests {
         };
         let a = p.admit("t", &ai, "alice", &mut HashMap::new()).unwrap();
         let e = p.admit("t", &ai, "alice", &mut HashMap::new()).unwrap_err();
-        assert!(e.contains("cooling down for user alice"), "{e}");
+        assert!(
+            e.starts_with("cooldown: tool t may be called again by user `alice` in 3600 s (its cooldown is 3600 s)"),
+            "{e}"
+        );
+        // The chat's default user is named `user`: no "for user user".
+        p.admit("t", &ai, "user", &mut HashMap::new()).unwrap();
+        let e = p.admit("t", &ai, "user", &mut HashMap::new()).unwrap_err();
+        assert!(e.contains("by user `user` in"), "{e}");
+        assert!(!e.contains("user user"), "{e}");
+        assert_eq!(seconds_left(Duration::from_millis(2_410)), "2.5 s");
+        assert_eq!(seconds_left(Duration::from_millis(11_200)), "12 s");
         assert!(p.admit("t", &ai, "bob", &mut HashMap::new()).is_ok());
         p.release(a);
         assert!(p.admit("t", &ai, "alice", &mut HashMap::new()).is_ok());
+    }
+
+    #[test]
+    fn a_call_alone_asks_first_and_shares_cooldowns() {
+        let p = Policies::default();
+        let ai = AiTool {
+            confirm: true,
+            cooldown_s: 60.0,
+            max_calls: 1,
+            ..Default::default()
+        };
+        let e = p.admit_alone("t", &ai, "cli", false).unwrap_err();
+        assert!(matches!(e, Refusal::NeedsConfirmation(_)), "{e:?}");
+        // Not confirmed: no cooldown started.
+        p.admit_alone("t", &ai, "cli", true).unwrap();
+        // max_calls 1 counts each call alone; the cooldown is what refuses the next.
+        let e = p.admit_alone("t", &ai, "cli", true).unwrap_err();
+        assert!(e.message().starts_with("cooldown: tool t"), "{e:?}");
+        // ... and a chat of the same user sees it too.
+        assert!(p.admit("t", &ai, "cli", &mut HashMap::new()).is_err());
     }
 
     #[test]

@@ -278,7 +278,7 @@ fn write_batch(conn: &mut Connection, batch: Vec<WriteFn>, path: &Path) {
     match control(conn, "COMMIT") {
         Ok(()) => done.into_iter().for_each(|d| d(None)),
         Err(e) => {
-            tracing::error!(db = %path.display(), "commit of {} write(s) failed: {e}", done.len());
+            tracing::error!(db = %path.display(), "commit of {} failed: {e}", crate::term::count(done.len(), "write", "writes"));
             let _ = control(conn, "ROLLBACK");
             done.into_iter().for_each(|d| d(Some(&e)));
         }

@@ -6,6 +6,9 @@
 //! Values are JSON and keep their JSON type: a number set is a number read back, an
 //! object an object, `null` a stored `null` (not a missing key). A key that was never
 //! set is [`StorageError::NotFound`] naming the key and the table, not an empty value.
+//! A key with a [`ConfigDef`] of type `string`, `number`, `integer` or `boolean` only
+//! takes values of that type (or `null`), whoever writes it: the `hearth settings`
+//! CLI, a plugin through the `Settings` host service, the broker itself.
 //!
 //! [`Settings`] addresses a [`Scope`] (core or a named plugin); [`PluginSettings`] is
 //! one plugin's view with the seed's methods (`Get`/`Set`/`List` on its own table,
@@ -116,7 +119,9 @@ pub struct ConfigDef {
     /// default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Value>,
-    /// `string`, `number` or `boolean` (not enforced).
+    /// `string`, `number`, `integer` or `boolean`: a value set for the key must be of
+    /// that JSON type, or `null` ([`ConfigDef::check`]). Any other type is a hint for a
+    /// settings UI and not checked.
     pub r#type: String,
     /// Label in a settings UI.
     pub display_name: String,
@@ -147,6 +152,56 @@ pub struct ConfigDef {
 }
 
 impl ConfigDef {
+    /// Whether `value` fits the def's `type` (`null` always does: no value). Err says
+    /// what the def expects and what `value` is, quoting it unless the def is secret.
+    pub fn check(&self, value: &Value) -> Result<(), String> {
+        let fits = match self.r#type.as_str() {
+            "string" => value.is_string(),
+            "number" => value.is_number(),
+            "integer" => {
+                value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+            }
+            "boolean" => value.is_boolean(),
+            _ => true,
+        };
+        if fits || value.is_null() {
+            return Ok(());
+        }
+        let expected = match self.r#type.as_str() {
+            "string" => "a string",
+            "number" => "a number",
+            "integer" => "an integer",
+            _ => "a boolean (true or false)",
+        };
+        Err(self.mismatch(expected, value))
+    }
+
+    fn mismatch(&self, expected: &str, value: &Value) -> String {
+        let kind = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(n) if n.is_f64() => "a number with a fraction",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+            Value::Object(_) => "an object",
+        };
+        if self.secret {
+            return format!(
+                "expected {expected} (its def's type is `{}`), got {kind} (a secret: value not shown)",
+                self.r#type
+            );
+        }
+        let mut shown = value.to_string();
+        if shown.chars().count() > 60 {
+            shown = shown.chars().take(60).collect::<String>() + "…";
+        }
+        format!(
+            "expected {expected} (its def's type is `{}`), got {shown} ({kind})",
+            self.r#type
+        )
+    }
+
     /// The wire `ConfigDef` (`default_json` empty when there is no default).
     pub fn into_wire(self) -> hearth_proto::v1::ConfigDef {
         hearth_proto::v1::ConfigDef {
@@ -304,27 +359,42 @@ impl Settings {
     }
 
     /// Sets `key` in `scope` to `value` (any JSON, `null` included), creating the
-    /// plugin's table on its first write. Returns once committed.
+    /// plugin's table on its first write. A key with a def must get a value of the
+    /// def's type ([`ConfigDef::check`]). Returns once committed.
     ///
-    /// Errors: [`StorageError::Invalid`] for an empty key or plugin name.
+    /// Errors: [`StorageError::Invalid`] for an empty key or plugin name, or a value
+    /// of another type than the key's def names (the message names the key, the
+    /// expected type and the value); nothing is written then.
     pub async fn set(&self, scope: &Scope, key: &str, value: Value) -> Result<(), StorageError> {
         check_scope(scope)?;
         check_key(key)?;
         let (scope, key) = (scope.clone(), key.to_string());
-        let json = value.to_string();
-        self.db
+        let what = format!("setting `{key}` of {scope}");
+        let refused = self
+            .db
             .call(format!("write setting `{key}` of {scope}"), move |conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let table = table_for_write(&tx, &scope)?;
+                if let Some(def) = def_of(&tx, &table, &key)? {
+                    if let Err(reason) = def.check(&value) {
+                        // Dropping `tx` rolls back (a table made for this write too).
+                        return Ok(Some(reason));
+                    }
+                }
                 tx.prepare_cached(&format!(
                     "INSERT INTO \"{table}\" (key, value, updated_at) VALUES (?1, ?2, ?3)
                      ON CONFLICT (key) DO UPDATE
                      SET value = excluded.value, updated_at = excluded.updated_at"
                 ))?
-                .execute(params![key, json, now()])?;
-                tx.commit()
+                .execute(params![key, value.to_string(), now()])?;
+                tx.commit()?;
+                Ok(None)
             })
-            .await
+            .await?;
+        match refused {
+            Some(reason) => Err(StorageError::Invalid { what, reason }),
+            None => Ok(()),
+        }
     }
 
     /// The keys set in `scope` that start with `prefix` (`""` = all), sorted. A plugin
@@ -683,6 +753,17 @@ fn table_taken(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<bool> {
              OR EXISTS (SELECT 1 FROM sqlite_schema WHERE lower(name) = ?1)",
     )?
     .query_row([table], |row| row.get(0))
+}
+
+/// The def of `key` in `table`, if one was registered.
+fn def_of(conn: &Connection, table: &str, key: &str) -> rusqlite::Result<Option<ConfigDef>> {
+    conn.prepare_cached("SELECT def FROM settings_defs WHERE table_name = ?1 AND key = ?2")?
+        .query_row([table, key], |row| {
+            let text: String = row.get(0)?;
+            serde_json::from_str(&text)
+                .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, Type::Text, Box::new(e)))
+        })
+        .optional()
 }
 
 /// `(plugin, table)` of every plugin with a table, sorted by plugin name.
@@ -1047,6 +1128,79 @@ mod tests {
         assert_eq!(defs.len(), 1);
         assert_eq!(defs[0].description, "how often to retry");
         assert_eq!(defs[0].min, None);
+    }
+
+    #[tokio::test]
+    async fn a_value_must_have_the_type_of_its_def() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = open(dir.path()).await;
+        let def = |key: &str, ty: &str| ConfigDef {
+            key: key.into(),
+            r#type: ty.into(),
+            ..ConfigDef::default()
+        };
+        for scope in [Scope::Core, plugin("weather")] {
+            for (key, ty) in [
+                ("days", "number"),
+                ("name", "string"),
+                ("on", "boolean"),
+                ("n", "integer"),
+                ("pick", "select"),
+            ] {
+                settings.register_def(&scope, def(key, ty)).await.unwrap();
+            }
+            let e = settings
+                .set(&scope, "days", json!("abc"))
+                .await
+                .unwrap_err();
+            assert!(matches!(e, StorageError::Invalid { .. }), "{e:?}");
+            assert_eq!(
+                e.to_string(),
+                format!("setting `days` of {scope}: expected a number (its def's type is `number`), got \"abc\" (a string)")
+            );
+            assert!(
+                settings.get(&scope, "days").await.is_err(),
+                "nothing written"
+            );
+            let e = settings.set(&scope, "on", json!(1)).await.unwrap_err();
+            assert!(e.to_string().contains("expected a boolean"), "{e}");
+            let e = settings.set(&scope, "name", json!(3)).await.unwrap_err();
+            assert!(e.to_string().contains("got 3 (a number)"), "{e}");
+            let e = settings.set(&scope, "n", json!(1.5)).await.unwrap_err();
+            assert!(e.to_string().contains("expected an integer"), "{e}");
+            for (key, ok) in [
+                ("days", json!(2.5)),
+                ("days", Value::Null),
+                ("name", json!("x")),
+                ("on", json!(false)),
+                ("n", json!(4)),
+                ("pick", json!({"any": "thing"})),
+                ("undefined", json!([1])),
+            ] {
+                settings.set(&scope, key, ok.clone()).await.unwrap();
+                assert_eq!(settings.get(&scope, key).await.unwrap(), ok);
+            }
+        }
+        // A secret's value is not quoted back.
+        settings
+            .register_def(
+                &Scope::Core,
+                ConfigDef {
+                    secret: true,
+                    ..def("port", "integer")
+                },
+            )
+            .await
+            .unwrap();
+        let e = settings
+            .set(&Scope::Core, "port", json!("hunter2"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a secret: value not shown") && !e.contains("hunter2"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

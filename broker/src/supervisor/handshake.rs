@@ -12,7 +12,7 @@ use hearth_proto::v1::{
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::plugin::{Control, Plugin};
+use super::plugin::{Control, Origin, Plugin};
 use super::session::{Outbound, Reply, Session};
 use super::Supervisor;
 
@@ -30,27 +30,37 @@ pub fn same_secret(a: &str, b: &str) -> bool {
 const FEATURES: &[&str] = &["cancel", "progress", "register_tool"];
 
 impl Supervisor {
-    /// Accepts a plugin's `Attach`: checks `token` against the plugins' current spawn
-    /// tokens and starts the session task. Errors: UNAUTHENTICATED for a missing,
-    /// wrong, stale or already used token.
+    /// Accepts a plugin's `Attach`: checks `token` against the one-time attach tokens
+    /// (`hearth plugins attach-token`; `peer_pid` is the attaching process's, from the
+    /// socket's peer credentials), else against the spawn tokens of the plugins'
+    /// processes, and starts the session task. Errors: UNAUTHENTICATED for a
+    /// missing, wrong, stale, expired or already used token.
     pub fn attach(
         self: &Arc<Self>,
         token: &str,
         inbound: Streaming<PluginMessage>,
+        peer_pid: Option<u32>,
     ) -> Result<mpsc::Receiver<Result<HostMessage, Status>>, Status> {
+        if self.is_attach_token(token) {
+            let name = self.redeem_attach_token(token)?;
+            let (plugin, generation) = self.admit_attached(&name, token, peer_pid);
+            tracing::info!(plugin = %name, pid = peer_pid.unwrap_or(0), generation, "a process started by hand attaches");
+            return Ok(self.start_session(plugin, generation, Origin::Attached, inbound));
+        }
         let found = self.plugins.read().unwrap().iter().find_map(|p| {
             let mut s = p.status.lock().unwrap();
-            if s.token.is_empty() || !same_secret(&s.token, token) {
-                return None;
-            }
-            if s.attached {
+            let i = s
+                .instances
+                .iter_mut()
+                .find(|i| !i.token.is_empty() && same_secret(&i.token, token))?;
+            if i.connected {
                 return Some(Err(Status::unauthenticated(format!(
-                    "plugin {}: this spawn token already has a session",
+                    "plugin {}: this session token already has a session",
                     p.name()
                 ))));
             }
-            s.attached = true;
-            Some(Ok((p.clone(), s.generation)))
+            i.connected = true;
+            Some(Ok((p.clone(), i.generation)))
         });
         let (plugin, generation) = match found {
             Some(r) => r?,
@@ -60,19 +70,51 @@ impl Supervisor {
                 ))
             }
         };
-        let (tx, rx) = mpsc::channel(1024);
-        let sup = self.clone();
-        tokio::spawn(async move { sup.session_task(plugin, generation, inbound, tx).await });
-        Ok(rx)
+        Ok(self.start_session(plugin, generation, Origin::Spawned, inbound))
     }
 
+    /// Starts the session task of instance `generation` of `plugin`; returns the
+    /// stream of messages to the plugin.
+    fn start_session(
+        self: &Arc<Self>,
+        plugin: Arc<Plugin>,
+        generation: u64,
+        origin: Origin,
+        inbound: Streaming<PluginMessage>,
+    ) -> mpsc::Receiver<Result<HostMessage, Status>> {
+        let (tx, rx) = mpsc::channel(1024);
+        let rx = super::trace::outbound(plugin.name(), rx);
+        let sup = self.clone();
+        tokio::spawn(async move {
+            let refused = sup
+                .clone()
+                .session_task(plugin.clone(), generation, origin, inbound, tx)
+                .await;
+            if let Some(why) = refused {
+                let _ = plugin.control.send(Control::Refused { generation, why });
+            }
+            if origin == Origin::Attached {
+                let _ = plugin.control.send(Control::SessionEnded(generation));
+                if plugin.is_adhoc() {
+                    // Its task ends once no attached process is left; then it goes.
+                    plugin.join().await;
+                    sup.forget(&plugin);
+                }
+            }
+        });
+        rx
+    }
+
+    /// Runs one session: handshake, registration, the message loop. Returns why the
+    /// session was refused before it registered, if it was.
     async fn session_task(
         self: Arc<Self>,
         plugin: Arc<Plugin>,
         generation: u64,
+        origin: Origin,
         mut inbound: Streaming<PluginMessage>,
         out: Outbound,
-    ) {
+    ) -> Option<String> {
         let name = plugin.name().to_string();
         let spec = plugin.spec();
         let handshake_wait = Duration::from_secs_f64(spec.startup_timeout_s);
@@ -80,10 +122,12 @@ impl Supervisor {
             tracing::error!(plugin = %name, "session refused: {}", status.message());
             let out = out.clone();
             async move {
+                let why = status.message().to_string();
                 let _ = out.send(Err(status)).await;
+                Some(why)
             }
         };
-        let hello = match next_message(&mut inbound, handshake_wait).await {
+        let hello = match next_message(&name, &mut inbound, handshake_wait).await {
             Ok(PluginMsg::Hello(h)) => h,
             Ok(_) => {
                 return refuse(Status::failed_precondition(
@@ -111,7 +155,7 @@ impl Supervisor {
             );
             tracing::error!(plugin = %name, sdk = %hello.sdk, "{reason}");
             let rejected = Rejected {
-                reason,
+                reason: reason.clone(),
                 items: vec![],
             };
             let _ = out
@@ -119,9 +163,9 @@ impl Supervisor {
                     msg: Some(HostMsg::Rejected(rejected)),
                 }))
                 .await;
-            return;
+            return Some(reason);
         }
-        let register = match next_message(&mut inbound, handshake_wait).await {
+        let register = match next_message(&name, &mut inbound, handshake_wait).await {
             Ok(PluginMsg::Register(r)) => r,
             Ok(_) => {
                 return refuse(Status::failed_precondition(
@@ -142,6 +186,14 @@ impl Supervisor {
             .filter(|i| !i.name.is_empty() && i.name != name)
         {
             tracing::debug!(plugin = %name, "plugin calls itself `{}`; known as `{name}`", info.name);
+        }
+        // A process replaced while it started (a newer reload, an unload) registers
+        // nothing: its tools must not replace the serving ones.
+        if !plugin.wants(generation) {
+            return refuse(Status::failed_precondition(format!(
+                "plugin {name}: this process was replaced before it registered"
+            )))
+            .await;
         }
         let mut reg =
             self.registry
@@ -180,11 +232,11 @@ impl Supervisor {
         }
         if register.all_or_nothing && !reg.rejected.is_empty() {
             let reason = format!(
-                "{} item(s) rejected and the plugin asked for all-or-nothing",
-                reg.rejected.len()
+                "{} rejected and the plugin asked for all-or-nothing",
+                crate::term::count(reg.rejected.len(), "item", "items")
             );
             let rejected = Rejected {
-                reason,
+                reason: reason.clone(),
                 items: reg.rejected,
             };
             let _ = out
@@ -192,18 +244,18 @@ impl Supervisor {
                     msg: Some(HostMsg::Rejected(rejected)),
                 }))
                 .await;
-            return;
+            return Some(reason);
         }
         let session = Arc::new(Session::new(name.clone(), generation, out));
         {
             let mut s = plugin.status.lock().unwrap();
-            if s.generation != generation {
-                return; // a newer spawn replaced this one
-            }
-            s.sdk = format!("{} {}", hello.sdk, hello.sdk_version)
+            let Some(i) = s.instance_mut(generation).filter(|i| !i.retiring) else {
+                return None; // replaced meanwhile
+            };
+            i.sdk = format!("{} {}", hello.sdk, hello.sdk_version)
                 .trim()
                 .to_string();
-            s.live = Some(session.clone());
+            i.live = Some(session.clone());
         }
         let features: Vec<String> = hello
             .features
@@ -219,51 +271,48 @@ impl Supervisor {
             features,
         });
         if !session.send(registered).await {
-            return;
+            return None;
         }
-        {
-            let mut s = plugin.status.lock().unwrap();
-            if s.generation != generation {
-                return;
-            }
-            s.state = hearth_proto::v1::PluginState::Ready;
-            s.reason = String::new();
-            s.ready_at = Some(std::time::Instant::now());
-            s.startup = s.spawned_at.map(|t| t.elapsed());
+        // From here on calls go to this session (a reload's new version: instead of
+        // the old one's).
+        if !plugin.publish(generation, &session) {
+            return None;
         }
-        plugin.session.send_replace(Some(session.clone()));
         let _ = plugin.control.send(Control::Ready(generation));
-        tracing::info!(plugin = %name, sdk = %hello.sdk, tools = reg.accepted.len(), "registered");
-        tokio::spawn(heartbeat(
-            session.clone(),
-            plugin.control.clone(),
-            generation,
-            spec.ping_interval,
-            spec.hung_timeout,
-        ));
+        tracing::info!(plugin = %name, generation, sdk = %hello.sdk, tools = reg.accepted.len(), "registered");
+        // An attached process may sit at a debugger's breakpoint: no hung detection.
+        if origin == Origin::Spawned {
+            tokio::spawn(heartbeat(
+                session.clone(),
+                plugin.control.clone(),
+                generation,
+                spec.ping_interval,
+                spec.hung_timeout,
+            ));
+        }
 
         let ended = loop {
             match inbound.message().await {
-                Ok(Some(PluginMessage { msg: Some(m) })) => self.on_message(&plugin, &session, m),
+                Ok(Some(PluginMessage { msg: Some(m) })) => {
+                    super::trace::inbound(&name, &m);
+                    self.on_message(&plugin, &session, m)
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => break "closed its session".to_string(),
                 Err(s) => break format!("lost its session ({})", s.message()),
             }
         };
         tracing::debug!(plugin = %name, generation, "session ended: {ended}");
-        plugin.session.send_if_modified(|s| match s {
-            Some(cur) if cur.generation() == generation => {
-                *s = None;
-                true
-            }
-            _ => false,
-        });
+        plugin.unpublish(generation);
         session.end_stream();
         let _ = plugin.control.send(Control::SessionEnded(generation));
-        // The process watcher fails the calls with the exit status if the process
-        // exits meanwhile; a process that lives on loses them with this reason.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        if origin == Origin::Spawned {
+            // The process watcher fails the calls with the exit status if the process
+            // exits meanwhile; a process that lives on loses them with this reason.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
         session.close(&ended);
+        None
     }
 
     fn on_message(&self, plugin: &Plugin, session: &Session, msg: PluginMsg) {
@@ -325,11 +374,15 @@ async fn heartbeat(
 
 /// The next handshake message, within `wait`.
 async fn next_message(
+    plugin: &str,
     inbound: &mut Streaming<PluginMessage>,
     wait: Duration,
 ) -> Result<PluginMsg, String> {
     match tokio::time::timeout(wait, inbound.message()).await {
-        Ok(Ok(Some(PluginMessage { msg: Some(m) }))) => Ok(m),
+        Ok(Ok(Some(PluginMessage { msg: Some(m) }))) => {
+            super::trace::inbound(plugin, &m);
+            Ok(m)
+        }
         Ok(Ok(Some(_))) => Err("an empty message".to_string()),
         Ok(Ok(None)) => Err("end of stream".to_string()),
         Ok(Err(s)) => Err(format!("stream error: {}", s.message())),

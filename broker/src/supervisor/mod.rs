@@ -3,14 +3,17 @@
 //! and stops it politely then firmly. Hot operations (load, unload, reload) happen
 //! while other plugins keep serving.
 //!
-//! Each plugin has one task ([`plugin`]) that owns its child process; everything else
-//! talks to it through a control channel. Plugin state sits behind one lock per
-//! plugin; the live session is published on a `watch` channel that callers wait on
-//! while a plugin restarts.
+//! Each plugin has one task ([`plugin`]) that decides about its processes (each
+//! watched by a task of its own); everything else talks to it through a control
+//! channel. Plugin state sits behind one lock per plugin; the live session is published
+//! on a `watch` channel that callers wait on while a plugin restarts. A reload starts
+//! the new version beside the serving one and switches only once it registered; a
+//! process started by hand may attach with a one-time token and serve a plugin in
+//! place of its own process ([`Supervisor::attach_token`]).
 //!
 //! The supervisor only runs processes. Calls to plugins — tools, stage hooks, event
 //! handlers — are routed by [`crate::router::ToolRouter`], which reaches a plugin's
-//! session through [`Plugin::ready_session`].
+//! session through `Plugin::ready_session`.
 
 mod handshake;
 pub mod homes;
@@ -19,10 +22,11 @@ pub mod process;
 pub mod reaper;
 pub mod sandbox;
 pub mod session;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hearth_proto::v1::PluginState;
 
@@ -30,7 +34,7 @@ use crate::error::PluginError;
 use crate::manifest::PluginSpec;
 use crate::registry::Registry;
 pub use handshake::same_secret;
-use plugin::{state_reason, Control, TERM_GRACE};
+use plugin::{random_token, state_reason, Control, NotServing, Outcome, TERM_GRACE};
 pub use plugin::{Plugin, PluginSnapshot};
 use process::Interpreters;
 use reaper::Reaper;
@@ -80,6 +84,60 @@ struct LoadError {
     reason: String,
 }
 
+impl LoadError {
+    fn snapshot(&self) -> PluginSnapshot {
+        PluginSnapshot {
+            name: self.name.clone(),
+            runtime: String::new(),
+            pid: 0,
+            state: PluginState::Failed,
+            restarts: 0,
+            tools: vec![],
+            dir: self.dir.clone(),
+            uptime: None,
+            last_exit: String::new(),
+            reason: self.reason.clone(),
+            version: String::new(),
+            sdk: String::new(),
+            startup: None,
+            sandbox: sandbox::SandboxState::Pending,
+            attached: false,
+        }
+    }
+}
+
+/// How long an attach token stays valid unused, unless asked otherwise.
+pub const ATTACH_TOKEN_TTL: Duration = Duration::from_secs(600);
+/// The longest lifetime an attach token may be given.
+pub const ATTACH_TOKEN_MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// A one-time attach token the broker issued.
+#[derive(Debug)]
+struct AttachTicket {
+    token: String,
+    name: String,
+    issued: Instant,
+    ttl: Duration,
+    used: bool,
+}
+
+/// What a process started by hand needs to attach as a plugin
+/// ([`Supervisor::attach_token`]).
+#[derive(Debug, Clone)]
+pub struct AttachGrant {
+    /// Plugin name (`HEARTH_PLUGIN`).
+    pub name: String,
+    /// Address to dial (`HEARTH_ADDR`).
+    pub addr: String,
+    /// The one-time token (`HEARTH_TOKEN`).
+    pub token: String,
+    /// How long the token stays valid unused.
+    pub expires_in: Duration,
+    /// Whether `name` is a loaded plugin (its own process makes room for the attached
+    /// one) rather than an ad-hoc plugin that exists while the process stays.
+    pub loaded: bool,
+}
+
 /// All plugins of the broker.
 pub struct Supervisor {
     config: Arc<SupervisorConfig>,
@@ -88,6 +146,7 @@ pub struct Supervisor {
     settings: std::sync::OnceLock<crate::storage::Settings>,
     plugins: RwLock<Vec<Arc<Plugin>>>,
     load_errors: Mutex<Vec<LoadError>>,
+    attach_tickets: Mutex<Vec<AttachTicket>>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -105,6 +164,7 @@ impl Supervisor {
             settings: std::sync::OnceLock::new(),
             plugins: RwLock::new(Vec::new()),
             load_errors: Mutex::new(Vec::new()),
+            attach_tickets: Mutex::new(Vec::new()),
         }
     }
 
@@ -125,19 +185,33 @@ impl Supervisor {
     /// owned by another folder — see [`homes`]) is logged and listed as failed; it
     /// never stops the broker. The error says why.
     pub fn load(&self, dir: &Path) -> Result<Arc<Plugin>, PluginError> {
+        self.load_with(dir, true, None)
+    }
+
+    /// [`Supervisor::load`]; `list_failure`: a directory that cannot be loaded stays
+    /// listed as failed (discovery), else nothing is left of it (an operator's load,
+    /// answered with the error). `first` hears whether the first process registered.
+    fn load_with(
+        &self,
+        dir: &Path,
+        list_failure: bool,
+        first: Option<Outcome>,
+    ) -> Result<Arc<Plugin>, PluginError> {
         let dir_name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let remember = |name: String, reason: String| {
             tracing::error!(plugin = %name, "not loaded: {reason}");
-            let mut errors = self.load_errors.lock().unwrap();
-            errors.retain(|e| e.dir != dir.display().to_string());
-            errors.push(LoadError {
-                name: name.clone(),
-                dir: dir.display().to_string(),
-                reason: reason.clone(),
-            });
+            if list_failure {
+                let mut errors = self.load_errors.lock().unwrap();
+                errors.retain(|e| e.dir != dir.display().to_string());
+                errors.push(LoadError {
+                    name: name.clone(),
+                    dir: dir.display().to_string(),
+                    reason: reason.clone(),
+                });
+            }
             PluginError::Load {
                 plugin: name,
                 reason,
@@ -146,10 +220,14 @@ impl Supervisor {
         let spec = PluginSpec::load(dir).map_err(|e| remember(dir_name.clone(), e.to_string()))?;
         let mut plugins = self.plugins.write().unwrap();
         if let Some(other) = plugins.iter().find(|p| p.name() == spec.name) {
+            let by = if other.is_adhoc() {
+                "a process attached by hand".to_string()
+            } else {
+                other.spec().dir.display().to_string()
+            };
             let reason = format!(
-                "plugin name `{}` is already used by {}",
-                spec.name,
-                other.spec().dir.display()
+                "plugin name `{}` is already used by {by}; to run new code under the name, `hearth plugins reload {}` (or unload it first)",
+                spec.name, spec.name
             );
             drop(plugins);
             return Err(remember(spec.name, reason));
@@ -174,11 +252,11 @@ impl Supervisor {
                 protected.paths.push(spec.dir.clone());
             }
         }
-        let (plugin, control) = Plugin::new(spec, self.registry.clone());
+        let (plugin, control) = Plugin::new(spec, self.registry.clone(), false);
         plugins.push(plugin.clone());
         self.registry
             .set_plugin_order(plugins.iter().map(|p| p.name().to_string()).collect());
-        plugin.start(self.config.clone(), control);
+        plugin.start(self.config.clone(), control, first);
         Ok(plugin)
     }
 
@@ -222,11 +300,12 @@ impl Supervisor {
             .cloned()
     }
 
-    /// The plugin whose current spawn token is `token` (host-service calls).
+    /// The plugin one of whose processes has the session token `token` (host-service
+    /// calls): a spawn token, or a redeemed attach token.
     pub fn plugin_for_token(&self, token: &str) -> Option<String> {
         self.plugins.read().unwrap().iter().find_map(|p| {
             let s = p.status.lock().unwrap();
-            (!s.token.is_empty() && same_secret(&s.token, token)).then(|| p.name().to_string())
+            s.by_token(token).map(|_| p.name().to_string())
         })
     }
 
@@ -254,22 +333,7 @@ impl Supervisor {
                 .lock()
                 .unwrap()
                 .iter()
-                .map(|e| PluginSnapshot {
-                    name: e.name.clone(),
-                    runtime: String::new(),
-                    pid: 0,
-                    state: PluginState::Failed,
-                    restarts: 0,
-                    tools: vec![],
-                    dir: e.dir.clone(),
-                    uptime: None,
-                    last_exit: String::new(),
-                    reason: e.reason.clone(),
-                    version: String::new(),
-                    sdk: String::new(),
-                    startup: None,
-                    sandbox: sandbox::SandboxState::Pending,
-                }),
+                .map(|e| e.snapshot()),
         );
         out
     }
@@ -319,20 +383,47 @@ impl Supervisor {
             })
     }
 
+    /// The error for an operation on a plugin that a process attached by hand serves.
+    fn refuse_attached(plugin: &Plugin, what: &str) -> Result<(), PluginError> {
+        match plugin.attached_pid() {
+            None => Ok(()),
+            Some(pid) => Err(PluginError::Failed {
+                plugin: plugin.name().into(),
+                what: format!(
+                    "a process attached by hand (pid {}) serves it: {what} that process yourself; once it disconnects the broker starts its own again",
+                    if pid == 0 { "unknown".to_string() } else { pid.to_string() }
+                ),
+            }),
+        }
+    }
+
     /// Restarts `name` (also a failed one; calls in flight drain first) and waits
     /// until it registered again.
     pub async fn restart(&self, name: &str) -> Result<PluginSnapshot, PluginError> {
         let plugin = self.existing(name)?;
+        Self::refuse_attached(&plugin, "restart")?;
         let generation = plugin.status.lock().unwrap().generation;
         self.send(&plugin, Control::Restart)?;
         self.wait_fresh(&plugin, generation, self.op_wait(&plugin.spec()), "restart")
             .await
     }
 
-    /// Re-reads `name`'s directory and restarts it with the new code and manifest
-    /// (same name); calls in flight finish on the old process first (bounded).
+    /// Re-reads `name`'s directory and starts the new code and manifest (same name)
+    /// beside the serving process. Once the new process registered, new calls go to
+    /// it and the old one drains (bounded) and stops. If it ends or its session is
+    /// refused first, the answer says why at once (exit status and the stderr line
+    /// that explains it) and the old process keeps serving with its tools. A newer
+    /// reload of the same plugin supersedes one in progress
+    /// ([`PluginError::Superseded`]); reloads of different plugins are independent.
     pub async fn reload(&self, name: &str) -> Result<PluginSnapshot, PluginError> {
         let plugin = self.existing(name)?;
+        if plugin.is_adhoc() {
+            return Err(PluginError::Failed {
+                plugin: name.into(),
+                what: "it is a process attached by hand, with no folder to reload from".into(),
+            });
+        }
+        Self::refuse_attached(&plugin, "reload")?;
         let dir = plugin.spec().dir.clone();
         let spec = PluginSpec::load(&dir).map_err(|e| PluginError::Load {
             plugin: name.into(),
@@ -347,33 +438,206 @@ impl Supervisor {
                 ),
             });
         }
-        let generation = plugin.status.lock().unwrap().generation;
         let wait = self.op_wait(&spec);
-        self.send(&plugin, Control::Reload(Arc::new(spec)))?;
-        self.wait_fresh(&plugin, generation, wait, "reload").await
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        self.send(
+            &plugin,
+            Control::Reload {
+                spec: Arc::new(spec),
+                done: Some(done),
+            },
+        )?;
+        self.outcome(&plugin, outcome, wait, "reload").await?;
+        Ok(plugin.snapshot())
     }
 
-    /// Loads the plugin in `dir` and waits until it registered.
+    /// Waits up to `wait` for the process an operation started to register.
+    async fn outcome(
+        &self,
+        plugin: &Plugin,
+        outcome: tokio::sync::oneshot::Receiver<Result<(), NotServing>>,
+        wait: Duration,
+        what: &str,
+    ) -> Result<(), PluginError> {
+        let failed = |what: String| PluginError::Failed {
+            plugin: plugin.name().into(),
+            what,
+        };
+        match tokio::time::timeout(wait, outcome).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(NotServing::Failed(why)))) => Err(failed(why)),
+            Ok(Ok(Err(NotServing::Superseded(why)))) => Err(PluginError::Superseded {
+                plugin: plugin.name().into(),
+                why,
+            }),
+            Ok(Err(_)) => Err(failed("its supervisor has stopped".into())),
+            Err(_) => {
+                let s = plugin.status.lock().unwrap();
+                Err(failed(format!(
+                    "not ready {} ms after {what} ({})",
+                    wait.as_millis(),
+                    state_reason(&s)
+                )))
+            }
+        }
+    }
+
+    /// Loads the plugin in `dir` and waits until it registered. A directory that is
+    /// refused, or whose first process ends before it registered, leaves nothing
+    /// behind: the error says why (for a process, its exit status and the stderr line
+    /// that explains it).
     pub async fn load_and_wait(&self, dir: &Path) -> Result<PluginSnapshot, PluginError> {
-        let plugin = self.load(dir)?;
+        let (first, outcome) = tokio::sync::oneshot::channel();
+        let plugin = self.load_with(dir, false, Some(first))?;
         let wait = self.op_wait(&plugin.spec());
-        self.wait_fresh(&plugin, 0, wait, "load").await
+        if let Err(e) = self.outcome(&plugin, outcome, wait, "load").await {
+            tracing::error!(plugin = %plugin.name(), "not loaded: {e}");
+            self.stop_and_forget(&plugin).await;
+            return Err(match e {
+                PluginError::Failed { plugin, what } => PluginError::Failed {
+                    plugin,
+                    what: format!("not loaded: {what}"),
+                },
+                other => other,
+            });
+        }
+        Ok(plugin.snapshot())
     }
 
     /// Stops `name` (calls in flight drain first, bounded), removes its tools and
-    /// forgets it.
+    /// forgets it. A name that is only listed as a directory that failed to load is
+    /// taken off the list.
     pub async fn unload(&self, name: &str) -> Result<PluginSnapshot, PluginError> {
-        let plugin = self.existing(name)?;
-        self.send(&plugin, Control::Stop)?;
+        let Some(plugin) = self.plugin(name) else {
+            let mut errors = self.load_errors.lock().unwrap();
+            return match errors.iter().position(|e| e.name == name) {
+                Some(at) => Ok(errors.remove(at).snapshot()),
+                None => Err(PluginError::Unknown(name.into())),
+            };
+        };
+        self.stop_and_forget(&plugin).await;
+        Ok(plugin.snapshot())
+    }
+
+    async fn stop_and_forget(&self, plugin: &Arc<Plugin>) {
+        let _ = self.send(plugin, Control::Stop);
         plugin.join().await;
+        self.forget(plugin);
+    }
+
+    /// Takes `plugin` off the list, with its tools, hooks and triggers.
+    fn forget(&self, plugin: &Arc<Plugin>) {
         let order = {
             let mut plugins = self.plugins.write().unwrap();
-            plugins.retain(|p| !Arc::ptr_eq(p, &plugin));
+            let before = plugins.len();
+            plugins.retain(|p| !Arc::ptr_eq(p, plugin));
+            if plugins.len() == before {
+                return; // forgotten already
+            }
             plugins.iter().map(|p| p.name().to_string()).collect()
         };
         self.registry.set_plugin_order(order);
-        self.registry.remove_plugin(name);
-        Ok(plugin.snapshot())
+        self.registry.remove_plugin(plugin.name());
+    }
+
+    /// Issues a one-time token with which a process started by hand (a debugger, an
+    /// IDE) attaches as plugin `name`, like go-plugin's reattach: it dials `addr` with
+    /// `HEARTH_TOKEN=token` (and `HEARTH_PLUGIN=name`). If `name` is loaded, its own
+    /// process drains and stops once the attached one registered, the attached one
+    /// serves with the manifest's capabilities and settings, and the broker starts its
+    /// own again when it disconnects; else the attached process is an ad-hoc plugin
+    /// with default capabilities, gone when it disconnects. The token serves one
+    /// session and expires unused after `ttl` (default [`ATTACH_TOKEN_TTL`]).
+    pub fn attach_token(
+        &self,
+        name: &str,
+        ttl: Option<Duration>,
+    ) -> Result<AttachGrant, PluginError> {
+        crate::manifest::check_name(name).map_err(|reason| PluginError::Load {
+            plugin: name.into(),
+            reason,
+        })?;
+        let ttl = ttl
+            .filter(|t| !t.is_zero())
+            .unwrap_or(ATTACH_TOKEN_TTL)
+            .min(ATTACH_TOKEN_MAX_TTL);
+        let token = random_token();
+        {
+            let mut tickets = self.attach_tickets.lock().unwrap();
+            // Used and expired tokens are kept a while to say so; then forgotten.
+            tickets.retain(|t| t.issued.elapsed() < t.ttl + ATTACH_TOKEN_TTL);
+            tickets.push(AttachTicket {
+                token: token.clone(),
+                name: name.into(),
+                issued: Instant::now(),
+                ttl,
+                used: false,
+            });
+        }
+        tracing::info!(plugin = %name, "attach token issued (one use, expires in {} s)", ttl.as_secs());
+        Ok(AttachGrant {
+            name: name.into(),
+            addr: self.config.addr.clone(),
+            token,
+            expires_in: ttl,
+            loaded: self.plugin(name).is_some_and(|p| !p.is_adhoc()),
+        })
+    }
+
+    /// Whether `token` is an attach token this broker issued (valid, used or expired):
+    /// the session interceptor lets it through so that [`Supervisor::attach`] can say
+    /// what is wrong with it.
+    pub fn is_attach_token(&self, token: &str) -> bool {
+        self.attach_tickets
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|t| same_secret(&t.token, token))
+    }
+
+    /// Spends the attach token `token`; returns its plugin name. UNAUTHENTICATED for an
+    /// unknown, used or expired one.
+    fn redeem_attach_token(&self, token: &str) -> Result<String, tonic::Status> {
+        let mut tickets = self.attach_tickets.lock().unwrap();
+        let Some(t) = tickets.iter_mut().find(|t| same_secret(&t.token, token)) else {
+            return Err(tonic::Status::unauthenticated(
+                "x-hearth-token does not match any plugin the broker started (wrong or stale token)",
+            ));
+        };
+        if t.used {
+            return Err(tonic::Status::unauthenticated(format!(
+                "this attach token for plugin {} was used already: a token attaches one process once; get a new one with `hearth plugins attach-token {}`",
+                t.name, t.name
+            )));
+        }
+        if t.issued.elapsed() >= t.ttl {
+            return Err(tonic::Status::unauthenticated(format!(
+                "this attach token for plugin {} expired: it was not used within {} s; get a new one with `hearth plugins attach-token {}`",
+                t.name,
+                t.ttl.as_secs(),
+                t.name
+            )));
+        }
+        t.used = true;
+        Ok(t.name.clone())
+    }
+
+    /// The plugin `name` with a new instance for an attached process (creating an
+    /// ad-hoc plugin when none is loaded), and that instance's generation.
+    fn admit_attached(&self, name: &str, token: &str, pid: Option<u32>) -> (Arc<Plugin>, u64) {
+        let mut plugins = self.plugins.write().unwrap();
+        if let Some(p) = plugins.iter().find(|p| p.name() == name) {
+            let generation = p.admit_attached(token, pid);
+            return (p.clone(), generation);
+        }
+        let (plugin, control) =
+            Plugin::new(PluginSpec::attached(name), self.registry.clone(), true);
+        let generation = plugin.admit_attached(token, pid);
+        plugins.push(plugin.clone());
+        self.registry
+            .set_plugin_order(plugins.iter().map(|p| p.name().to_string()).collect());
+        plugin.start(self.config.clone(), control, None);
+        (plugin, generation)
     }
 
     /// Stops every plugin (Shutdown, grace, SIGTERM, SIGKILL of each group) and

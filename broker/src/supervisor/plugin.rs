@@ -1,6 +1,18 @@
-//! One supervised plugin: its state, and the task that owns its process — spawn,
-//! watch, restart with backoff inside a crash budget, hung detection, drain and
-//! reload, polite-then-firm stop.
+//! One supervised plugin: its state, and the task that owns its processes — spawn,
+//! watch, restart with backoff inside a crash budget, hung detection, drain,
+//! side-by-side reload, processes attached by hand, polite-then-firm stop.
+//!
+//! The plugin task (`Plugin::run`) decides; each spawned process has a watcher task
+//! that owns the child (startup deadline, hung and session-loss kills, drain and stop
+//! on request) and reports its end as `Control::Exited`. So a plugin may have several
+//! processes at once: the current one, a reload's new version started beside it, old
+//! ones draining — and, instead of its own, a process started by hand that attached
+//! with a one-time token (`hearth plugins attach-token`).
+//!
+//! Every process or attached connection is an `Instance` with its own generation and
+//! session token. Calls go to the one published session (`Plugin::ready_session`); a
+//! reload publishes the new version's session only once it registered, so until then
+//! (and for good if it fails) the old version serves.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, RwLock};
@@ -8,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder;
 use hearth_proto::v1::{host_message::Msg as HostMsg, PluginState, Shutdown};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use super::process::{self, LogRing};
+use super::process::{self, LogRing, ProcessTail};
 use super::sandbox::SandboxState;
 use super::session::Session;
 use super::SupervisorConfig;
@@ -26,49 +38,143 @@ const SESSION_LOSS_KILL_AFTER: Duration = Duration::from_secs(2);
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);
 /// Output lines quoted in a `failed` plugin's reason.
 const REASON_LINES: usize = 5;
+/// How long the stderr of an ended process may still be read for its reason line.
+const STDERR_FLUSH: Duration = Duration::from_millis(500);
+
+/// Why the process an operation waits for (a load's first, a reload's new version)
+/// does not serve.
+#[derive(Debug, Clone)]
+pub(crate) enum NotServing {
+    /// It ended or its session was refused before it registered; the text names the
+    /// exit status and the line of its stderr that says why.
+    Failed(String),
+    /// A newer operation (reload, restart, attach, unload) replaced it.
+    Superseded(String),
+}
+
+/// Answers an operation waiting for one process: `Ok` once it registered.
+pub(crate) type Outcome = oneshot::Sender<Result<(), NotServing>>;
 
 /// Messages to a plugin's supervision task.
 #[derive(Debug)]
 pub(crate) enum Control {
-    /// The session of this generation registered.
+    /// The session of this generation registered (and is published).
     Ready(u64),
     /// The session of this generation ended.
     SessionEnded(u64),
+    /// The session of this generation was refused before it registered.
+    Refused { generation: u64, why: String },
     /// The session of this generation answered no ping for `silent`.
     Hung { generation: u64, silent: Duration },
+    /// The process of this generation ended.
+    Exited { generation: u64, end: ProcessEnd },
     /// Stop the process (draining calls in flight) and start it again; revives a
     /// failed plugin.
     Restart,
-    /// Drain, stop, and start the new spec (new code, same name).
-    Reload(Arc<PluginSpec>),
+    /// Start the new spec (new code, same name) beside the serving process and switch
+    /// to it once it registered; `done` hears how it went.
+    Reload {
+        spec: Arc<PluginSpec>,
+        done: Option<Outcome>,
+    },
     /// Drain and stop for good.
     Stop,
+}
+
+/// Where an instance's process comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The supervisor spawned it.
+    Spawned,
+    /// Started by hand, attached with a one-time token: never restarted by us.
+    Attached,
+}
+
+/// One process (or attached connection) of a plugin that may hold a session.
+#[derive(Debug)]
+pub(crate) struct Instance {
+    pub(crate) generation: u64,
+    pub(crate) origin: Origin,
+    /// Its session token: the spawn token, or the redeemed attach token.
+    pub(crate) token: String,
+    /// The token has a session already (a token serves one session).
+    pub(crate) connected: bool,
+    /// Being stopped or replaced: its session is never published.
+    pub(crate) retiring: bool,
+    /// Its pid (an attached one's from the socket's peer credentials); 0 if unknown.
+    pub(crate) pid: u32,
+    pub(crate) started: Instant,
+    pub(crate) sandbox: SandboxState,
+    pub(crate) sdk: String,
+    /// Its session once it registered.
+    pub(crate) live: Option<Arc<Session>>,
 }
 
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) state: PluginState,
-    pub(crate) pid: u32,
     pub(crate) restarts: u32,
-    pub(crate) token: String,
+    /// The last generation handed out.
     pub(crate) generation: u64,
-    pub(crate) attached: bool,
+    /// Generation of the supervised process in charge (0: none).
+    pub(crate) current: u64,
+    /// Generation whose session is published (0: none).
+    pub(crate) serving: u64,
     pub(crate) ready_at: Option<Instant>,
-    pub(crate) spawned_at: Option<Instant>,
     pub(crate) startup: Option<Duration>,
     pub(crate) last_exit: String,
     pub(crate) reason: String,
     pub(crate) sdk: String,
     /// How the current (or last) process is confined.
     pub(crate) sandbox: SandboxState,
-    /// Session of the current process, registered or not yet published.
-    pub(crate) live: Option<Arc<Session>>,
+    pub(crate) instances: Vec<Instance>,
+}
+
+impl Inner {
+    pub(crate) fn instance(&self, generation: u64) -> Option<&Instance> {
+        self.instances
+            .iter()
+            .find(|i| i.generation == generation && generation != 0)
+    }
+
+    pub(crate) fn instance_mut(&mut self, generation: u64) -> Option<&mut Instance> {
+        self.instances
+            .iter_mut()
+            .find(|i| i.generation == generation && generation != 0)
+    }
+
+    /// The instance whose session token is `token`.
+    pub(crate) fn by_token(&self, token: &str) -> Option<&Instance> {
+        self.instances
+            .iter()
+            .find(|i| !i.token.is_empty() && super::same_secret(&i.token, token))
+    }
+
+    /// The instance `plugins list` shows: the serving one, else the current one.
+    fn shown(&self) -> Option<&Instance> {
+        self.instance(self.serving)
+            .or_else(|| self.instance(self.current))
+    }
+
+    /// True while a process attached by hand serves the plugin.
+    pub(crate) fn attached(&self) -> bool {
+        self.instance(self.serving)
+            .is_some_and(|i| i.origin == Origin::Attached)
+    }
+
+    fn next_generation(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
+    }
 }
 
 /// One supervised plugin.
 pub struct Plugin {
     name: String,
     spec: RwLock<Arc<PluginSpec>>,
+    /// Ad hoc: no folder of this name is loaded; the plugin exists for a process that
+    /// attached by hand and goes when it disconnects.
+    adhoc: bool,
     pub(crate) status: Mutex<Inner>,
     /// The registered session, published for callers; only the supervisor writes it,
     /// and callers reach it through [`Plugin::ready_session`].
@@ -90,9 +196,10 @@ impl std::fmt::Debug for Plugin {
 pub struct PluginSnapshot {
     /// Plugin name.
     pub name: String,
-    /// `python`, `node`, `exec`, or empty when the manifest did not load.
+    /// `python`, `node`, `exec`, `-` for an ad-hoc attached plugin, or empty when
+    /// the manifest did not load.
     pub runtime: String,
-    /// Current pid, 0 when none.
+    /// Current pid, 0 when none (or unknown for an attached process).
     pub pid: u32,
     /// Supervisor state.
     pub state: PluginState,
@@ -106,7 +213,8 @@ pub struct PluginSnapshot {
     pub uptime: Option<Duration>,
     /// How the last process ended.
     pub last_exit: String,
-    /// Why the plugin is not ready, when it is not.
+    /// Why the plugin is not ready, when it is not; why its last reload failed while
+    /// the previous version serves.
     pub reason: String,
     /// Manifest version.
     pub version: String,
@@ -116,34 +224,65 @@ pub struct PluginSnapshot {
     pub startup: Option<Duration>,
     /// How its process is confined.
     pub sandbox: SandboxState,
+    /// Served by a process started by hand (`hearth plugins attach-token`).
+    pub attached: bool,
 }
 
-fn random_token() -> String {
+/// A fresh random secret (session and attach tokens): 24 bytes, hex.
+pub(crate) fn random_token() -> String {
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The restart delays of `policy`: exponential with jitter, capped at its maximum.
-fn backoff(policy: &RestartPolicy) -> impl Iterator<Item = Duration> {
+fn backoff(policy: &RestartPolicy) -> Box<dyn Iterator<Item = Duration> + Send> {
     let max = policy.backoff_max;
-    backon::ExponentialBuilder::default()
-        .with_min_delay(policy.backoff_initial)
-        .with_max_delay(max)
-        .with_jitter()
-        .without_max_times()
-        .build()
-        .map(move |d| d.min(max))
+    Box::new(
+        backon::ExponentialBuilder::default()
+            .with_min_delay(policy.backoff_initial)
+            .with_max_delay(max)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            .map(move |d| d.min(max)),
+    )
 }
 
 /// How one process of the plugin ended.
-struct ProcessEnd {
+#[derive(Debug)]
+pub(crate) struct ProcessEnd {
     exit: String,
-    /// What the supervisor was asked to do, if the stop was requested.
-    requested: Option<Control>,
-    /// Why the supervisor killed it, if it did on its own.
+    /// Why the watcher killed it, if it did on its own.
     killed_because: Option<String>,
+    /// Time from its registration to its end; `None` if it never registered.
     uptime: Option<Duration>,
+    /// The line of its stderr that says why it ended.
+    why: Option<String>,
+}
+
+impl ProcessEnd {
+    /// "exited with exit status 1", "did not register within 2 s (signal 9 (SIGKILL))".
+    fn reason(&self) -> String {
+        match &self.killed_because {
+            Some(why) => format!("{why} ({})", self.exit),
+            // "ended with exit status 1", "ended with signal 9 (SIGKILL)".
+            None => format!("ended with {}", self.exit),
+        }
+    }
+
+    /// [`ProcessEnd::reason`], whether it had registered, and its stderr's why.
+    fn detail(&self) -> String {
+        let mut text = self.reason();
+        if self.uptime.is_none() && self.killed_because.is_none() {
+            text.push_str(" before it registered");
+        }
+        if let Some(why) = &self.why {
+            text.push_str(": ");
+            text.push_str(why);
+        }
+        text
+    }
 }
 
 pub(crate) fn state_reason(s: &Inner) -> String {
@@ -161,29 +300,30 @@ pub(crate) fn state_reason(s: &Inner) -> String {
 
 impl Plugin {
     /// A plugin for `spec`, not yet started; the receiver goes to [`Plugin::start`].
+    /// `adhoc`: it has no folder and exists for a process attached by hand.
     pub(crate) fn new(
         spec: PluginSpec,
         registry: Arc<Registry>,
+        adhoc: bool,
     ) -> (Arc<Plugin>, mpsc::UnboundedReceiver<Control>) {
         let (control, rx) = mpsc::unbounded_channel();
         let plugin = Arc::new(Plugin {
             name: spec.name.clone(),
             spec: RwLock::new(Arc::new(spec)),
+            adhoc,
             status: Mutex::new(Inner {
                 state: PluginState::Starting,
-                pid: 0,
                 restarts: 0,
-                token: String::new(),
                 generation: 0,
-                attached: false,
+                current: 0,
+                serving: 0,
                 ready_at: None,
-                spawned_at: None,
                 startup: None,
                 last_exit: String::new(),
                 reason: String::new(),
                 sdk: String::new(),
                 sandbox: SandboxState::Pending,
-                live: None,
+                instances: Vec::new(),
             }),
             session: watch::Sender::new(None),
             control,
@@ -194,13 +334,14 @@ impl Plugin {
         (plugin, rx)
     }
 
-    /// Starts the supervision task.
+    /// Starts the supervision task; `first` hears whether the first process registered.
     pub(crate) fn start(
         self: &Arc<Self>,
         config: Arc<SupervisorConfig>,
         control: mpsc::UnboundedReceiver<Control>,
+        first: Option<Outcome>,
     ) {
-        let task = tokio::spawn(self.clone().run(config, control));
+        let task = tokio::spawn(self.clone().run(config, control, first));
         *self.task.lock().unwrap() = Some(task);
     }
 
@@ -222,6 +363,19 @@ impl Plugin {
         self.spec.read().unwrap().clone()
     }
 
+    /// True for a plugin that exists only for a process attached by hand.
+    pub fn is_adhoc(&self) -> bool {
+        self.adhoc
+    }
+
+    /// The pid of the process attached by hand that serves the plugin (0 if unknown),
+    /// or `None` when none does.
+    pub fn attached_pid(&self) -> Option<u32> {
+        let s = self.status.lock().unwrap();
+        s.attached()
+            .then(|| s.instance(s.serving).map(|i| i.pid).unwrap_or(0))
+    }
+
     /// Its output log.
     pub fn logs(&self) -> &Arc<LogRing> {
         &self.logs
@@ -230,10 +384,15 @@ impl Plugin {
     pub(crate) fn snapshot(&self) -> PluginSnapshot {
         let spec = self.spec();
         let s = self.status.lock().unwrap();
+        let shown = s.shown();
         PluginSnapshot {
             name: self.name.clone(),
-            runtime: spec.runtime.as_str().into(),
-            pid: s.pid,
+            runtime: if self.adhoc {
+                "-".into()
+            } else {
+                spec.runtime.as_str().into()
+            },
+            pid: shown.map(|i| i.pid).unwrap_or(0),
             state: s.state,
             restarts: s.restarts,
             tools: self.registry.plugin_tools(&self.name),
@@ -245,6 +404,7 @@ impl Plugin {
             sdk: s.sdk.clone(),
             startup: s.startup.filter(|_| s.state == PluginState::Ready),
             sandbox: s.sandbox.clone(),
+            attached: s.attached(),
         }
     }
 
@@ -255,6 +415,73 @@ impl Plugin {
         if state != PluginState::Ready {
             s.ready_at = None;
         }
+    }
+
+    /// Whether the instance `generation` may still serve (not retired, not gone).
+    pub(crate) fn wants(&self, generation: u64) -> bool {
+        self.status
+            .lock()
+            .unwrap()
+            .instance(generation)
+            .is_some_and(|i| !i.retiring)
+    }
+
+    /// Publishes the registered session of `generation`: calls go to it from now on.
+    /// False when the plugin no longer wants that instance.
+    pub(crate) fn publish(&self, generation: u64, session: &Arc<Session>) -> bool {
+        let mut s = self.status.lock().unwrap();
+        let Some(i) = s.instance(generation).filter(|i| !i.retiring) else {
+            return false;
+        };
+        let (startup, sdk, sandbox) = (i.started.elapsed(), i.sdk.clone(), i.sandbox.clone());
+        s.state = PluginState::Ready;
+        s.reason = String::new();
+        s.serving = generation;
+        s.ready_at = Some(Instant::now());
+        s.startup = Some(startup);
+        s.sdk = sdk;
+        s.sandbox = sandbox;
+        self.session.send_replace(Some(session.clone()));
+        true
+    }
+
+    /// Takes the session of `generation` off the published slot, if it is there.
+    pub(crate) fn unpublish(&self, generation: u64) {
+        let mut s = self.status.lock().unwrap();
+        if s.serving == generation {
+            s.serving = 0;
+            s.ready_at = None;
+        }
+        self.session.send_if_modified(|cur| match cur {
+            Some(c) if c.generation() == generation => {
+                *cur = None;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Adds an instance for a process started by hand that presented a redeemed attach
+    /// token (`token`, peer `pid`); returns its generation.
+    pub(crate) fn admit_attached(&self, token: &str, pid: Option<u32>) -> u64 {
+        let mut s = self.status.lock().unwrap();
+        let generation = s.next_generation();
+        // A plugin whose supervision ended (unloaded) takes no one: its handshake is
+        // refused.
+        let stopped = s.state == PluginState::Stopped;
+        s.instances.push(Instance {
+            generation,
+            origin: Origin::Attached,
+            token: token.to_string(),
+            connected: true,
+            retiring: stopped,
+            pid: pid.unwrap_or(0),
+            started: Instant::now(),
+            sandbox: SandboxState::Attached,
+            sdk: String::new(),
+            live: None,
+        });
+        generation
     }
 
     /// Waits up to `wait` for a registered session to call `target` on. Failed and
@@ -307,135 +534,87 @@ impl Plugin {
         .await;
     }
 
-    /// The supervision loop: spawn, watch, restart within the crash budget, until
-    /// told to stop.
+    /// The supervision loop: spawn, watch, restart within the crash budget, reload
+    /// beside the serving process, make room for attached ones, until told to stop.
     async fn run(
         self: Arc<Self>,
         config: Arc<SupervisorConfig>,
         mut control: mpsc::UnboundedReceiver<Control>,
+        first: Option<Outcome>,
     ) {
-        let name = self.name.clone();
-        let mut crashes: VecDeque<Instant> = VecDeque::new();
-        let mut delays = backoff(&self.spec().restart);
-        loop {
-            let spec = self.spec();
-            let end = self.run_once(&spec, &config, &mut control).await;
-            self.session.send_replace(None);
-            let live = {
-                let mut s = self.status.lock().unwrap();
-                s.pid = 0;
-                s.last_exit = match &end.killed_because {
-                    Some(why) => format!("{why} ({})", end.exit),
-                    None => end.exit.clone(),
-                };
-                s.token = String::new();
-                s.ready_at = None;
-                s.live.take()
-            };
-            let reason = match (&end.requested, &end.killed_because) {
-                (Some(Control::Stop), _) => "was stopped".to_string(),
-                (Some(Control::Reload(_)), _) => "is reloading".to_string(),
-                (Some(_), _) => "is restarting on request".to_string(),
-                (None, Some(why)) => format!("{why} ({})", end.exit),
-                (None, None) => format!("exited with {}", end.exit),
-            };
-            if let Some(session) = live {
-                session.close(&reason);
+        let mut task = Task::new(self.clone(), config);
+        if self.adhoc {
+            self.set_state(
+                PluginState::Starting,
+                "waiting for the attached process to register",
+            );
+        } else {
+            let generation = task.spawn_current(self.spec());
+            if let Some(first) = first {
+                task.waiters.push((generation, first));
             }
-            let next = match end.requested {
-                Some(Control::Stop) => {
-                    tracing::info!(plugin = %name, "stopped ({})", end.exit);
-                    self.set_state(PluginState::Stopped, "");
-                    return;
-                }
-                Some(request) => Some(request),
-                None => {
-                    // A crash: count it against the budget.
-                    let policy = spec.restart.clone();
-                    let now = Instant::now();
-                    crashes.push_back(now);
-                    while crashes
-                        .front()
-                        .is_some_and(|t| now.duration_since(*t) > policy.window)
-                    {
-                        crashes.pop_front();
-                    }
-                    if end.uptime.is_some_and(|u| u >= HEALTHY_UPTIME) {
-                        delays = backoff(&policy);
-                    }
-                    self.status.lock().unwrap().restarts += 1;
-                    if crashes.len() as u32 >= policy.max_restarts {
-                        let tail = self.logs.tail(REASON_LINES).join(" | ");
-                        let why = format!(
-                            "{reason}; {} crash(es) within {} s spent the budget of {}; last output: {}",
-                            crashes.len(),
-                            policy.window.as_secs(),
-                            policy.max_restarts,
-                            if tail.is_empty() { "(none)" } else { &tail }
-                        );
-                        tracing::error!(plugin = %name, "failed: {why}");
-                        self.set_state(PluginState::Failed, why);
-                        self.registry.remove_plugin(&name);
-                        wait_for_revival(&mut control).await
-                    } else {
-                        let delay = delays.next().unwrap_or(policy.backoff_max);
-                        tracing::warn!(plugin = %name, "plugin {reason}; restarting in {} ms", delay.as_millis());
-                        self.set_state(
-                            PluginState::Backoff,
-                            format!("{reason}; restarting in {} ms", delay.as_millis()),
-                        );
-                        wait_backoff(&mut control, delay).await
-                    }
+        }
+        loop {
+            let far = tokio::time::Instant::now() + Duration::from_secs(86_400);
+            let ctl = tokio::select! {
+                ctl = control.recv() => ctl.unwrap_or(Control::Stop),
+                _ = tokio::time::sleep_until(task.backoff_until.unwrap_or(far)), if task.backoff_until.is_some() => {
+                    task.backoff_until = None;
+                    task.spawn_current(self.spec());
+                    continue;
                 }
             };
-            match next {
-                None => {}
-                Some(Control::Stop) => {
-                    self.set_state(PluginState::Stopped, "");
-                    return;
-                }
-                Some(Control::Reload(new_spec)) => {
-                    tracing::info!(plugin = %name, "reloading from {}", new_spec.dir.display());
-                    *self.spec.write().unwrap() = new_spec;
-                    crashes.clear();
-                    delays = backoff(&self.spec().restart);
-                    self.status.lock().unwrap().restarts += 1;
-                }
-                Some(_) => {
-                    tracing::info!(plugin = %name, "restarting on request");
-                    crashes.clear();
-                    delays = backoff(&spec.restart);
-                    self.status.lock().unwrap().restarts += 1;
-                }
+            task.handle(ctl);
+            if task.finished() {
+                return;
             }
         }
     }
 
-    /// Spawns one process and watches it until it ends.
-    async fn run_once(
+    /// Spawns one process of `spec` (instance `generation`, session token `token`)
+    /// and watches it until it ends; reports the end as [`Control::Exited`].
+    async fn watch_process(
+        self: Arc<Self>,
+        config: Arc<SupervisorConfig>,
+        spec: Arc<PluginSpec>,
+        generation: u64,
+        token: String,
+        mut cmds: mpsc::UnboundedReceiver<ProcCmd>,
+    ) {
+        let end = self
+            .run_process(&spec, &config, generation, &token, &mut cmds)
+            .await;
+        let _ = self.control.send(Control::Exited { generation, end });
+    }
+
+    /// Why process `generation` starts, for the marker in its output log: `started`,
+    /// `started (restart 2; last exit: exit status 1)`, or a reload's new version.
+    fn start_cause(&self, generation: u64) -> String {
+        let s = self.status.lock().unwrap();
+        if s.current != generation {
+            return "started (reload: the new version, beside the serving one)".into();
+        }
+        match (s.restarts, s.last_exit.as_str()) {
+            (0, "") => "started".into(),
+            (n, "") => format!("started (restart {n})"),
+            (0, last) => format!("started (last exit: {last})"),
+            (n, last) => format!("started (restart {n}; last exit: {last})"),
+        }
+    }
+
+    async fn run_process(
         &self,
         spec: &PluginSpec,
         config: &SupervisorConfig,
-        control: &mut mpsc::UnboundedReceiver<Control>,
+        generation: u64,
+        token: &str,
+        cmds: &mut mpsc::UnboundedReceiver<ProcCmd>,
     ) -> ProcessEnd {
         let name = &self.name;
-        let token = random_token();
-        let generation = {
-            let mut s = self.status.lock().unwrap();
-            s.generation += 1;
-            s.token = token.clone();
-            s.attached = false;
-            s.state = PluginState::Starting;
-            s.reason = String::new();
-            // Before the spawn: a fast plugin may register before spawn() returns.
-            s.spawned_at = Some(Instant::now());
-            s.startup = None;
-            s.generation
-        };
         let protected = config.protected.read().unwrap().clone();
         let launch = process::Launch {
             addr: &config.addr,
-            token: &token,
+            token,
             data: config.plugin_data_dir(name),
             tmp: config.plugin_tmp_dir(name),
             protected: &protected,
@@ -450,49 +629,59 @@ impl Plugin {
                         tracing::debug!(plugin = %name, sandbox = %state, prepared_us = spawned.prepared_in.as_micros() as u64, "sandbox")
                     }
                 }
-                self.status.lock().unwrap().sandbox = spawned.sandbox;
+                let mut s = self.status.lock().unwrap();
+                if s.current == generation && s.serving == 0 {
+                    s.sandbox = spawned.sandbox.clone();
+                }
+                if let Some(i) = s.instance_mut(generation) {
+                    i.sandbox = spawned.sandbox;
+                }
                 spawned.child
             }
             Err(e) => {
                 tracing::error!(plugin = %name, "{e}");
                 return ProcessEnd {
                     exit: format!("spawn failed: {e}"),
-                    requested: None,
                     killed_because: None,
                     uptime: None,
+                    why: None,
                 };
             }
         };
         let pid = child.id().unwrap_or(0);
         config.reaper.track(pid);
-        {
-            let mut s = self.status.lock().unwrap();
-            s.pid = pid;
+        if let Some(i) = self.status.lock().unwrap().instance_mut(generation) {
+            i.pid = pid;
         }
-        tracing::info!(plugin = %name, pid, runtime = spec.runtime.as_str(), "spawned");
+        tracing::info!(plugin = %name, pid, generation, runtime = spec.runtime.as_str(), "spawned");
+        self.logs.started(pid, &self.start_cause(generation));
+        let tail = Arc::new(ProcessTail::default());
         if let Some(out) = child.stdout.take() {
             tokio::spawn(process::capture(
                 out,
                 name.clone(),
                 "stdout",
                 self.logs.clone(),
+                None,
+                pid,
             ));
         }
-        if let Some(err) = child.stderr.take() {
+        let stderr = child.stderr.take().map(|err| {
             tokio::spawn(process::capture(
                 err,
                 name.clone(),
                 "stderr",
                 self.logs.clone(),
-            ));
-        }
+                Some(tail.clone()),
+                pid,
+            ))
+        });
 
         let startup_deadline =
             tokio::time::Instant::now() + Duration::from_secs_f64(spec.startup_timeout_s);
-        let mut registered = false;
+        let mut registered_at: Option<Instant> = None;
         let mut startup_expired = false;
         let mut kill_at: Option<tokio::time::Instant> = None;
-        let mut requested: Option<Control> = None;
         let mut killed_because: Option<String> = None;
         let kill = |why: String, killed_because: &mut Option<String>| {
             tracing::error!(plugin = %name, pid, "{why}; killing it");
@@ -502,7 +691,7 @@ impl Plugin {
         let status = loop {
             tokio::select! {
                 status = child.wait() => break status,
-                _ = tokio::time::sleep_until(startup_deadline), if !registered && !startup_expired => {
+                _ = tokio::time::sleep_until(startup_deadline), if registered_at.is_none() && !startup_expired => {
                     startup_expired = true;
                     kill(format!("did not register within {} s", spec.startup_timeout_s), &mut killed_because);
                 }
@@ -510,128 +699,690 @@ impl Plugin {
                     kill_at = None;
                     kill("outlived its session".into(), &mut killed_because);
                 }
-                ctl = control.recv() => match ctl {
-                    Some(Control::Ready(g)) if g == generation => registered = true,
-                    Some(Control::SessionEnded(g)) if g == generation => {
+                cmd = cmds.recv() => match cmd {
+                    Some(ProcCmd::Registered) => registered_at = Some(Instant::now()),
+                    Some(ProcCmd::SessionEnded) => {
                         kill_at = Some(tokio::time::Instant::now() + SESSION_LOSS_KILL_AFTER);
                     }
-                    Some(Control::Hung { generation: g, silent }) if g == generation => {
+                    Some(ProcCmd::Hung(silent)) => {
                         kill(format!("answered no ping for {} ms (hung)", silent.as_millis()), &mut killed_because);
                     }
-                    Some(Control::Ready(_) | Control::SessionEnded(_) | Control::Hung { .. }) => {}
-                    Some(c) => {
-                        requested = Some(c);
-                        break self.drain_and_stop(&mut child, pid, config).await;
+                    Some(ProcCmd::Stop { drain }) => {
+                        break self.stop_process(&mut child, pid, generation, drain, config).await;
                     }
-                    None => {
-                        requested = Some(Control::Stop);
-                        break self.drain_and_stop(&mut child, pid, config).await;
-                    }
+                    None => break self.stop_process(&mut child, pid, generation, true, config).await,
                 },
             }
         };
         // Whatever the plugin left in its group (grandchildren) goes too.
         process::signal_group(pid, libc::SIGKILL);
         config.reaper.untrack(pid);
-        let uptime = self.status.lock().unwrap().ready_at.map(|t| t.elapsed());
+        // The last lines it wrote may still be in the pipe: they say why it ended.
+        if let Some(stderr) = stderr {
+            let _ = tokio::time::timeout(STDERR_FLUSH, stderr).await;
+        }
         ProcessEnd {
             exit: match status {
                 Ok(status) => process::describe_exit(status),
                 Err(e) => format!("wait failed: {e}"),
             },
-            requested,
             killed_because,
-            uptime,
+            uptime: registered_at.map(|t| t.elapsed()),
+            why: tail.why(),
         }
     }
 
-    /// Stops taking new calls, lets calls in flight finish (up to
-    /// `config.drain_timeout`), then [`Plugin::stop_child`].
-    async fn drain_and_stop(
+    /// Stops a process the plugin task asked to stop. With `drain`, calls in flight on
+    /// its session finish first (up to `config.drain_timeout`); then `Shutdown` on the
+    /// stream, the grace period, SIGTERM and SIGKILL of its group. Without `drain` (a
+    /// process that serves nothing: a superseded new version), SIGTERM at once.
+    async fn stop_process(
         &self,
         child: &mut tokio::process::Child,
         pid: u32,
+        generation: u64,
+        drain: bool,
         config: &SupervisorConfig,
     ) -> std::io::Result<std::process::ExitStatus> {
-        self.set_state(PluginState::Stopping, "");
-        self.session.send_replace(None);
-        let live = self.status.lock().unwrap().live.clone();
-        if let Some(session) = &live {
-            let deadline = tokio::time::Instant::now() + config.drain_timeout;
-            while session.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-                tokio::select! {
-                    status = child.wait() => return status,
-                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
-                }
-            }
-            if session.in_flight() > 0 {
-                tracing::warn!(
-                    plugin = %self.name,
-                    "{} call(s) still in flight after draining {} ms; stopping anyway",
-                    session.in_flight(),
-                    config.drain_timeout.as_millis()
-                );
+        let live = self
+            .status
+            .lock()
+            .unwrap()
+            .instance(generation)
+            .and_then(|i| i.live.clone());
+        let Some(session) = live.filter(|_| drain) else {
+            return terminate(child, pid, &self.name).await;
+        };
+        let deadline = tokio::time::Instant::now() + config.drain_timeout;
+        while session.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::select! {
+                status = child.wait() => return status,
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
             }
         }
-        self.stop_child(child, pid, config.shutdown_grace).await
-    }
-
-    /// `Shutdown` on the stream, then SIGTERM to the group after `grace`, then
-    /// SIGKILL after [`TERM_GRACE`].
-    async fn stop_child(
-        &self,
-        child: &mut tokio::process::Child,
-        pid: u32,
-        grace: Duration,
-    ) -> std::io::Result<std::process::ExitStatus> {
-        let live = self.status.lock().unwrap().live.clone();
-        if let Some(session) = live {
-            session.try_send(HostMsg::Shutdown(Shutdown {
-                grace_ms: grace.as_millis() as u32,
-                reason: "broker stopping the plugin".into(),
-            }));
+        if session.in_flight() > 0 {
+            tracing::warn!(
+                plugin = %self.name,
+                "{} still in flight after draining {} ms; stopping anyway",
+                crate::term::count(session.in_flight(), "call", "calls"),
+                config.drain_timeout.as_millis()
+            );
         }
+        let grace = config.shutdown_grace;
+        session.try_send(HostMsg::Shutdown(Shutdown {
+            grace_ms: grace.as_millis() as u32,
+            reason: "broker stopping the plugin".into(),
+        }));
         if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
             return status;
         }
         tracing::warn!(plugin = %self.name, pid, "did not exit within {} ms of Shutdown; SIGTERM", grace.as_millis());
-        process::signal_group(pid, libc::SIGTERM);
-        if let Ok(status) = tokio::time::timeout(TERM_GRACE, child.wait()).await {
-            return status;
-        }
-        tracing::warn!(plugin = %self.name, pid, "did not exit after SIGTERM; SIGKILL");
-        process::signal_group(pid, libc::SIGKILL);
-        child.wait().await
+        terminate(child, pid, &self.name).await
     }
 }
 
-/// Sleeps `delay` unless a request (Stop, Restart, Reload) arrives first, which is
-/// returned. `None` = the delay passed.
-async fn wait_backoff(
-    control: &mut mpsc::UnboundedReceiver<Control>,
-    delay: Duration,
-) -> Option<Control> {
-    let sleep = tokio::time::sleep(delay);
-    tokio::pin!(sleep);
-    loop {
-        tokio::select! {
-            _ = &mut sleep => return None,
-            ctl = control.recv() => match ctl {
-                Some(c @ (Control::Stop | Control::Restart | Control::Reload(_))) => return Some(c),
-                Some(_) => {}
-                None => return Some(Control::Stop),
+/// SIGTERM to the group, then SIGKILL after [`TERM_GRACE`].
+async fn terminate(
+    child: &mut tokio::process::Child,
+    pid: u32,
+    plugin: &str,
+) -> std::io::Result<std::process::ExitStatus> {
+    process::signal_group(pid, libc::SIGTERM);
+    if let Ok(status) = tokio::time::timeout(TERM_GRACE, child.wait()).await {
+        return status;
+    }
+    tracing::warn!(plugin = %plugin, pid, "did not exit after SIGTERM; SIGKILL");
+    process::signal_group(pid, libc::SIGKILL);
+    child.wait().await
+}
+
+/// Messages from the plugin task to one process's watcher.
+#[derive(Debug)]
+enum ProcCmd {
+    /// Its session registered: the startup deadline no longer applies.
+    Registered,
+    /// Its session ended: kill it if it lives on.
+    SessionEnded,
+    /// It answered no ping for this long: kill it.
+    Hung(Duration),
+    /// Stop it; `drain`: let calls in flight finish first.
+    Stop { drain: bool },
+}
+
+/// A spawned process as the plugin task holds it.
+struct Proc {
+    generation: u64,
+    spec: Arc<PluginSpec>,
+    cmds: mpsc::UnboundedSender<ProcCmd>,
+    /// Why it is being stopped, once it is (the reason its calls fail with).
+    retired_because: Option<&'static str>,
+}
+
+/// Why a process was stopped, when it was not current any more.
+const SUPERSEDED: &str = "was superseded before it registered";
+
+/// What the plugin task keeps between messages.
+struct Task {
+    plugin: Arc<Plugin>,
+    config: Arc<SupervisorConfig>,
+    /// The supervised process in charge (starting or serving).
+    current: Option<Proc>,
+    /// A reload's new version, started beside `current`.
+    candidate: Option<Proc>,
+    /// Processes being stopped.
+    retiring: Vec<Proc>,
+    /// The instance of a process attached by hand that serves the plugin.
+    attached: Option<u64>,
+    /// Spawn `current` again once this retiring generation ended (a restart).
+    respawn_after: Option<u64>,
+    backoff_until: Option<tokio::time::Instant>,
+    stopping: bool,
+    crashes: VecDeque<Instant>,
+    delays: Box<dyn Iterator<Item = Duration> + Send>,
+    /// Operations waiting for a generation to register.
+    waiters: Vec<(u64, Outcome)>,
+}
+
+impl Task {
+    fn new(plugin: Arc<Plugin>, config: Arc<SupervisorConfig>) -> Task {
+        let delays = backoff(&plugin.spec().restart);
+        Task {
+            plugin,
+            config,
+            current: None,
+            candidate: None,
+            retiring: Vec::new(),
+            attached: None,
+            respawn_after: None,
+            backoff_until: None,
+            stopping: false,
+            crashes: VecDeque::new(),
+            delays,
+            waiters: Vec::new(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.plugin.name
+    }
+
+    fn handle(&mut self, ctl: Control) {
+        match ctl {
+            Control::Ready(g) => self.on_ready(g),
+            Control::SessionEnded(g) => self.on_session_ended(g),
+            Control::Refused { generation, why } => self.on_refused(generation, why),
+            Control::Hung { generation, silent } => self.tell(generation, ProcCmd::Hung(silent)),
+            Control::Exited { generation, end } => self.on_exit(generation, end),
+            Control::Restart => self.on_restart(),
+            Control::Reload { spec, done } => self.on_reload(spec, done),
+            Control::Stop => self.on_stop(),
+        }
+    }
+
+    /// True (and the plugin marked stopped) once there is nothing left to supervise:
+    /// after a stop, every process ended; for an ad-hoc plugin, its attached process left.
+    fn finished(&mut self) -> bool {
+        let no_process =
+            self.current.is_none() && self.candidate.is_none() && self.retiring.is_empty();
+        let done = if self.stopping {
+            no_process
+        } else {
+            self.plugin.adhoc
+                && no_process
+                && self.attached.is_none()
+                && !self
+                    .plugin
+                    .status
+                    .lock()
+                    .unwrap()
+                    .instances
+                    .iter()
+                    .any(|i| i.origin == Origin::Attached)
+        };
+        if done {
+            self.plugin.set_state(PluginState::Stopped, "");
+            for (_, w) in self.waiters.drain(..) {
+                let _ = w.send(Err(NotServing::Superseded("the plugin was stopped".into())));
+            }
+            tracing::info!(plugin = %self.plugin.name, "stopped");
+        }
+        done
+    }
+
+    fn reset_budget(&mut self) {
+        self.crashes.clear();
+        self.delays = backoff(&self.plugin.spec().restart);
+    }
+
+    /// Answers the operations waiting for `generation`.
+    fn answer(&mut self, generation: u64, outcome: Result<(), NotServing>) {
+        let mut i = 0;
+        while i < self.waiters.len() {
+            if self.waiters[i].0 == generation {
+                let (_, w) = self.waiters.swap_remove(i);
+                let _ = w.send(outcome.clone());
+            } else {
+                i += 1;
             }
         }
     }
-}
 
-/// A failed plugin waits for `Restart`, `Reload` or `Stop`.
-async fn wait_for_revival(control: &mut mpsc::UnboundedReceiver<Control>) -> Option<Control> {
-    loop {
-        match control.recv().await {
-            Some(c @ (Control::Stop | Control::Restart | Control::Reload(_))) => return Some(c),
-            Some(_) => {}
-            None => return Some(Control::Stop),
+    fn proc(&self, generation: u64) -> Option<&Proc> {
+        self.current
+            .iter()
+            .chain(self.candidate.iter())
+            .chain(self.retiring.iter())
+            .find(|p| p.generation == generation)
+    }
+
+    /// Passes `cmd` to the watcher of `generation`'s process, if it has one.
+    fn tell(&self, generation: u64, cmd: ProcCmd) {
+        if let Some(p) = self.proc(generation) {
+            let _ = p.cmds.send(cmd);
+        }
+    }
+
+    /// Spawns a process of `spec`; as the current one when `current`.
+    fn spawn(&mut self, spec: Arc<PluginSpec>, current: bool) -> Proc {
+        let token = random_token();
+        let generation = {
+            let mut s = self.plugin.status.lock().unwrap();
+            let generation = s.next_generation();
+            s.instances.push(Instance {
+                generation,
+                origin: Origin::Spawned,
+                token: token.clone(),
+                connected: false,
+                retiring: false,
+                pid: 0,
+                started: Instant::now(),
+                sandbox: SandboxState::Pending,
+                sdk: String::new(),
+                live: None,
+            });
+            if current {
+                s.current = generation;
+                if s.serving == 0 {
+                    s.state = PluginState::Starting;
+                    s.reason = String::new();
+                }
+            }
+            generation
+        };
+        let (cmds, rx) = mpsc::unbounded_channel();
+        tokio::spawn(self.plugin.clone().watch_process(
+            self.config.clone(),
+            spec.clone(),
+            generation,
+            token,
+            rx,
+        ));
+        Proc {
+            generation,
+            spec,
+            cmds,
+            retired_because: None,
+        }
+    }
+
+    /// Starts `spec` as the current process (one that is starting is replaced).
+    fn spawn_current(&mut self, spec: Arc<PluginSpec>) -> u64 {
+        self.respawn_after = None;
+        self.backoff_until = None;
+        if let Some(old) = self.current.take() {
+            self.plugin.unpublish(old.generation);
+            self.retire(old, false, SUPERSEDED);
+        }
+        let p = self.spawn(spec, true);
+        let generation = p.generation;
+        self.current = Some(p);
+        generation
+    }
+
+    /// Stops `proc` (its session is never published again); it is forgotten once it
+    /// exited.
+    fn retire(&mut self, mut proc: Proc, drain: bool, why: &'static str) {
+        {
+            let mut s = self.plugin.status.lock().unwrap();
+            if s.current == proc.generation {
+                s.current = 0;
+            }
+            if let Some(i) = s.instance_mut(proc.generation) {
+                i.retiring = true;
+            }
+        }
+        let _ = proc.cmds.send(ProcCmd::Stop { drain });
+        proc.retired_because = Some(why);
+        self.retiring.push(proc);
+    }
+
+    /// Stops a reload's new version that no longer should serve.
+    fn drop_candidate(&mut self, outcome: NotServing) {
+        if let Some(c) = self.candidate.take() {
+            self.answer(c.generation, Err(outcome));
+            self.retire(c, false, SUPERSEDED);
+        }
+    }
+
+    /// Sends an attached process away: `Shutdown`, end of its stream, its calls failed.
+    fn dismiss_attached(&mut self, generation: u64, why: &str) {
+        let live = {
+            let mut s = self.plugin.status.lock().unwrap();
+            let at = s.instances.iter().position(|i| i.generation == generation);
+            at.and_then(|at| s.instances.remove(at).live)
+        };
+        self.plugin.unpublish(generation);
+        if let Some(session) = live {
+            session.try_send(HostMsg::Shutdown(Shutdown {
+                grace_ms: self.config.shutdown_grace.as_millis() as u32,
+                reason: format!("broker: {why}"),
+            }));
+            session.end_stream();
+            session.close(why);
+        }
+    }
+
+    fn on_ready(&mut self, generation: u64) {
+        self.tell(generation, ProcCmd::Registered);
+        if self
+            .candidate
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.switch();
+        } else if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.answer(generation, Ok(()));
+        } else {
+            let attached = {
+                let s = self.plugin.status.lock().unwrap();
+                s.instance(generation)
+                    .filter(|i| i.origin == Origin::Attached)
+                    .map(|i| i.pid)
+            };
+            if let Some(pid) = attached {
+                self.take_over(generation, pid);
+            }
+        }
+    }
+
+    /// A reload's new version registered (its session is published): it becomes the
+    /// current process; the old one drains and stops.
+    fn switch(&mut self) {
+        let Some(new) = self.candidate.take() else {
+            return;
+        };
+        if let Some(old) = self.current.take() {
+            self.retire(old, true, "was replaced by its reloaded version");
+        }
+        *self.plugin.spec.write().unwrap() = new.spec.clone();
+        {
+            let mut s = self.plugin.status.lock().unwrap();
+            s.current = new.generation;
+            s.restarts += 1;
+        }
+        self.reset_budget();
+        self.backoff_until = None;
+        self.respawn_after = None;
+        self.answer(new.generation, Ok(()));
+        tracing::info!(plugin = %self.name(), "reloaded: the new version serves; the old one drains");
+        self.current = Some(new);
+    }
+
+    /// A process attached by hand registered: it serves the plugin from now on; the
+    /// supervised process drains and stops, and is not restarted while it stays.
+    fn take_over(&mut self, generation: u64, pid: u32) {
+        if self.stopping {
+            // It registered while the plugin was being unloaded.
+            self.dismiss_attached(generation, "the plugin was stopped");
+            return;
+        }
+        if let Some(previous) = self.attached.replace(generation) {
+            if previous != generation {
+                self.dismiss_attached(previous, "another attached process took over");
+            }
+        }
+        self.drop_candidate(NotServing::Superseded(
+            "a process attached by hand took over the plugin".into(),
+        ));
+        if let Some(own) = self.current.take() {
+            self.retire(own, true, "made room for a process attached by hand");
+        }
+        self.backoff_until = None;
+        self.respawn_after = None;
+        self.reset_budget();
+        let pid = if pid == 0 {
+            "-".to_string()
+        } else {
+            pid.to_string()
+        };
+        tracing::info!(plugin = %self.name(), pid = %pid, "a process attached by hand serves the plugin");
+    }
+
+    fn on_session_ended(&mut self, generation: u64) {
+        self.tell(generation, ProcCmd::SessionEnded);
+        let attached = {
+            let s = self.plugin.status.lock().unwrap();
+            s.instance(generation)
+                .is_some_and(|i| i.origin == Origin::Attached)
+        };
+        if !attached {
+            return;
+        }
+        self.dismiss_attached(generation, "the attached process disconnected");
+        if self.attached != Some(generation) {
+            return;
+        }
+        self.attached = None;
+        tracing::info!(plugin = %self.name(), "the attached process disconnected");
+        self.plugin.status.lock().unwrap().last_exit = "attached process disconnected".into();
+        if !self.stopping && !self.plugin.adhoc {
+            self.reset_budget();
+            self.spawn_current(self.plugin.spec());
+        }
+    }
+
+    fn on_refused(&mut self, generation: u64, why: String) {
+        if self
+            .candidate
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            let message = format!(
+                "reload failed: the new version's session was refused: {why}; the previous version still serves"
+            );
+            tracing::error!(plugin = %self.name(), "{message}");
+            self.plugin.status.lock().unwrap().reason = message.clone();
+            self.drop_candidate(NotServing::Failed(message));
+            return;
+        }
+        self.answer(
+            generation,
+            Err(NotServing::Failed(format!(
+                "its session was refused: {why}"
+            ))),
+        );
+        let attached = {
+            let s = self.plugin.status.lock().unwrap();
+            s.instance(generation)
+                .is_some_and(|i| i.origin == Origin::Attached)
+        };
+        if attached {
+            self.on_session_ended(generation);
+        } else {
+            // A process that lives on without a session is killed (then restarted).
+            self.tell(generation, ProcCmd::SessionEnded);
+        }
+    }
+
+    fn on_exit(&mut self, generation: u64, end: ProcessEnd) {
+        let live = {
+            let mut s = self.plugin.status.lock().unwrap();
+            let at = s.instances.iter().position(|i| i.generation == generation);
+            at.and_then(|at| s.instances.remove(at).live)
+        };
+        self.plugin.unpublish(generation);
+        let reason = end.reason();
+        let detail = end.detail();
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.current = None;
+            {
+                let mut s = self.plugin.status.lock().unwrap();
+                s.current = 0;
+                s.last_exit = match &end.killed_because {
+                    Some(why) => format!("{why} ({})", end.exit),
+                    None => end.exit.clone(),
+                };
+            }
+            if let Some(session) = live {
+                session.close(&reason);
+            }
+            self.answer(generation, Err(NotServing::Failed(detail)));
+            if !self.stopping {
+                self.crashed(&end, reason);
+            }
+        } else if self
+            .candidate
+            .as_ref()
+            .is_some_and(|c| c.generation == generation)
+        {
+            self.candidate = None;
+            if let Some(session) = live {
+                session.close(&reason);
+            }
+            let message = format!(
+                "reload failed: the new version {detail}; the previous version still serves"
+            );
+            tracing::error!(plugin = %self.name(), "{message}");
+            {
+                let mut s = self.plugin.status.lock().unwrap();
+                if s.serving != 0 {
+                    s.reason = message.clone();
+                }
+            }
+            self.answer(generation, Err(NotServing::Failed(message)));
+        } else if let Some(at) = self
+            .retiring
+            .iter()
+            .position(|p| p.generation == generation)
+        {
+            let proc = self.retiring.swap_remove(at);
+            let why = proc.retired_because.unwrap_or("was stopped");
+            if let Some(session) = live {
+                session.close(why);
+            }
+            if why != SUPERSEDED {
+                self.plugin.status.lock().unwrap().last_exit = end.exit.clone();
+            }
+            tracing::info!(plugin = %self.name(), generation, "{why} ({})", end.exit);
+            self.answer(generation, Err(NotServing::Superseded(why.into())));
+            if self.respawn_after == Some(generation) && !self.stopping {
+                self.spawn_current(self.plugin.spec());
+            }
+        }
+    }
+
+    /// The current process ended on its own: count it against the crash budget, then
+    /// restart it after a backoff, or mark the plugin failed.
+    fn crashed(&mut self, end: &ProcessEnd, reason: String) {
+        let name = self.plugin.name.clone();
+        let policy = self.plugin.spec().restart.clone();
+        let now = Instant::now();
+        self.crashes.push_back(now);
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > policy.window)
+        {
+            self.crashes.pop_front();
+        }
+        if end.uptime.is_some_and(|u| u >= HEALTHY_UPTIME) {
+            self.delays = backoff(&policy);
+        }
+        self.plugin.status.lock().unwrap().restarts += 1;
+        if self.crashes.len() as u32 >= policy.max_restarts {
+            let tail = self.plugin.logs.tail(REASON_LINES).join(" | ");
+            let why = format!(
+                "{reason}; {} within {} s spent the budget of {}; last output: {}",
+                crate::term::count(self.crashes.len(), "crash", "crashes"),
+                policy.window.as_secs(),
+                policy.max_restarts,
+                if tail.is_empty() { "(none)" } else { &tail }
+            );
+            tracing::error!(plugin = %name, "failed: {why}");
+            self.plugin.set_state(PluginState::Failed, why);
+            if self.candidate.is_none() {
+                self.plugin.registry.remove_plugin(&name);
+            }
+        } else {
+            let delay = self.delays.next().unwrap_or(policy.backoff_max);
+            tracing::warn!(plugin = %name, "plugin {reason}; restarting in {} ms", delay.as_millis());
+            self.plugin.set_state(
+                PluginState::Backoff,
+                format!("{reason}; restarting in {} ms", delay.as_millis()),
+            );
+            self.backoff_until = Some(tokio::time::Instant::now() + delay);
+        }
+    }
+
+    fn on_restart(&mut self) {
+        if self.attached.is_some() || self.stopping {
+            return;
+        }
+        tracing::info!(plugin = %self.name(), "restarting on request");
+        self.drop_candidate(NotServing::Superseded(
+            "a restart superseded the reload".into(),
+        ));
+        self.reset_budget();
+        self.backoff_until = None;
+        self.plugin.status.lock().unwrap().restarts += 1;
+        match self.current.take() {
+            Some(old) => {
+                let generation = old.generation;
+                self.plugin.unpublish(generation);
+                self.plugin.set_state(PluginState::Stopping, "");
+                self.retire(old, true, "is restarting on request");
+                self.respawn_after = Some(generation);
+            }
+            None => {
+                self.spawn_current(self.plugin.spec());
+            }
+        }
+    }
+
+    fn on_reload(&mut self, spec: Arc<PluginSpec>, done: Option<Outcome>) {
+        if self.stopping {
+            if let Some(done) = done {
+                let _ = done.send(Err(NotServing::Superseded("the plugin is stopping".into())));
+            }
+            return;
+        }
+        if self.attached.is_some() {
+            if let Some(done) = done {
+                let _ = done.send(Err(NotServing::Failed(
+                    "a process attached by hand serves it; stop that process first".into(),
+                )));
+            }
+            return;
+        }
+        self.drop_candidate(NotServing::Superseded(
+            "a newer reload superseded this one".into(),
+        ));
+        let serving = {
+            let s = self.plugin.status.lock().unwrap();
+            self.current
+                .as_ref()
+                .is_some_and(|c| s.serving == c.generation)
+        };
+        let generation = if serving {
+            tracing::info!(plugin = %self.name(), "reloading from {}: the new version starts beside the serving one", spec.dir.display());
+            let candidate = self.spawn(spec, false);
+            let generation = candidate.generation;
+            self.candidate = Some(candidate);
+            generation
+        } else {
+            // Nothing serves (starting, backing off, failed): the new version replaces
+            // whatever is there at once.
+            tracing::info!(plugin = %self.name(), "reloading from {}", spec.dir.display());
+            *self.plugin.spec.write().unwrap() = spec.clone();
+            self.reset_budget();
+            self.plugin.status.lock().unwrap().restarts += 1;
+            self.spawn_current(spec)
+        };
+        if let Some(done) = done {
+            self.waiters.push((generation, done));
+        }
+    }
+
+    fn on_stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.backoff_until = None;
+        self.respawn_after = None;
+        self.plugin.set_state(PluginState::Stopping, "");
+        self.drop_candidate(NotServing::Superseded("the plugin is stopping".into()));
+        if let Some(own) = self.current.take() {
+            self.plugin.unpublish(own.generation);
+            self.retire(own, true, "was stopped");
+        }
+        if let Some(attached) = self.attached.take() {
+            self.dismiss_attached(attached, "the plugin was stopped");
+        }
+        // Attached processes still in their handshake are refused from now on.
+        for i in &mut self.plugin.status.lock().unwrap().instances {
+            i.retiring = true;
+        }
+        for (_, w) in self.waiters.drain(..) {
+            let _ = w.send(Err(NotServing::Superseded("the plugin is stopping".into())));
         }
     }
 }

@@ -23,9 +23,13 @@ pub const KEPT_LINES: usize = 500;
 /// Bootstrap for Node plugins: resolves `hearth-plugin/runner` from the plugin's own
 /// directory (its node_modules, the parents', NODE_PATH) and serves the entry file
 /// given as the first argument.
+/// When `hearth-plugin` cannot be found at all, its last stderr line (the reason
+/// `plugins list` shows) says so and how to install it, instead of a Node stack.
 const NODE_BOOTSTRAP: &str = "const p=require('path');const e=p.resolve(process.argv[1]);\
-let r;try{r=require.resolve('hearth-plugin/runner',{paths:[p.dirname(e)]})}catch(_){r='hearth-plugin/runner'}\
-require(r).main(e)";
+let r;try{r=require.resolve('hearth-plugin/runner',{paths:[p.dirname(e)]})}catch(_){\
+try{r=require.resolve('hearth-plugin/runner')}catch(_){process.stderr.write('hearth-plugin: cannot load '+e+\
+\": module 'hearth-plugin' not found (the broker resolves hearth-plugin/runner from \"+p.dirname(e)+\
+'); run `npm install hearth-plugin` in '+p.dirname(e)+'\\n');process.exit(2)}}require(r).main(e)";
 
 /// Interpreters used when a manifest names none.
 #[derive(Debug, Clone)]
@@ -384,7 +388,10 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
         return format!("exit status {code}");
     }
     match status.signal() {
-        Some(sig) => format!("signal {sig} ({})", signal_name(sig)),
+        Some(sig) => match signal_name(sig) {
+            "" => format!("signal {sig}"),
+            name => format!("signal {sig} ({name})"),
+        },
         None => "unknown exit".into(),
     }
 }
@@ -402,19 +409,23 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGPIPE => "SIGPIPE",
         libc::SIGTERM => "SIGTERM",
-        _ => "signal",
+        _ => "",
     }
 }
 
-/// One captured output line.
+/// One captured output line, or a line of the broker's own between them
+/// ([`LogRing::started`]).
 #[derive(Debug, Clone)]
 pub struct LogLine {
-    /// `stdout` or `stderr`.
+    /// `stdout`, `stderr`, or `broker` for the broker's own lines.
     pub stream: &'static str,
     /// The line, capped and with invalid UTF-8 replaced.
     pub text: String,
     /// When it was read.
     pub at: std::time::SystemTime,
+    /// The process that wrote it (a `broker` line: the process it is about); 0 if
+    /// unknown.
+    pub pid: u32,
 }
 
 /// The last [`KEPT_LINES`] output lines of a plugin (both streams, across its
@@ -445,12 +456,31 @@ impl LogRing {
         let _ = self.feed.send(line);
     }
 
-    /// The last `n` lines as `[stream] text`, oldest first.
+    /// Marks the start of process `pid` between the output lines (`why`: "started",
+    /// "restart 2; last exit: exit status 1" …), so `plugins logs` shows where one
+    /// process ends and the next begins.
+    pub fn started(&self, pid: u32, why: &str) {
+        self.push(LogLine {
+            stream: "broker",
+            text: format!("pid {pid} {why}"),
+            at: std::time::SystemTime::now(),
+            pid,
+        });
+    }
+
+    /// The last `n` output lines (not the broker's own) as `[stream] text`, oldest
+    /// first.
     pub fn tail(&self, n: usize) -> Vec<String> {
-        self.tail_lines(n)
-            .into_iter()
+        let lines = self.lines.lock().unwrap();
+        let mut tail: Vec<String> = lines
+            .iter()
+            .rev()
+            .filter(|l| l.stream != "broker")
+            .take(n)
             .map(|l| format!("[{}] {}", l.stream, l.text))
-            .collect()
+            .collect();
+        tail.reverse();
+        tail
     }
 
     /// The last `n` lines, oldest first.
@@ -476,14 +506,81 @@ impl LogRing {
     }
 }
 
+/// Lines of one process's stderr kept to say why it ended.
+const TAIL_LINES: usize = 40;
+/// Longest reason line taken from a process's output, in bytes.
+const MAX_WHY_BYTES: usize = 400;
+
+/// The last stderr lines of one process (the [`LogRing`] mixes a plugin's processes:
+/// during a reload the old and the new one write at once).
+#[derive(Debug, Default)]
+pub struct ProcessTail {
+    lines: Mutex<VecDeque<String>>,
+}
+
+impl ProcessTail {
+    fn push(&self, line: &str) {
+        let mut lines = self.lines.lock().unwrap();
+        if lines.len() == TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line.to_string());
+    }
+
+    /// The line that says why the process failed (see [`why_line`]).
+    pub fn why(&self) -> Option<String> {
+        let lines: Vec<String> = self.lines.lock().unwrap().iter().cloned().collect();
+        why_line(&lines)
+    }
+}
+
+/// The stderr line that says why a process failed: the first line that names an
+/// error (`SyntaxError: …`, `hearth: … import failed: …`, `Error: Cannot find module`,
+/// a Rust panic with its message), else the last non-empty line; capped.
+pub fn why_line(lines: &[String]) -> Option<String> {
+    let names_error = |l: &str| {
+        let head = l.trim_start();
+        head.contains("Error")
+            || head.contains("error:")
+            || head.contains("Exception")
+            || head.contains("panicked at")
+    };
+    let picked = match lines.iter().position(|l| names_error(l)) {
+        Some(i) if lines[i].contains("panicked at") => match lines.get(i + 1) {
+            Some(message) if !message.trim().is_empty() => {
+                format!("{} {}", lines[i].trim(), message.trim())
+            }
+            _ => lines[i].trim().to_string(),
+        },
+        Some(i) => lines[i].trim().to_string(),
+        None => lines
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())?
+            .trim()
+            .to_string(),
+    };
+    if picked.len() <= MAX_WHY_BYTES {
+        return Some(picked);
+    }
+    let mut cut = MAX_WHY_BYTES;
+    while !picked.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(format!("{}…", &picked[..cut]))
+}
+
 /// Reads `reader` line by line until EOF, logging each line tagged with the plugin
-/// and stream and keeping it in `ring`. Lines are capped at [`MAX_LINE_BYTES`] and
-/// non-UTF-8 bytes are replaced, so no output can exhaust the broker's memory.
+/// and stream and keeping it in `ring` (and in `tail`, the process's own). Lines are
+/// capped at [`MAX_LINE_BYTES`] and non-UTF-8 bytes are replaced, so no output can
+/// exhaust the broker's memory.
 pub async fn capture<R: AsyncRead + Unpin>(
     reader: R,
     plugin: String,
     stream: &'static str,
     ring: Arc<LogRing>,
+    tail: Option<Arc<ProcessTail>>,
+    pid: u32,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut line = Vec::with_capacity(256);
@@ -496,10 +593,14 @@ pub async fn capture<R: AsyncRead + Unpin>(
             text.push_str(&format!("…[cut {} bytes]", *dropped));
         }
         tracing::info!(target: "hearth_broker::plugin", plugin = %plugin, stream, "{text}");
+        if let Some(tail) = &tail {
+            tail.push(&text);
+        }
         ring.push(LogLine {
             stream,
             text,
             at: std::time::SystemTime::now(),
+            pid,
         });
         line.clear();
         *dropped = 0;
@@ -586,6 +687,45 @@ mod tests {
         signal_group(pid, libc::SIGKILL);
         drop(child);
         drop(rt);
+    }
+
+    #[test]
+    fn the_line_that_says_why() {
+        let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let python = lines(&[
+            "hearth: plugin file /p/main.py: import failed: SyntaxError: invalid syntax (main.py, line 2)",
+            "Traceback (most recent call last):",
+            "SyntaxError: invalid syntax",
+        ]);
+        assert_eq!(
+            why_line(&python).unwrap(),
+            "hearth: plugin file /p/main.py: import failed: SyntaxError: invalid syntax (main.py, line 2)"
+        );
+        let node = lines(&[
+            "/p/index.js:3",
+            "  foo(",
+            "  ^",
+            "",
+            "SyntaxError: missing ) after argument list",
+            "    at wrapSafe (node:internal)",
+            "",
+            "Node.js v20.1.0",
+        ]);
+        assert_eq!(
+            why_line(&node).unwrap(),
+            "SyntaxError: missing ) after argument list"
+        );
+        let rust = lines(&[
+            "thread 'main' panicked at src/main.rs:3:5:",
+            "no config",
+            "note: run with `RUST_BACKTRACE=1`",
+        ]);
+        assert_eq!(
+            why_line(&rust).unwrap(),
+            "thread 'main' panicked at src/main.rs:3:5: no config"
+        );
+        assert_eq!(why_line(&lines(&["starting", "bye", ""])).unwrap(), "bye");
+        assert_eq!(why_line(&[]), None);
     }
 
     #[test]

@@ -143,6 +143,9 @@ pub enum SandboxState {
     OptedOut,
     /// The kernel has no Landlock: the plugin runs unconfined.
     Unavailable,
+    /// A process started by hand that attached with a one-time token: the broker did
+    /// not start it, so it runs as its starter confined it.
+    Attached,
 }
 
 impl std::fmt::Display for SandboxState {
@@ -159,6 +162,7 @@ impl std::fmt::Display for SandboxState {
             }
             SandboxState::OptedOut => f.write_str("off (plugin.json)"),
             SandboxState::Unavailable => f.write_str("off (no Landlock in this kernel)"),
+            SandboxState::Attached => f.write_str("off (attached)"),
         }
     }
 }

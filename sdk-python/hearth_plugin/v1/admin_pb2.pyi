@@ -31,7 +31,7 @@ class ListPluginsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PluginStatus(_message.Message):
-    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms", "sandbox")
+    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms", "sandbox", "attached")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class PluginStatus(_message.Message):
     SDK_FIELD_NUMBER: _ClassVar[int]
     STARTUP_MS_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    ATTACHED_FIELD_NUMBER: _ClassVar[int]
     name: str
     runtime: str
     pid: int
@@ -60,7 +61,8 @@ class PluginStatus(_message.Message):
     sdk: str
     startup_ms: int
     sandbox: str
-    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ..., sandbox: _Optional[str] = ...) -> None: ...
+    attached: bool
+    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ..., sandbox: _Optional[str] = ..., attached: _Optional[bool] = ...) -> None: ...
 
 class ListPluginsResponse(_message.Message):
     __slots__ = ("plugins",)
@@ -116,6 +118,28 @@ class ReloadPluginResponse(_message.Message):
     plugin: PluginStatus
     def __init__(self, plugin: _Optional[_Union[PluginStatus, _Mapping]] = ...) -> None: ...
 
+class AttachTokenRequest(_message.Message):
+    __slots__ = ("name", "ttl_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ttl_s: int
+    def __init__(self, name: _Optional[str] = ..., ttl_s: _Optional[int] = ...) -> None: ...
+
+class AttachTokenResponse(_message.Message):
+    __slots__ = ("name", "addr", "token", "expires_in_ms", "loaded")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    LOADED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    addr: str
+    token: str
+    expires_in_ms: int
+    loaded: bool
+    def __init__(self, name: _Optional[str] = ..., addr: _Optional[str] = ..., token: _Optional[str] = ..., expires_in_ms: _Optional[int] = ..., loaded: _Optional[bool] = ...) -> None: ...
+
 class PluginLogsRequest(_message.Message):
     __slots__ = ("name", "tail", "follow")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -127,16 +151,18 @@ class PluginLogsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tail: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class LogLine(_message.Message):
-    __slots__ = ("plugin", "stream", "text", "unix_ms")
+    __slots__ = ("plugin", "stream", "text", "unix_ms", "pid")
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
     plugin: str
     stream: str
     text: str
     unix_ms: int
-    def __init__(self, plugin: _Optional[str] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., unix_ms: _Optional[int] = ...) -> None: ...
+    pid: int
+    def __init__(self, plugin: _Optional[str] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., unix_ms: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
     __slots__ = ()
@@ -161,21 +187,25 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("name", "args_json", "timeout_ms", "user_id", "group_id")
+    __slots__ = ("name", "args_json", "timeout_ms", "user_id", "group_id", "policies", "confirmed")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
     name: str
     args_json: str
     timeout_ms: int
     user_id: str
     group_id: str
-    def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ...) -> None: ...
+    policies: bool
+    confirmed: bool
+    def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., policies: _Optional[bool] = ..., confirmed: _Optional[bool] = ...) -> None: ...
 
 class CallToolResponse(_message.Message):
-    __slots__ = ("tool", "plugin", "success", "content", "data_json", "error", "elapsed_us")
+    __slots__ = ("tool", "plugin", "success", "content", "data_json", "error", "elapsed_us", "needs_confirmation")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +213,7 @@ class CallToolResponse(_message.Message):
     DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
     tool: str
     plugin: str
     success: bool
@@ -190,7 +221,8 @@ class CallToolResponse(_message.Message):
     data_json: str
     error: str
     elapsed_us: int
-    def __init__(self, tool: _Optional[str] = ..., plugin: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ...) -> None: ...
+    needs_confirmation: bool
+    def __init__(self, tool: _Optional[str] = ..., plugin: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ..., needs_confirmation: _Optional[bool] = ...) -> None: ...
 
 class ListSourcesRequest(_message.Message):
     __slots__ = ()

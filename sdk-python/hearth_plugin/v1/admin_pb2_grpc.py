@@ -60,6 +60,11 @@ class AdminStub:
                 request_serializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginRequest.SerializeToString,
                 response_deserializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginResponse.FromString,
                 _registered_method=True)
+        self.AttachToken = channel.unary_unary(
+                '/hearth.v1.Admin/AttachToken',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.AttachTokenRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.AttachTokenResponse.FromString,
+                _registered_method=True)
         self.PluginLogs = channel.unary_stream(
                 '/hearth.v1.Admin/PluginLogs',
                 request_serializer=hearth_dot_v1_dot_admin__pb2.PluginLogsRequest.SerializeToString,
@@ -107,7 +112,9 @@ class AdminServicer:
 
     def LoadPlugin(self, request, context):
         """Loads the plugin directory `path` while the broker runs; answers once it
-        registered. A bad directory is FAILED_PRECONDITION naming what is wrong.
+        registered. A bad directory is FAILED_PRECONDITION naming what is wrong; a first
+        process that ends before it registered is UNAVAILABLE with its exit status and
+        the stderr line that says why. A refused or failed load leaves nothing behind.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,8 +128,28 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReloadPlugin(self, request, context):
-        """Re-reads a plugin's directory and restarts it with the new code, same name;
-        calls in flight finish on the old process first.
+        """Re-reads a plugin's directory and starts the new code (same name) beside the
+        serving process; once the new one registered, new calls go to it and the old one
+        drains and stops. If the new one ends or its session is refused first, the
+        answer (UNAVAILABLE) says why at once — exit status and the stderr line that
+        explains it — and the old one keeps serving with its tools (its `reason` in
+        ListPlugins says so too). A newer reload of the same plugin supersedes one in
+        progress (ABORTED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachToken(self, request, context):
+        """A one-time token with which a process started by hand (a debugger, an IDE)
+        attaches to this broker as plugin `name` (go-plugin's reattach): start it with
+        HEARTH_ADDR = `addr`, HEARTH_TOKEN = `token` and HEARTH_PLUGIN = `name` (and no
+        HEARTH_TOKEN_FD). If `name` is loaded, its own process drains and stops once the
+        attached one registered, the attached one serves with the manifest's
+        capabilities and settings, and the broker starts its own again when it
+        disconnects; else it is an ad-hoc plugin with default capabilities, removed when
+        it disconnects. The broker never restarts an attached process. The token serves
+        one session; a used, expired or unknown one is UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -157,9 +184,10 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CallTool(self, request, context):
-        """Runs one tool call through the broker's routing, validation and timeout.
-        Tool failures are answered in the result (success = false), not as a Status;
-        an unknown tool is NOT_FOUND.
+        """Runs one tool call through the broker's routing, validation and timeout, and with
+        `policies` the tool's `ai.tool` policies. Tool failures and policy refusals are
+        answered in the result (success = false), not as a Status; an unknown tool is
+        NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,6 +220,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReloadPlugin,
                     request_deserializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginRequest.FromString,
                     response_serializer=hearth_dot_v1_dot_admin__pb2.ReloadPluginResponse.SerializeToString,
+            ),
+            'AttachToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachToken,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.AttachTokenRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.AttachTokenResponse.SerializeToString,
             ),
             'PluginLogs': grpc.unary_stream_rpc_method_handler(
                     servicer.PluginLogs,
@@ -355,6 +388,33 @@ class Admin:
             '/hearth.v1.Admin/ReloadPlugin',
             hearth_dot_v1_dot_admin__pb2.ReloadPluginRequest.SerializeToString,
             hearth_dot_v1_dot_admin__pb2.ReloadPluginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/AttachToken',
+            hearth_dot_v1_dot_admin__pb2.AttachTokenRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.AttachTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,
