@@ -440,7 +440,7 @@ export interface HomeAgentPlugin {
 export interface ConfigDef {
   key: string;
   default?: unknown;
-  type?: 'string' | 'number' | 'boolean';
+  type?: 'string' | 'number' | 'integer' | 'boolean';
   display_name?: string;
   displayName?: string;
   description?: string;

@@ -43,7 +43,9 @@ pub struct DevArgs {
     /// Print every message on the plugin's session, decoded, one line each.
     #[arg(long)]
     pub trace: bool,
-    /// Data dir to use and keep (default: a new temp dir, removed at exit).
+    /// Data dir to use and keep (default: a new temp dir, removed at exit). The global
+    /// `--data-dir` / `HEARTH_DATA_DIR` is not used: `hearth dev` never touches the data
+    /// of a broker you run with `hearth run`.
     #[arg(long = "data", value_name = "DIR")]
     pub data: Option<PathBuf>,
 }
@@ -106,18 +108,29 @@ fn inner_loop(
         bail!("{}: does not exist", dir.display());
     }
     let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
-    let spec = PluginSpec::load(&dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     let script = match &script {
         Some(file) => Script::load(file)?,
         None => Script::from_json(DEFAULT_SCRIPT).expect("the default script parses"),
     };
-    let cargo = spec.runtime == Runtime::Exec && dir.join("Cargo.toml").is_file();
+    // A Rust plugin is built before its manifest is read: its entry is the build's output.
+    let cargo = dir.join("Cargo.toml").is_file();
     if cargo && !cargo_build(&dir) {
         bail!(
             "{}: cargo build failed (its output is above)",
             dir.display()
         );
     }
+    let spec = PluginSpec::load(&dir).map_err(|e| {
+        let hint = match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(t) if cargo => format!(
+                " (CARGO_TARGET_DIR={} puts the build there: point plugin.json's `entry` at it, or unset it)",
+                t.to_string_lossy()
+            ),
+            _ => String::new(),
+        };
+        anyhow::anyhow!("{}: {e}{hint}", dir.display())
+    })?;
+    let cargo = cargo && spec.runtime == Runtime::Exec;
     if trace {
         crate::supervisor::trace::enable();
     }

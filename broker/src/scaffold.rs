@@ -96,7 +96,8 @@ pub fn new_command(args: NewArgs) -> anyhow::Result<ExitCode> {
     for (path, _) in &files {
         println!("  {path}");
     }
-    println!("\nnext:");
+    println!("\nnext (until hearth-plugin is on PyPI, npm and crates.io, install it from a Hearth");
+    println!("checkout or its built packages instead: see the README's \"Write a plugin\"):");
     println!("  cd {shown}");
     match args.language {
         Language::Python => {

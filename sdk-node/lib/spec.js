@@ -162,7 +162,7 @@ function configDef(def, plugin) {
   if (typeof def.key !== 'string' || !def.key) throw new DeclarationError(`plugin ${plugin}: registerDef: missing key`);
   const where = `plugin ${plugin}: config ${def.key}`;
   const type = def.type == null ? 'string' : def.type;
-  if (!['string', 'number', 'boolean'].includes(type)) throw new DeclarationError(`${where}: type must be string, number or boolean, got ${JSON.stringify(type)}`);
+  if (!['string', 'number', 'integer', 'boolean'].includes(type)) throw new DeclarationError(`${where}: type must be string, number, integer or boolean, got ${JSON.stringify(type)}`);
   if (def.options != null && !Array.isArray(def.options)) throw new DeclarationError(`${where}: options must be an array`);
   /** @type {any} */
   const w = {

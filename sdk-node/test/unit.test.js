@@ -58,7 +58,7 @@ describe('declarations', () => {
     assert.throws(() => spec.aiTool({ parameters: [], cooldown: -1 }, 'calc'), /plugin calc: ai\.tool\.cooldown: expected a non-negative number, got -1/);
     assert.throws(() => spec.triggerSpecs([{ type: 9, pattern: 'x' }], 'w'), /plugin w: triggers\[0\]: type 9 is not 0\.\.4/);
     assert.throws(() => spec.homeAgentTool('t', { parameters: [] }, 'ha'), /plugin ha: tool t: parameters must be a JSON Schema object/);
-    assert.throws(() => spec.configDef({ key: 'k', type: 'date' }, 'ha'), /plugin ha: config k: type must be string, number or boolean, got "date"/);
+    assert.throws(() => spec.configDef({ key: 'k', type: 'date' }, 'ha'), /plugin ha: config k: type must be string, number, integer or boolean, got "date"/);
     assert.throws(() => spec.configDef({ type: 'string' }, 'ha'), /plugin ha: registerDef: missing key/);
   });
 

@@ -378,6 +378,40 @@ async fn a_process_started_by_hand_attaches_in_place_of_the_supervised_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_attached_by_hand_may_call_host_services_in_its_start() {
+    let plugin = crate::harness::PluginDir {
+        dir: "sh".into(),
+        manifest: json!({"name": "sh", "runtime": "python",
+            "entry": repo().join("tests/plugins/start_host.py")}),
+    };
+    let mut b = Broker::start(vec![plugin]).await;
+    let r = b.call("sh_greeting", json!({})).await.unwrap();
+    assert_eq!(r.content, "start() read 'hello'", "{r:?}");
+    let (code, _, err) = b.cli(&[
+        "settings",
+        "set",
+        "--plugin",
+        "sh",
+        "greeting",
+        "\"hi there\"",
+    ]);
+    assert_eq!(code, 0, "{err}");
+
+    // Host calls in start() come before the session opens: the attach token serves them.
+    let env = attach_env(&b, "sh");
+    let mut child = by_hand(&b, "start_host.py", &env);
+    let pid = child.id();
+    b.wait_for("sh", LONG, "the attached process serving", |p| {
+        p.attached && p.state == PluginState::Ready as i32 && p.pid == pid
+    })
+    .await;
+    let r = b.call("sh_greeting", json!({})).await.unwrap();
+    assert_eq!(r.content, "start() read 'hi there'", "{r:?}\n{}", b.log());
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attach_token_for_an_unknown_name_makes_an_ad_hoc_plugin() {
     let mut b = Broker::start(vec![]).await;
     let (code, out, err) = b.cli(&["plugins", "attach-token", "adhoc", "--json"]);

@@ -225,10 +225,24 @@ impl Supervisor {
             } else {
                 other.spec().dir.display().to_string()
             };
-            let reason = format!(
-                "plugin name `{}` is already used by {by}; to run new code under the name, `hearth plugins reload {}` (or unload it first)",
-                spec.name, spec.name
-            );
+            let same_dir = !other.is_adhoc()
+                && std::fs::canonicalize(&other.spec().dir).ok()
+                    == std::fs::canonicalize(&spec.dir).ok();
+            let reason = if same_dir {
+                format!(
+                    "plugin name `{}` is already used by {by}; to run its new code, `hearth plugins reload {}`",
+                    spec.name, spec.name
+                )
+            } else {
+                format!(
+                    "plugin name `{}` is already used by {by}; to serve the name from {} instead, `hearth plugins unload {}`, then `hearth plugins adopt {} {}` (its settings and data follow the name)",
+                    spec.name,
+                    spec.dir.display(),
+                    spec.name,
+                    spec.name,
+                    spec.dir.display()
+                )
+            };
             drop(plugins);
             return Err(remember(spec.name, reason));
         }
@@ -303,10 +317,23 @@ impl Supervisor {
     /// The plugin one of whose processes has the session token `token` (host-service
     /// calls): a spawn token, or a redeemed attach token.
     pub fn plugin_for_token(&self, token: &str) -> Option<String> {
-        self.plugins.read().unwrap().iter().find_map(|p| {
+        let found = self.plugins.read().unwrap().iter().find_map(|p| {
             let s = p.status.lock().unwrap();
             s.by_token(token).map(|_| p.name().to_string())
-        })
+        });
+        found.or_else(|| self.attaching_plugin(token))
+    }
+
+    /// The loaded plugin an attach token not yet spent (and not expired) was issued for:
+    /// a process started by hand makes host calls in its `start()` before it opens its
+    /// session (the SDKs register what `start()` declared), as a spawned one does with
+    /// its spawn token.
+    fn attaching_plugin(&self, token: &str) -> Option<String> {
+        let tickets = self.attach_tickets.lock().unwrap();
+        let t = tickets
+            .iter()
+            .find(|t| !t.used && t.issued.elapsed() < t.ttl && same_secret(&t.token, token))?;
+        self.plugin(&t.name).map(|_| t.name.clone())
     }
 
     /// Every loaded plugin, in load order.

@@ -1,9 +1,11 @@
 //! `hearth dev --trace`: every message on a plugin's session, decoded, one line each
-//! (tracing target `hearth_broker::trace`, level info). Off by default, at the cost of
-//! one relaxed atomic load per message.
+//! (tracing target `hearth_broker::trace`, level info) — but the heartbeat (`Ping` /
+//! `Pong`, every 2 s), which would bury the rest. Off by default, at the cost of one
+//! relaxed atomic load per message.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use hearth_proto::v1::host_message::Msg as HostMsg;
 use hearth_proto::v1::plugin_message::Msg as PluginMsg;
 use hearth_proto::v1::HostMessage;
 use tokio::sync::mpsc;
@@ -37,7 +39,7 @@ fn line(text: String) -> String {
 
 /// Traces a message the plugin sent.
 pub fn inbound(plugin: &str, msg: &PluginMsg) {
-    if enabled() {
+    if enabled() && !matches!(msg, PluginMsg::Pong(_)) {
         tracing::info!(target: "hearth_broker::trace", "{plugin} → broker {}", line(format!("{msg:?}")));
     }
 }
@@ -56,6 +58,9 @@ pub fn outbound(
     tokio::spawn(async move {
         while let Some(item) = rx.recv().await {
             match &item {
+                Ok(HostMessage {
+                    msg: Some(HostMsg::Ping(_)),
+                }) => {}
                 Ok(HostMessage { msg: Some(m) }) => tracing::info!(
                     target: "hearth_broker::trace",
                     "broker → {plugin} {}",

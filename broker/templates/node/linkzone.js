@@ -1,4 +1,4 @@
-// __NAME__: a Hearth plugin in Node (LinkZone style: `static metadata` + `executeTool`).
+// __NAME__: a Hearth plugin in Node (LinkZone style: `metadata` on the class + `executeTool`).
 // Serve it with the broker (`hearth dev .`); `npm test` runs its tests without a broker.
 const { Plugin } = require('hearth-plugin');
 

@@ -18,5 +18,5 @@ test('greets by name', async (t) => {
 test('arguments are checked against the schema first', async (t) => {
     const plugin = await load(MAIN);
     t.after(() => plugin.close());
-    await assert.rejects(plugin.call('__TOOL__', {}), /name/);
+    await assert.rejects(plugin.call('__TOOL__', {}), { name: 'InvalidArgumentsError', message: /name/ });
 });

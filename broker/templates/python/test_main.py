@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hearth_plugin.testing import load
+from hearth_plugin.testing import InvalidArguments, load
 
 MAIN = Path(__file__).with_name("main.py")
 
@@ -19,5 +19,5 @@ def test_greets_by_name():
 
 def test_arguments_are_checked_against_the_schema_first():
     with load(MAIN) as plugin:
-        with pytest.raises(Exception, match="name"):
+        with pytest.raises(InvalidArguments, match="name"):
             plugin.call("__TOOL__", {})
