@@ -860,6 +860,9 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 .map_err(status_error)?
                 .into_inner();
             let out = Printer::stdout();
+            // The process whose marker came last; a line of another one (the old process
+            // of a reload finishing, while the new one runs) carries its pid.
+            let mut current_pid = None;
             while let Some(line) = lines.message().await.map_err(status_error)? {
                 let time = log_time(line.unix_ms);
                 if json {
@@ -869,10 +872,18 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     });
                     println!("{v}");
                 } else if line.stream == "broker" {
+                    if line.pid != 0 {
+                        current_pid = Some(line.pid);
+                    }
                     println!("{time}   ── {} ──", out.line(&line.text));
                 } else {
                     let tag = if line.stream == "stderr" { "!" } else { " " };
-                    println!("{time} {tag} {}", out.line(&line.text));
+                    match current_pid {
+                        Some(pid) if line.pid != 0 && line.pid != pid => {
+                            println!("{time} {tag} [pid {}] {}", line.pid, out.line(&line.text))
+                        }
+                        _ => println!("{time} {tag} {}", out.line(&line.text)),
+                    }
                 }
             }
         }
