@@ -52,6 +52,8 @@ pub mod chat;
 pub mod cli;
 pub mod dev;
 pub mod error;
+#[cfg(test)]
+mod golden;
 pub mod grpc;
 pub mod llm;
 pub mod manifest;

@@ -15,6 +15,8 @@ const { GraphMemoryStore } = require('../testing/host/memory');
 const { DocMemoryStore, KnowledgeStore, sanitizeName } = require('../testing/host/search');
 const { FakeHost } = require('../testing/host');
 const { validateArguments, HarnessError } = require('hearth-plugin/testing');
+// The broker's texts; the broker's own tests (broker/src/golden.rs) check this file
+// against the broker's validator, so it fails there first when the broker changes.
 const GOLDEN = require('./fixtures/schema-golden.json');
 
 describe('argument validation', () => {

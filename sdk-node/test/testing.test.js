@@ -195,6 +195,10 @@ describe('testing: a HomeAgent plugin object and the host services', () => {
       tool('setting', { key: { type: 'string' } }, async ({ key }) => ({ value: await sdk.settings().get(key) }));
       tool('put', { key: { type: 'string' }, value: {} }, async ({ key, value }) => { await sdk.settings().set(key, value); return 'ok'; });
       tool('core', { key: { type: 'string' } }, async ({ key }) => ({ value: await sdk.settings().getCore(key) }));
+      tool('set_in', { scope: { type: 'string' }, key: { type: 'string' }, value: {} }, async ({ scope, key, value }) => {
+        await (scope === 'core' ? sdk.settings().setCore(key, value) : sdk.settings().setPlugin(scope, key, value));
+        return 'ok';
+      });
       tool('dump', {}, async () => sdk.settings().dump());
       tool('other', { plugin: { type: 'string' }, key: { type: 'string' } }, async (a) => ({ value: await sdk.settings().getPlugin(a.plugin, a.key) }));
       tool('remember', {}, async () => sdk.memory().commit([['Alice', 'likes', 'tea'], ['alice ', 'likes', 'Tea'], { subject: 'Tea', relation: 'grown_in', object: 'China', object_type: 'Location' }]));
@@ -242,12 +246,52 @@ describe('testing: a HomeAgent plugin object and the host services', () => {
     assert.equal(t.settings.get('api_key'), 'sk-own', 'own secrets in clear');
   });
 
-  it('a setting of the wrong type for its def is an error', async () => {
-    assert.throws(() => t.settings.set('days', '4'), { name: 'HarnessError', code: 'INVALID_SETTING', message: 'plugin ha: setting `days`: the def says type number, got string "4"' });
-    assert.throws(() => t.settings.set('days', 9), { code: 'INVALID_SETTING', message: 'plugin ha: setting `days`: 9 is greater than the def\'s max 7' });
+  it('a setting of the wrong type for its def is refused as the broker refuses it', async () => {
+    const refused = (scope, key, got) => `setting \`${key}\` of ${scope}: expected ${got}`;
+    assert.throws(() => t.settings.set('days', '4'), { name: 'HarnessError', code: 'INVALID_ARGUMENT', message: refused('plugin ha', 'days', 'a number (its def\'s type is `number`), got "4" (a string)') });
+    // min and max (and options) are for a settings UI: the broker does not check them.
+    t.settings.set('days', 9);
+    assert.equal(t.settings.get('days'), 9);
+    t.settings.set('days', null);
     t.settings.set('days', 4);
     assert.equal(t.settings.get('days'), 4);
-    await rejectsWith(load(plugin, { settings: { city: 'x', days: 'three' } }), 'INVALID_SETTING', /^plugin ha: setting `days`: the def says type number, got string "three"$/);
+    // From the plugin: the same code and message, and nothing written.
+    const put = await t.call('put', { key: 'days', value: 'four' });
+    assert.equal(put.error, `HostError: plugin ha: settings.set: INVALID_ARGUMENT: ${refused('plugin ha', 'days', 'a number (its def\'s type is `number`), got "four" (a string)')}`);
+    assert.equal(t.settings.get('days'), 4);
+    const secret = await t.call('put', { key: 'api_key', value: 7 });
+    assert.equal(secret.error, `HostError: plugin ha: settings.set: INVALID_ARGUMENT: ${refused('plugin ha', 'api_key', 'a string (its def\'s type is `string`), got a number (a secret: value not shown)')}`);
+    // Core and other plugins' settings (a harness of its own: the core table is shared).
+    const typed = new FakeHost();
+    typed.settings.registerDef(null, { key: 'core.port', type: 'integer', display_name: 'Port' });
+    typed.settings.registerDef('qq', { key: 'enabled', type: 'boolean', display_name: 'On' });
+    const v = await load(plugin, { host: typed, settings: { city: 'x' }, capabilities: ['settings_core', 'settings_cross'] });
+    try {
+      const core = await v.call('set_in', { scope: 'core', key: 'core.port', value: 80.5 });
+      assert.equal(core.error, `HostError: plugin ha: settings.setCore: INVALID_ARGUMENT: ${refused('core', 'core.port', 'an integer (its def\'s type is `integer`), got 80.5 (a number with a fraction)')}`);
+      assert.equal((await v.call('set_in', { scope: 'core', key: 'core.port', value: 8080 })).content, 'ok');
+      const other = await v.call('set_in', { scope: 'qq', key: 'enabled', value: [true] });
+      assert.equal(other.error, `HostError: plugin ha: settings.setPlugin: INVALID_ARGUMENT: ${refused('plugin qq', 'enabled', 'a boolean (true or false) (its def\'s type is `boolean`), got [true] (an array)')}`);
+      // The value as the plugin wrote it: `2.0` is an f64 for the broker (an integer
+      // still: a whole number), `2.5` is not.
+      assert.throws(() => typed.answer('settings.setCore', 'ha', { key: 'core.port', valueJson: '2.5' }), { code: 'INVALID_ARGUMENT', message: refused('core', 'core.port', 'an integer (its def\'s type is `integer`), got 2.5 (a number with a fraction)') });
+      typed.answer('settings.setCore', 'ha', { key: 'core.port', valueJson: '2.0' });
+      assert.equal(typed.answer('settings.getCore', 'ha', { key: 'core.port' }).valueJson, '2.0');
+      assert.throws(() => v.settings.setCore('core.port', '2'), { code: 'INVALID_ARGUMENT', message: refused('core', 'core.port', 'an integer (its def\'s type is `integer`), got "2" (a string)') });
+    } finally {
+      await v.close();
+    }
+    // Seeding: a value for a key whose def is already stored is checked; one set before
+    // the plugin registers the def is stored (the broker checks writes, not defs).
+    const host = new FakeHost();
+    host.settings.registerDef('ha', { key: 'days', type: 'number', display_name: 'Days' });
+    await rejectsWith(load(plugin, { host, settings: { days: 'three' } }), 'INVALID_ARGUMENT', /^setting `days` of plugin ha: expected a number \(its def's type is `number`\), got "three" \(a string\)$/);
+    const u = await load(plugin, { settings: { city: 'x', days: 'three' } });
+    try {
+      assert.equal(u.settings.get('days'), 'three');
+    } finally {
+      await u.close();
+    }
   });
 
   it('masks secrets of other scopes and in dump()', async () => {

@@ -21,7 +21,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const { FakeBroker } = require('./broker');
 const { FakeHost, DEFAULT_CAPABILITIES } = require('./host');
-const { defFromWire, defMismatch } = require('./host/settings');
+const { defFromWire } = require('./host/settings');
 const schema = require('./schema');
 const permissions = require('./permissions');
 const triggers = require('./triggers');
@@ -195,8 +195,9 @@ class Pending {
 /**
  * The settings of a loaded plugin as the test sees them: this plugin's table (secrets in
  * clear), core and other plugins' tables. Reads and writes go straight to the fake
- * store (no capability checks: the test is the operator). A value written by the test
- * must fit the def registered for its key (type, options, min/max).
+ * store (no capability checks: the test is the operator). As under the broker, a value
+ * must fit the type of its key's def, if it has one (INVALID_ARGUMENT otherwise, with
+ * the broker's message); options and min/max are not checked.
  */
 class SettingsView {
   /** @param {PluginHarness} h */
@@ -214,13 +215,12 @@ class SettingsView {
   has(key) { return this.store.list(this.h.name).includes(key); }
 
   /**
-   * Sets `key` in this plugin's table; throws HarnessError INVALID_SETTING when the
-   * value does not fit the key's def.
+   * Sets `key` in this plugin's table; throws HarnessError INVALID_ARGUMENT (the
+   * broker's message) when the value does not fit the type of the key's def.
    * @param {string} key
    * @param {import('../index').JsonValue} value
    */
   set(key, value) {
-    this.h.checkSetting(key, value);
     this.store.set(this.h.name, key, value);
   }
 
@@ -373,17 +373,6 @@ class PluginHarness {
   }
 
   /**
-   * Throws INVALID_SETTING when `value` does not fit the def of `key` (if any).
-   * @param {string} key
-   * @param {unknown} value
-   */
-  checkSetting(key, value) {
-    const def = this.host.settings.defs(this.name).find((d) => d.key === key);
-    const why = def && defMismatch(def, value);
-    if (why) throw new HarnessError('INVALID_SETTING', `plugin ${this.name}: setting \`${key}\`: ${why}`, { key });
-  }
-
-  /**
    * Loads `target` and runs its session until it registered.
    * @param {string | object | Function} target
    */
@@ -466,7 +455,6 @@ class PluginHarness {
       const items = this.rejected.map((r) => `${r.kind} ${r.name}: ${r.reason}`).join('; ');
       throw new HarnessError('REJECTED', `plugin ${this.name}: the broker would reject ${items}`, { rejected: this.rejected });
     }
-    for (const [k, v] of Object.entries(o.settings || {})) this.checkSetting(k, v);
   }
 
   /** Waits for the session, takes Hello and Register, answers as the broker. */

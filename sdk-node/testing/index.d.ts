@@ -37,12 +37,14 @@ export declare const NODE_BOOTSTRAP: string;
  * - `UNKNOWN_STAGE`: `runStage()` of a stage name that does not exist;
  * - `TIMEOUT`: a call or event got no answer within its timeout (the plugin was sent
  *   `Cancel`); `ABORTED`: its `signal` aborted without a reason;
- * - `INVALID_SETTING`: a setting the test gives does not fit its def (`key`);
  * - `INVALID_CAPABILITY`: an unknown capability name;
  * - `CLOSED`: the harness was closed;
  * - `NOT_FOUND`, `INVALID_ARGUMENT`, `PERMISSION_DENIED`, `UNIMPLEMENTED`: thrown by the
  *   fake host stores, with the broker's message (the plugin receives the same as a
- *   `HostError` with that code).
+ *   `HostError` with that code), e.g. INVALID_ARGUMENT "setting `days` of plugin
+ *   weather: expected a number (its def's type is `number`), got \"abc\" (a string)"
+ *   for a setting value, written by the plugin or the test, that does not fit the type
+ *   of its key's def.
  */
 export declare class HarnessError extends Error {
   constructor(code: string, message: string, details?: Record<string, unknown>);
@@ -54,7 +56,7 @@ export declare class HarnessError extends Error {
   exitCode?: number;
   /** With `UNKNOWN_TOOL`: the tool asked for. */
   tool?: string;
-  /** With `INVALID_SETTING`: the setting's key. */
+  /** With `NOT_FOUND` from the settings store: the key looked for. */
   key?: string;
 }
 
@@ -96,7 +98,7 @@ export interface LoadOptions {
    * fails with PERMISSION_DENIED, as under the broker.
    */
   capabilities?: readonly Capability[];
-  /** This plugin's settings, written before `start()` runs; each must fit its def, if it has one (else `load` rejects with INVALID_SETTING). */
+  /** This plugin's settings, written before `start()` runs. A value for a key whose def is already stored (e.g. in `host`) must fit the def's type, as under the broker (else `load` rejects with INVALID_ARGUMENT). */
   settings?: Record<string, JsonValue>;
   /** Core settings (`config`), written before `start()`. */
   coreSettings?: Record<string, JsonValue>;
@@ -133,7 +135,8 @@ export interface LoadOptions {
  * directory; CommonJS or ESM), or a plugin class or object in either style (LinkZone
  * class with `static metadata` + `executeTool`/`handleEvent`; HomeAgent `start(sdk)`).
  * Rejects with a {@link HarnessError} (`LOAD_FAILED`, `REJECTED`, `SESSION_ENDED`,
- * `STARTUP_TIMEOUT`, `INVALID_SETTING`). Call `close()` when done.
+ * `STARTUP_TIMEOUT`; INVALID_ARGUMENT for a seeded setting the broker would refuse).
+ * Call `close()` when done.
  */
 export declare function load(target: string | Function | object, options?: LoadOptions): Promise<PluginHarness>;
 
@@ -400,7 +403,7 @@ export declare class SettingsView {
   /** The value of `key` in this plugin's table, with its JSON type; throws NOT_FOUND when unset. */
   get(key: string): JsonValue;
   has(key: string): boolean;
-  /** Writes `key`; throws INVALID_SETTING when the value does not fit the key's def (type, options, min/max). */
+  /** Writes `key`; throws INVALID_ARGUMENT (the broker's message) when the value does not fit the type of the key's def (`string`, `number`, `integer`, `boolean`; null always fits; options and min/max are not checked, as by the broker). */
   set(key: string, value: JsonValue): void;
   /** Keys starting with `prefix`, sorted. */
   list(prefix?: string): string[];
@@ -447,6 +450,7 @@ export interface SettingsStore {
   get(scope: string | null, key: string): JsonValue;
   /** Like get; with `masked`, a secret reads as {@link SECRET_MASK}. */
   read(scope: string | null, key: string, masked: boolean): JsonValue;
+  /** Writes `key`; INVALID_ARGUMENT (the broker's message) when the value does not fit the type of the key's def. */
   set(scope: string | null, key: string, value: JsonValue): void;
   list(scope: string | null, prefix?: string): string[];
   /** Records a def; writes its default when the key is unset. */

@@ -13,8 +13,13 @@
  * | 3    | segment | one segment of the message equals `pattern` (case-insens.)| the other segments, in order               |
  * | 4    | event   | the broker emits the event `pattern` (`*` = every event)  | the event's text, as one parameter         |
  *
- * Regular expressions run on JavaScript's engine (`u` flag) instead of Rust's `regex`
- * crate; the common syntax is the same.
+ * Whitespace is Rust's (`char::is_whitespace`, Unicode White_Space: unlike `\s` and
+ * `trim()`, U+0085 is whitespace and U+FEFF is not), and a keyword is cut out of the
+ * message only when lower-casing kept its UTF-8 length, as the broker does. Regular
+ * expressions run on JavaScript's engine (`u` flag) instead of Rust's `regex` crate;
+ * the common syntax is the same (but `\w`, `\d`, `\b` are ASCII-only here, Unicode
+ * there). The golden file tests/golden/triggers.json holds cases the broker and this
+ * copy are both checked against.
  */
 
 /** Broker events a type-4 trigger can name. */
@@ -41,7 +46,7 @@ function compile(triggers, inject) {
   const rejected = [];
   const reject = (/** @type {string} */ name, /** @type {string} */ reason) => rejected.push({ kind: 'trigger', name, reason });
   for (const t of triggers) {
-    const pattern = t.pattern.trim();
+    const pattern = trim(t.pattern);
     if (!pattern) {
       reject(t.pattern, `type ${t.type} trigger with an empty pattern`);
       continue;
@@ -73,15 +78,27 @@ function compile(triggers, inject) {
     }
   }
   let kept = inject;
-  if (inject && !inject.format.trim()) {
+  if (inject && !trim(inject.format)) {
     rejected.push({ kind: 'inject', name: inject.usage, reason: 'ai.inject has no format: the LLM would not know what to write' });
     kept = null;
   }
   return { triggers: out, inject: kept, rejected };
 }
 
+/** Rust's `char::is_whitespace` (the Unicode White_Space property). */
+const WHITESPACE = new Set('\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000');
+
 /** @param {string} c */
-const isSpace = (c) => /\s/u.test(c);
+const isSpace = (c) => WHITESPACE.has(c);
+
+/** Rust's `str::trim`. @param {string} text */
+function trim(text) {
+  let start = 0;
+  let end = text.length;
+  while (start < end && isSpace(text[start])) start++;
+  while (end > start && isSpace(text[end - 1])) end--;
+  return text.slice(start, end);
+}
 
 /**
  * Splits at whitespace; a double-quoted run is one word (`\"` escapes a quote).
@@ -163,7 +180,7 @@ function commandParams(text, p) {
  * @returns {{trigger: Trigger, params: string[]} | null}
  */
 function matchMessage(compiled, message) {
-  const text = message.trim();
+  const text = trim(message);
   for (const t of compiled) {
     /** @type {string[] | null} */
     let params = null;
@@ -173,8 +190,16 @@ function matchMessage(compiled, message) {
       const lower = text.toLowerCase();
       const at = lower.indexOf(t.value);
       if (at >= 0) {
-        // Lowercasing can change lengths; cut the original only when they line up.
-        const rest = lower.length === text.length ? `${text.slice(0, at)} ${text.slice(at + t.value.length)}` : text;
+        // Lowercasing can change UTF-8 lengths (e.g. 'İ', the Kelvin sign); like the
+        // broker, cut the original at the lower-cased text's byte offsets only when
+        // the two are as long in bytes, else drop nothing.
+        const raw = Buffer.from(text);
+        let rest = text;
+        if (Buffer.byteLength(lower) === raw.length) {
+          const start = Buffer.byteLength(lower.slice(0, at));
+          const end = start + Buffer.byteLength(t.value);
+          rest = `${raw.subarray(0, start).toString()} ${raw.subarray(end).toString()}`;
+        }
         params = words(rest);
       }
     } else if (t.kind === 'regex') {
@@ -204,4 +229,4 @@ function matchEvent(compiled, event, text) {
 /** `command /weather`, `regex ^hi` … for messages. @param {Trigger} t */
 const describeTrigger = (t) => `${TYPE_NAMES[t.type] || t.type} ${t.pattern}`;
 
-module.exports = { compile, matchMessage, matchEvent, words, segments, describeTrigger, EVENTS, TYPE_NAMES };
+module.exports = { compile, matchMessage, matchEvent, words, segments, trim, describeTrigger, EVENTS, TYPE_NAMES };

@@ -85,9 +85,10 @@ class ConfigDef(_Record):
     - `default` (any JSON value; leave it out for no default): written as the value
       when the key is unset at registration; a value already set is never overwritten.
       `None` is a default too (a stored null).
-    - `type` (str, default `"string"`): `"string"`, `"number"` or `"boolean"`, for a
-      settings UI. The broker records it; `hearth_plugin.testing`'s fake host also
-      refuses a `set` whose value does not match it.
+    - `type` (str, default `"string"`): `"string"`, `"number"`, `"integer"` or
+      `"boolean"`: the broker (and `hearth_plugin.testing`'s fake host) refuses to set
+      the key to a value of another JSON type (INVALID_ARGUMENT; `None` always fits).
+      Any other type is only a hint for a settings UI.
     - `display_name` (str): the label in a settings UI.
     - `description` (str): longer help text.
     - `category` (str): the group in a settings UI.

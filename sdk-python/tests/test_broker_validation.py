@@ -6,7 +6,9 @@ of the broker's own validator (the `jsonschema` crate, version pinned in
 broker/Cargo.toml) on each argument set: "META-INVALID …" when the schema fails the
 meta-schema, else "ok" or the broker's message. The tests check that the SDK still
 emits those schemas and that `hearth_plugin.testing.validate_arguments` gives the same
-answers. Regenerate after a deliberate change, with cargo and the crate in
+answers. The broker's own tests (broker/src/golden.rs) check this file against the
+broker's `ArgsSchema`, so a change in the broker fails there until the file is
+regenerated. Regenerate after a deliberate change, with cargo and the crate in
 ~/.cargo/registry (it builds a throwaway checker in a temp dir, offline):
 
     .venv/bin/python sdk-python/tests/test_broker_validation.py --update

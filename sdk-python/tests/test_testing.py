@@ -138,14 +138,105 @@ def test_homeagent_plugin_with_settings_defs_and_secrets(tmp_path):
                                                "keys": ["api_key", "city", "days"], "defs": ["api_key", "days"]}
         # A value of the wrong type for a def is an error; the right type is stored.
         r = t.call("weather_set", {"key": "days", "value": "five"})
-        assert (r.success, r.error) == (False, "INVALID_ARGUMENT: Settings.Set: `days` is defined as a number "
-                                               "(its ConfigDef); got a string")
+        assert (r.success, r.error) == (False, "INVALID_ARGUMENT: setting `days` of plugin weather: expected a "
+                                               "number (its def's type is `number`), got \"five\" (a string)")
         assert t.call("weather_set", {"key": "days", "value": 5}).success
         assert t.host.settings.get("weather", "days") == 5
         # Secrets are masked in the dump (and for other plugins), clear for the plugin itself.
         dump = t.host.settings.dump()
         assert dump["plugins"]["weather"] == {"api_key": SECRET_MASK, "city": "北京", "days": 5}
         assert t.host.settings.get("weather", "api_key", masked=True) == SECRET_MASK
+
+
+def test_setting_types_are_checked_as_the_broker_checks_them(tmp_path):
+    source = '''
+    import json
+
+    from hearth_plugin import ConfigDef, HostError, Plugin
+
+    class P(Plugin):
+        def name(self):
+            return "typed"
+
+        def start(self, sdk):
+            self.sdk = sdk
+            s = sdk.settings()
+            s.register_def(ConfigDef(key="n", type="integer", min=1, max=5))
+            s.register_def(ConfigDef(key="mode", type="string", options=["a", "b"]))
+            s.register_def(ConfigDef(key="pin", type="integer", secret=True))
+            # The broker does not check a default against the type.
+            s.register_def(ConfigDef(key="odd", type="number", default="three"))
+            sdk.register_tool("put", {"description": "set", "parameters": {"type": "object"}}, self.put)
+
+        def put(self, args):
+            s = self.sdk.settings()
+            scope, key, text = args["scope"], args["key"], args["json"]
+            try:
+                value = json.loads(text)
+                if scope == "own":
+                    s.set(key, value)
+                elif scope == "core":
+                    s.set_core(key, value)
+                else:
+                    s.set_plugin(scope, key, value)
+            except HostError as e:
+                return f"{e.code}: {e.details}"
+            return "ok"
+    '''
+    path = write(tmp_path, source)
+    host = FakeHost()
+    host.settings.register_def(None, {"key": "core.port", "type": "integer", "display_name": "Port"})
+    host.settings.register_def("qq", {"key": "enabled", "type": "boolean", "display_name": "On"})
+    with load(path, host=host, capabilities=["settings_core", "settings_cross"]) as t:
+        def put(scope, key, value):
+            return t.call("put", {"scope": scope, "key": key, "json": json.dumps(value)}).content
+
+        assert put("own", "n", 2.5) == ("INVALID_ARGUMENT: setting `n` of plugin typed: expected an integer "
+                                        "(its def's type is `integer`), got 2.5 (a number with a fraction)")
+        assert put("own", "n", 2.0) == "ok"  # a whole number is an integer
+        # options, min and max are for a settings UI: the broker does not check them.
+        assert put("own", "n", 99) == "ok"
+        assert put("own", "mode", "z") == "ok"
+        assert put("own", "mode", None) == "ok"  # null always fits
+        assert put("own", "pin", "hunter2") == ("INVALID_ARGUMENT: setting `pin` of plugin typed: expected an "
+                                                "integer (its def's type is `integer`), got a string (a secret: "
+                                                "value not shown)")
+        assert t.host.settings.get("typed", "odd") == "three"
+        assert put("core", "core.port", "80") == ("INVALID_ARGUMENT: setting `core.port` of core: expected an "
+                                                  "integer (its def's type is `integer`), got \"80\" (a string)")
+        assert put("core", "core.port", 8080) == "ok"
+        assert put("qq", "enabled", [True]) == ("INVALID_ARGUMENT: setting `enabled` of plugin qq: expected a "
+                                                "boolean (true or false) (its def's type is `boolean`), got "
+                                                "[true] (an array)")
+        assert put("qq", "enabled", False) == "ok"
+        assert (t.host.settings.get("typed", "n"), t.host.settings.get(None, "core.port")) == (99, 8080)
+
+
+def test_seeded_settings_are_checked_against_their_defs():
+    from hearth_plugin.testing import StoreError
+
+    plugin = Plugin("seeded")
+
+    @plugin.tool
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    defs = [ConfigDef(key="days", type="number")]
+    with pytest.raises(StoreError) as e:
+        load(plugin, defs=defs, settings={"days": "3"})
+    assert (e.value.code, e.value.message) == (
+        "INVALID_ARGUMENT", "setting `days` of plugin seeded: expected a number (its def's type is `number`), "
+                            "got \"3\" (a string)")
+    # A secret is set as `hearth settings set --secret` sets it: a key without a def
+    # takes any value and gets a def with only `secret`.
+    with load(plugin, secrets={"pin": 1234}) as t:
+        assert t.host.settings.get("seeded", "pin") == 1234
+        assert t.host.settings.defs("seeded") == [{"key": "pin", "type": "", "display_name": "", "secret": True}]
+    with pytest.raises(StoreError) as e:
+        load(plugin, defs=[ConfigDef(key="pin", type="integer")], secrets={"pin": "x"})
+    assert e.value.message == ("setting `pin` of plugin seeded: expected an integer (its def's type is "
+                               "`integer`), got \"x\" (a string)")
 
 
 def test_capabilities_come_from_plugin_json_or_the_defaults(tmp_path):

@@ -129,7 +129,9 @@ pub struct ConfigDef {
     /// Written as the value when the key is unset at registration; `None` = no default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default: Option<Value>,
-    /// `string`, `number` or `boolean` (empty = `string`).
+    /// `string` (sent when empty), `number`, `integer` or `boolean`: the broker refuses
+    /// to set the key to a value of another JSON type (INVALID_ARGUMENT; `null` always
+    /// fits). Any other type is a hint for a settings UI.
     pub r#type: String,
     /// Label in a settings UI.
     pub display_name: String,
@@ -139,13 +141,13 @@ pub struct ConfigDef {
     /// Group in a settings UI.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub category: String,
-    /// Allowed values (a drop-down).
+    /// Allowed values (a drop-down; not checked by the broker).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
-    /// Smallest allowed number.
+    /// Smallest allowed number (not checked by the broker).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min: Option<f64>,
-    /// Largest allowed number.
+    /// Largest allowed number (not checked by the broker).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
     /// Step of a number input.

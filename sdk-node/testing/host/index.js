@@ -13,6 +13,7 @@
 
 const { HarnessError } = require('../errors');
 const { SettingsStore, defFromWire, defToWire } = require('./settings');
+const { parse: parseJson } = require('./json');
 const { GraphMemoryStore } = require('./memory');
 const { DocMemoryStore, KnowledgeStore } = require('./search');
 
@@ -83,7 +84,9 @@ const num = (x) => (typeof x === 'number' ? x : x && typeof (/** @type {any} */ 
 function parseValue(method, json) {
   if (!json || !json.trim()) throw new HarnessError('INVALID_ARGUMENT', `${method}: value_json is empty; send JSON text (e.g. "\\"text\\"", 3, true, null)`);
   try {
-    return JSON.parse(json);
+    const value = JSON.parse(json);
+    parseJson(json); // numbers serde_json refuses (out of f64 range)
+    return value;
   } catch (e) {
     throw new HarnessError('INVALID_ARGUMENT', `${method}: value_json is not JSON: ${/** @type {Error} */ (e).message}`);
   }
@@ -202,23 +205,23 @@ class FakeHost {
 const HANDLERS = {
   'settings.get': (h, me, r) => {
     h.admit(me, 'Settings.Get');
-    return { valueJson: JSON.stringify(h.settings.get(me, r.key)) };
+    return { valueJson: h.settings.readText(me, r.key, false) };
   },
   'settings.set': (h, me, r) => {
     h.admit(me, 'Settings.Set');
-    h.settings.set(me, r.key, parseValue('Settings.Set', r.valueJson));
+    h.settings.set(me, r.key, parseValue('Settings.Set', r.valueJson), r.valueJson);
     return {};
   },
   'settings.list': (h, me, r) => ({ keys: h.settings.list(me, r.prefix || '') }),
   'settings.getCore': (h, me, r) => {
     h.admit(me, 'Settings.GetCore', 'settings_core');
-    return { valueJson: JSON.stringify(h.settings.read(null, r.key, !h.clear(me, null))) };
+    return { valueJson: h.settings.readText(null, r.key, !h.clear(me, null)) };
   },
   'settings.setCore': (h, me, r) => {
     h.admit(me, 'Settings.SetCore', 'settings_core');
     const v = parseValue('Settings.SetCore', r.valueJson);
     h.checkSecretWrite(me, 'Settings.SetCore', null, r.key);
-    h.settings.set(null, r.key, v);
+    h.settings.set(null, r.key, v, r.valueJson);
     return {};
   },
   'settings.listCore': (h, me, r) => {
@@ -228,14 +231,14 @@ const HANDLERS = {
   'settings.getPlugin': (h, me, r) => {
     h.admit(me, 'Settings.GetPlugin', 'settings_cross');
     const scope = other('Settings.GetPlugin', r.plugin);
-    return { valueJson: JSON.stringify(h.settings.read(scope, r.key, !h.clear(me, scope))) };
+    return { valueJson: h.settings.readText(scope, r.key, !h.clear(me, scope)) };
   },
   'settings.setPlugin': (h, me, r) => {
     h.admit(me, 'Settings.SetPlugin', 'settings_cross');
     const scope = other('Settings.SetPlugin', r.plugin);
     const v = parseValue('Settings.SetPlugin', r.valueJson);
     h.checkSecretWrite(me, 'Settings.SetPlugin', scope, r.key);
-    h.settings.set(scope, r.key, v);
+    h.settings.set(scope, r.key, v, r.valueJson);
     return {};
   },
   'settings.listPlugin': (h, me, r) => {
@@ -249,7 +252,7 @@ const HANDLERS = {
   'settings.defs': (h, me, r) => ({ defs: h.settings.defs(me, r.prefix || '').map(defToWire) }),
   'settings.dump': (h, me) => {
     h.admit(me, 'Settings.Dump', 'settings_cross');
-    return { dumpJson: JSON.stringify(h.settings.dump()) };
+    return { dumpJson: h.settings.dumpText() };
   },
   'settings.plugins': (h) => ({ keys: h.settings.plugins() }),
 

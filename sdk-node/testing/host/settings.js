@@ -10,10 +10,19 @@
  * core key named like a credential (`…api_key`, `…token`, …); a secret reads as
  * "••••••" in `dump()` and in masked reads.
  *
+ * A key whose def has type `string`, `number`, `integer` or `boolean` only takes values
+ * of that JSON type, or null (the broker's `ConfigDef::check`, the golden file
+ * tests/golden/setting-types.json); another value is INVALID_ARGUMENT with the broker's
+ * message ("setting `days` of plugin weather: expected a number (its def's type is
+ * `number`), got \"abc\" (a string)"), whoever writes it: the plugin or the test. As in
+ * the broker, `options`, `min` and `max` are not checked, nor is a def's default.
+ * Values are kept as the broker's serde_json keeps them (./json.js: `2.0` stays an f64).
+ *
  * A scope is `null` for the core settings, else a plugin's name.
  */
 
 const { HarnessError } = require('../errors');
+const json = require('./json');
 
 const SECRET_MASK = '••••••';
 const SECRET_KEY_SUFFIXES = ['api_key', 'apikey', 'token', 'secret', 'password'];
@@ -146,17 +155,39 @@ class SettingsStore {
   }
 
   /**
-   * Sets `key` to any JSON value (null included), creating the plugin's table.
+   * Sets `key` to any JSON value (null included), creating the plugin's table. Throws
+   * INVALID_ARGUMENT when the key has a def whose type the value does not fit
+   * ({@link checkSetting}); nothing is written then.
    * @param {string | null} scope
    * @param {string} key
    * @param {JsonValue} value
+   * @param {string} [text] the value's JSON text as sent (`value_json`): kept as the broker keeps it (`2.0` an f64)
    */
-  set(scope, key, value) {
+  set(scope, key, value, text) {
     this.check(scope);
     this.checkKey(key);
-    const json = JSON.stringify(value);
-    if (json === undefined) throw invalid('settings', `value of \`${key}\` is not JSON`);
-    this.tableForWrite(scope).values.set(key, json);
+    const source = text === undefined ? JSON.stringify(value) : text;
+    if (source === undefined) throw invalid('settings', `value of \`${key}\` is not JSON`);
+    const node = json.parse(source);
+    const t = this.tableOf(scope);
+    const def = t && t.defs.get(key);
+    const why = def ? checkNode(def, node) : null;
+    if (why) throw invalid(`setting \`${key}\` of ${scope === null ? 'core' : `plugin ${scope}`}`, why);
+    this.tableForWrite(scope).values.set(key, json.render(node));
+  }
+
+  /**
+   * The value of `key` as JSON text, as the broker answers `Settings.Get` (a secret
+   * masked with `masked`). Throws as `read`.
+   * @param {string | null} scope
+   * @param {string} key
+   * @param {boolean} masked
+   * @returns {string}
+   */
+  readText(scope, key, masked) {
+    this.read(scope, key, masked);
+    const t = /** @type {Table} */ (this.tableOf(scope));
+    return masked && this.secretIn(t, key) ? JSON.stringify(SECRET_MASK) : /** @type {string} */ (t.values.get(key));
   }
 
   /**
@@ -181,7 +212,10 @@ class SettingsStore {
     this.checkKey(def.key);
     const t = this.tableForWrite(scope);
     t.defs.set(def.key, def);
-    if (def.default !== undefined && !t.values.has(def.key)) t.values.set(def.key, JSON.stringify(def.default));
+    if (def.default !== undefined && !t.values.has(def.key)) {
+      const text = DEFAULT_TEXT.get(def);
+      t.values.set(def.key, json.canonical(text === undefined ? JSON.stringify(def.default) : text));
+    }
   }
 
   /**
@@ -194,7 +228,12 @@ class SettingsStore {
     this.check(scope);
     const t = this.tableOf(scope);
     if (!t) return [];
-    return [...t.defs.values()].filter((d) => d.key.startsWith(prefix)).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).map((d) => ({ ...d }));
+    return [...t.defs.values()].filter((d) => d.key.startsWith(prefix)).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).map((d) => {
+      const copy = { ...d };
+      const text = DEFAULT_TEXT.get(d);
+      if (text !== undefined) DEFAULT_TEXT.set(copy, text);
+      return copy;
+    });
   }
 
   /** @param {Table} t */
@@ -203,6 +242,18 @@ class SettingsStore {
     const out = {};
     for (const k of [...t.values.keys()].sort()) out[k] = this.secretIn(t, k) ? SECRET_MASK : JSON.parse(/** @type {string} */ (t.values.get(k)));
     return out;
+  }
+
+  /**
+   * `dump()` as JSON text, as the broker answers `Settings.Dump`.
+   * @returns {string}
+   */
+  dumpText() {
+    const table = (/** @type {Table} */ t) => `{${[...t.values.keys()].sort(json.byCodePoint)
+      .map((k) => `${JSON.stringify(k)}:${this.secretIn(t, k) ? JSON.stringify(SECRET_MASK) : t.values.get(k)}`).join(',')}}`;
+    const plugins = [...this.tables.keys()].sort(json.byCodePoint)
+      .map((p) => `${JSON.stringify(p)}:${table(/** @type {Table} */ (this.tables.get(p)))}`).join(',');
+    return `{"core":${table(this.core)},"plugins":{${plugins}}}`;
   }
 
   /**
@@ -233,6 +284,13 @@ class SettingsStore {
 }
 
 /**
+ * The `default_json` text a def came with from the wire, so its default is stored as
+ * the broker stores it.
+ * @type {WeakMap<object, string>}
+ */
+const DEFAULT_TEXT = new WeakMap();
+
+/**
  * A wire ConfigDef → the seed's JSON (settings.rs `ConfigDef::from_wire` + serde).
  * Throws INVALID_ARGUMENT for a default that is not JSON.
  * @param {any} w
@@ -258,7 +316,9 @@ function defFromWire(w, method) {
   if (w.secret) d.secret = true;
   // Key order as the broker serializes it.
   const { key, default: def, type, display_name: displayName, ...rest } = d;
-  return def === undefined ? { key, type, display_name: displayName, ...rest } : { key, default: def, type, display_name: displayName, ...rest };
+  const out = def === undefined ? { key, type, display_name: displayName, ...rest } : { key, default: def, type, display_name: displayName, ...rest };
+  if (text) DEFAULT_TEXT.set(out, text);
+  return out;
 }
 
 /**
@@ -268,7 +328,7 @@ function defFromWire(w, method) {
 function defToWire(d) {
   return {
     key: d.key,
-    defaultJson: d.default === undefined ? '' : JSON.stringify(d.default),
+    defaultJson: d.default === undefined ? '' : json.canonical(DEFAULT_TEXT.get(d) ?? JSON.stringify(d.default)),
     type: d.type,
     displayName: d.display_name,
     description: d.description || '',
@@ -282,27 +342,43 @@ function defToWire(d) {
   };
 }
 
+const EXPECTED = { string: 'a string', number: 'a number', integer: 'an integer', boolean: 'a boolean (true or false)' };
+
 /**
- * Why `value` does not fit `def` (type string/number/boolean, `options`, `min`/`max`),
- * or null. The broker stores any JSON value; the harness checks the values a test seeds.
+ * Why the value `node` does not fit `def`'s type, in the broker's words, or null.
  * @param {ConfigDefJson} def
- * @param {unknown} value
+ * @param {import('./json').Node} node
  * @returns {string | null}
  */
-function defMismatch(def, value) {
-  const shown = JSON.stringify(value);
-  if (['string', 'number', 'boolean'].includes(def.type)) {
-    const ok = def.type === 'number' ? typeof value === 'number' && Number.isFinite(value) : typeof value === def.type;
-    if (!ok) return `the def says type ${def.type}, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value} ${shown}`;
+function checkNode(def, node) {
+  const type = def.type || '';
+  let fits;
+  switch (type) {
+    case 'string': fits = node.t === 'str'; break;
+    case 'number': fits = node.t === 'int' || node.t === 'f64'; break;
+    case 'integer': fits = node.t === 'int' || (node.t === 'f64' && Number.isInteger(node.v)); break;
+    case 'boolean': fits = node.t === 'bool'; break;
+    default: return null;
   }
-  if (def.options && def.options.length && (typeof value === 'string' || typeof value === 'number') && !def.options.includes(String(value))) {
-    return `${shown} is not one of the def's options [${def.options.join(', ')}]`;
-  }
-  if (typeof value === 'number') {
-    if (def.min != null && value < def.min) return `${shown} is less than the def's min ${def.min}`;
-    if (def.max != null && value > def.max) return `${shown} is greater than the def's max ${def.max}`;
-  }
-  return null;
+  if (fits || node.t === 'null') return null;
+  const expected = `expected ${EXPECTED[/** @type {keyof typeof EXPECTED} */ (type)]} (its def's type is \`${type}\`)`;
+  if (def.secret === true) return `${expected}, got ${json.kind(node)} (a secret: value not shown)`;
+  let shown = json.render(node);
+  const chars = [...shown];
+  if (chars.length > 60) shown = `${chars.slice(0, 60).join('')}…`;
+  return `${expected}, got ${shown} (${json.kind(node)})`;
 }
 
-module.exports = { SettingsStore, defFromWire, defToWire, defMismatch, secretByName, baseTableName, SECRET_MASK };
+/**
+ * Why a value does not fit `def`'s type (the broker's `ConfigDef::check`: only
+ * `string`, `number`, `integer` and `boolean` are checked, null always fits, a secret
+ * def's value is not quoted), or null when it fits.
+ * @param {ConfigDefJson} def
+ * @param {string} valueJson the value as JSON text
+ * @returns {string | null}
+ */
+function checkSetting(def, valueJson) {
+  return checkNode(def, json.parse(valueJson));
+}
+
+module.exports = { SettingsStore, defFromWire, defToWire, checkSetting, secretByName, baseTableName, SECRET_MASK };

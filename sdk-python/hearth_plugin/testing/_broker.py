@@ -34,7 +34,7 @@ from .._host import TOKEN_METADATA
 from ..v1 import host_pb2, host_pb2_grpc
 from ..v1 import plugin_pb2 as pb
 from ..v1 import plugin_pb2_grpc as pb_grpc
-from ._store import FakeHost, Injected, StoreError
+from ._store import FakeHost, Injected, StoreError, json_loads, json_text
 
 __all__ = ["ALL_CAPABILITIES", "BrokerSession", "FakeBroker", "HostCall"]
 
@@ -393,7 +393,7 @@ def _value(method: str, text: str) -> Any:
         raise StoreError("INVALID_ARGUMENT", f"{method}: value_json is empty; send JSON text "
                                              "(e.g. \"\\\"text\\\"\", 3, true, null)")
     try:
-        return json.loads(text)
+        return json_loads(text)
     except ValueError as e:
         raise StoreError("INVALID_ARGUMENT", f"{method}: value_json is not JSON: {e}") from None
 
@@ -408,7 +408,7 @@ def def_from_wire(d: pb.ConfigDef) -> Dict[str, Any]:
     out: Dict[str, Any] = {"key": d.key, "type": d.type, "display_name": d.display_name}
     if d.default_json.strip():
         try:
-            out["default"] = json.loads(d.default_json)
+            out["default"] = json_loads(d.default_json)
         except ValueError as e:
             raise StoreError("INVALID_ARGUMENT", f"Settings.RegisterDef: def `{d.key}`: default_json "
                                                  f"is not JSON: {e}") from None
@@ -432,7 +432,7 @@ def def_to_wire(d: Dict[str, Any]) -> pb.ConfigDef:
                      description=str(d.get("description") or ""), category=str(d.get("category") or ""),
                      options=[str(o) for o in d.get("options") or []], required=bool(d.get("required")),
                      secret=bool(d.get("secret")),
-                     default_json=_json(d["default"]) if "default" in d else "")
+                     default_json=json_text(d["default"]) if "default" in d else "")
     for k in ("min", "max", "step"):
         if d.get(k) is not None:
             setattr(w, k, float(d[k]))
@@ -533,7 +533,7 @@ class FakeBroker:
         return plugin
 
     def _Settings_Get(self, plugin: str, a: _Admission, r: Any) -> Any:
-        return host_pb2.ValueResponse(value_json=_json(self.host.settings.get(plugin, r.key)))
+        return host_pb2.ValueResponse(value_json=json_text(self.host.settings.get(plugin, r.key)))
 
     def _Settings_Set(self, plugin: str, a: _Admission, r: Any) -> Any:
         self.host.settings.set(plugin, r.key, _value("Settings.Set", r.value_json))
@@ -544,12 +544,12 @@ class FakeBroker:
 
     def _Settings_GetCore(self, plugin: str, a: _Admission, r: Any) -> Any:
         masked = not self._secrets_clear(plugin, a, None)
-        return host_pb2.ValueResponse(value_json=_json(self.host.settings.get(None, r.key, masked=masked)))
+        return host_pb2.ValueResponse(value_json=json_text(self.host.settings.get(None, r.key, masked=masked)))
 
     def _Settings_SetCore(self, plugin: str, a: _Admission, r: Any) -> Any:
         value = _value("Settings.SetCore", r.value_json)
         self._check_secret_write(plugin, a, "Settings.SetCore", None, r.key)
-        self.host.settings.set(None, r.key, value, method="Settings.SetCore")
+        self.host.settings.set(None, r.key, value)
         return host_pb2.Empty()
 
     def _Settings_ListCore(self, plugin: str, a: _Admission, r: Any) -> Any:
@@ -558,13 +558,13 @@ class FakeBroker:
     def _Settings_GetPlugin(self, plugin: str, a: _Admission, r: Any) -> Any:
         scope = self._other("Settings.GetPlugin", r.plugin)
         masked = not self._secrets_clear(plugin, a, scope)
-        return host_pb2.ValueResponse(value_json=_json(self.host.settings.get(scope, r.key, masked=masked)))
+        return host_pb2.ValueResponse(value_json=json_text(self.host.settings.get(scope, r.key, masked=masked)))
 
     def _Settings_SetPlugin(self, plugin: str, a: _Admission, r: Any) -> Any:
         scope = self._other("Settings.SetPlugin", r.plugin)
         value = _value("Settings.SetPlugin", r.value_json)
         self._check_secret_write(plugin, a, "Settings.SetPlugin", scope, r.key)
-        self.host.settings.set(scope, r.key, value, method="Settings.SetPlugin")
+        self.host.settings.set(scope, r.key, value)
         return host_pb2.Empty()
 
     def _Settings_ListPlugin(self, plugin: str, a: _Admission, r: Any) -> Any:
@@ -579,7 +579,7 @@ class FakeBroker:
         return host_pb2.DefsResponse(defs=[def_to_wire(d) for d in self.host.settings.defs(plugin, r.prefix)])
 
     def _Settings_Dump(self, plugin: str, a: _Admission, r: Any) -> Any:
-        return host_pb2.DumpResponse(dump_json=_json(self.host.settings.dump()))
+        return host_pb2.DumpResponse(dump_json=json_text(self.host.settings.dump()))
 
     def _Settings_Plugins(self, plugin: str, a: _Admission, r: Any) -> Any:
         return host_pb2.KeysResponse(keys=self.host.settings.plugins())

@@ -313,9 +313,14 @@ class AsyncPluginHarness:
         for d in self._defs:
             settings.register_def(name, d)
         for key, value in self._secrets.items():
-            if not settings.is_secret(name, key):
-                settings.register_def(name, {"key": key, "type": "string", "display_name": key, "secret": True})
+            # As `hearth settings set --plugin NAME --secret KEY VALUE`: the value is set
+            # (checked against a def of the key, if any), then the key's def (a new one
+            # with only the key if it has none) is marked secret.
             settings.set(name, key, value)
+            if not settings.is_secret(name, key):
+                found = [d for d in settings.defs(name, key) if d["key"] == key]
+                settings.register_def(name, {**found[0], "secret": True} if found
+                                      else {"key": key, "type": "", "display_name": "", "secret": True})
         for key, value in self._settings.items():
             settings.set(name, key, value)
         for key, value in self._core.items():
@@ -880,9 +885,11 @@ def load(target: Target, *, settings: Optional[Mapping[str, Any]] = None,
     `Plugin` instance or subclass — any of the three styles.
 
     Host state, set before the plugin's start() runs (all optional):
-    `settings` (this plugin's keys → JSON values), `secrets` (keys → values, with a
-    secret `ConfigDef` unless one is given), `defs` (`ConfigDef`s or dicts registered
-    first), `core_settings`, `plugin_settings` ({plugin: {key: value}}),
+    `settings` (this plugin's keys → JSON values), `secrets` (keys → values, set as
+    `hearth settings set --secret` does: then the key's def, or a new one with only the
+    key, is marked secret), `defs` (`ConfigDef`s or dicts registered first: a seeded
+    value that does not fit its def's type raises `StoreError` INVALID_ARGUMENT with
+    the broker's message), `core_settings`, `plugin_settings` ({plugin: {key: value}}),
     `llm_sources` (names, priority order), or a whole `host` (`FakeHost`) to seed and
     share. `capabilities`: what the plugin may call (default: plugin.json's
     `capabilities` next to the file, else the broker's defaults memory, knowledge, llm,

@@ -9,14 +9,17 @@ broker's message ("no `city` in config_weather").
 Where this differs from the broker: searches (`DocStore.query`, `KnowledgeStore.search`)
 rank by a simple term score, not SQLite FTS5 bm25 over jieba words (same contract:
 best first, scores > 0, higher = better, CJK text matched by its character pairs);
-knowledge entries are not files; and a settings value whose key has a `ConfigDef` must
-match the def's `type` (the broker records the type without checking it), so a test
-catches a plugin writing a string into a number setting.
+and knowledge entries are not files. Settings follow the broker to the letter: a value
+whose key has a `ConfigDef` of type `string`, `number`, `integer` or `boolean` must be
+of that JSON type or null (`ConfigDef::check`, the golden file
+tests/golden/setting-types.json), refused as INVALID_ARGUMENT with the broker's message;
+`options`, `min` and `max` are not checked (the broker does not check them either).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 import secrets as _secrets
@@ -25,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 __all__ = ["SECRET_MASK", "StoreError", "SettingsStore", "GraphStore", "DocStore", "KnowledgeStore",
-           "TextMemoryStore", "LlmStore", "Injected", "FakeHost", "secret_by_name", "table_name"]
+           "TextMemoryStore", "LlmStore", "Injected", "FakeHost", "secret_by_name", "table_name",
+           "check_setting", "json_loads", "json_text"]
 
 #: What a masked secret reads as (the broker's `SECRET_MASK`).
 SECRET_MASK = "••••••"
@@ -79,28 +83,146 @@ _DEF_FIELDS = ("key", "default", "type", "display_name", "description", "categor
                "min", "max", "step", "required", "secret")
 
 
-def _type_ok(kind: str, value: Any) -> bool:
+# JSON values as the broker's serde_json holds them: a number written with a fraction or
+# an exponent, or an integer outside i64/u64 (or `-0`), is an f64 ("a number with a
+# fraction"); text is serde_json's (object keys sorted, f64 in its shortest form).
+
+_I64_MIN, _U64_MAX = -(1 << 63), (1 << 64) - 1
+
+
+def _parse_int(text: str) -> Any:
+    n = int(text)
+    if n == 0 and text.startswith("-"):
+        return -0.0
+    if _I64_MIN <= n <= _U64_MAX:
+        return n
+    return _parse_float(text)
+
+
+def _parse_float(text: str) -> float:
+    try:
+        f = float(text)
+    except OverflowError:
+        f = math.inf
+    if math.isinf(f):
+        raise ValueError(f"number out of range: {text}")
+    return f
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"expected value, got {text}")
+
+
+def json_loads(text: str) -> Any:
+    """JSON text → a value as serde_json reads it (see `json_text`): numbers with a
+    fraction or an exponent, and integers beyond i64/u64, are floats; NaN and
+    Infinity are refused. Raises ValueError."""
+    return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_no_constant)
+
+
+def _is_f64(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, float) or (isinstance(value, int) and not _I64_MIN <= value <= _U64_MAX)
+
+
+def _f64_text(x: float) -> str:
+    """serde_json's text of an f64: the shortest digits, laid out as `0.00001`,
+    `12.5`, `3.0`, `1e-6`, `1.5e+16`."""
+    if math.isnan(x) or math.isinf(x):
+        return "null"
+    sign = "-" if math.copysign(1.0, x) < 0 else ""
+    x = abs(x)
+    if x == 0:
+        return sign + "0.0"
+    mantissa, _, exp = repr(x).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = whole + frac
+    point = len(whole) + (int(exp) if exp else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0")
+    n = len(digits)
+    if n <= point <= 16:
+        text = digits + "0" * (point - n) + ".0"
+    elif 0 < point <= 16:
+        text = digits[:point] + "." + digits[point:]
+    elif -5 < point <= 0:
+        text = "0." + "0" * -point + digits
+    else:
+        e = point - 1
+        text = (digits if n == 1 else digits[0] + "." + digits[1:]) + ("e+" if e > 0 else "e") + str(e)
+    return sign + text
+
+
+def json_text(value: Any) -> str:
+    """`value` as the broker's serde_json writes it (compact, object keys sorted,
+    non-ASCII kept, f64 as in `_f64_text`)."""
     if value is None:
-        return True  # a stored null clears a setting whatever its type
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "string":
-        return isinstance(value, str)
-    return True  # a type the broker does not name: not checked
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if _is_f64(value):
+        return _f64_text(float(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(json_text(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        items = sorted(((str(k), v) for k, v in value.items()), key=lambda kv: kv[0])
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + json_text(v) for k, v in items) + "}"
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "a boolean"
-    if isinstance(value, (int, float)):
+    if _is_f64(value):
+        return "a number with a fraction"
+    if isinstance(value, int):
         return "a number"
     if isinstance(value, str):
         return "a string"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "an array"
     return "an object"
+
+
+_EXPECTED = {"string": "a string", "number": "a number", "integer": "an integer",
+             "boolean": "a boolean (true or false)"}
+
+
+def check_setting(definition: Mapping[str, Any], value: Any) -> Optional[str]:
+    """None when `value` fits the def's `type`, else why not, in the broker's words
+    (`ConfigDef::check`): only `string`, `number`, `integer` and `boolean` are
+    checked, null always fits, and a secret def's value is not quoted."""
+    kind = str(definition.get("type") or "")
+    if kind == "string":
+        fits = isinstance(value, str)
+    elif kind == "number":
+        fits = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind == "integer":
+        fits = (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    elif kind == "boolean":
+        fits = isinstance(value, bool)
+    else:
+        return None
+    if fits or value is None:
+        return None
+    expected = f"expected {_EXPECTED[kind]} (its def's type is `{kind}`)"
+    if definition.get("secret"):
+        return f"{expected}, got {_json_kind(value)} (a secret: value not shown)"
+    shown = json_text(value)
+    if len(shown) > 60:
+        shown = shown[:60] + "…"
+    return f"{expected}, got {shown} ({_json_kind(value)})"
 
 
 class SettingsStore:
@@ -147,14 +269,16 @@ class SettingsStore:
             return SECRET_MASK
         return copy.deepcopy(table[key])
 
-    def set(self, plugin: Optional[str], key: str, value: Any, *, method: str = "Settings.Set") -> None:
+    def set(self, plugin: Optional[str], key: str, value: Any) -> None:
         """Sets `key` to any JSON value (None included), creating the plugin's table.
-        INVALID_ARGUMENT when the key's def names another type than the value's."""
+        INVALID_ARGUMENT when the key has a def whose type the value does not fit
+        (`check_setting`), with the broker's message: "setting `days` of plugin
+        weather: expected a number (its def's type is `number`), got "abc" (a string)"."""
         self._check(plugin, key)
         d = self._defs.get(plugin, {}).get(key)
-        if d is not None and not _type_ok(str(d.get("type") or ""), value):
-            raise _invalid(method, f"`{key}` is defined as a {d.get('type')} (its ConfigDef); "
-                                   f"got {_json_kind(value)}")
+        why = None if d is None else check_setting(d, value)
+        if why is not None:
+            raise _invalid(f"setting `{key}` of " + ("core" if plugin is None else f"plugin {plugin}"), why)
         table = self._table(plugin, True)
         assert table is not None
         table[key] = copy.deepcopy(value)
@@ -166,18 +290,16 @@ class SettingsStore:
 
     def register_def(self, plugin: Optional[str], definition: Mapping[str, Any]) -> None:
         """Records a def (a dict with the seed's names; replaces one of the same key) and
-        writes its `default` when the key is unset. INVALID_ARGUMENT for an empty key,
-        an unknown field, or a default of another type than the def's."""
+        writes its `default` when the key is unset (as the broker does, the default is
+        not checked against the type). A def without `type` has none (nothing is
+        checked). INVALID_ARGUMENT for an empty key or an unknown field."""
         unknown = [k for k in definition if k not in _DEF_FIELDS]
         if unknown:
             raise _invalid("Settings.RegisterDef", f"unknown field `{unknown[0]}`")
         key = str(definition.get("key") or "")
         self._check(plugin, key)
         d = {k: copy.deepcopy(v) for k, v in definition.items()}
-        d.setdefault("type", "string")
-        if "default" in d and not _type_ok(str(d["type"] or ""), d["default"]):
-            raise _invalid("Settings.RegisterDef", f"def `{key}`: the default is {_json_kind(d['default'])}, "
-                                                   f"not a {d['type']}")
+        d.setdefault("type", "")
         self._table(plugin, True)
         self._defs.setdefault(plugin, {})[key] = d
         table = self._values[plugin]

@@ -10,13 +10,18 @@ keep the two in step): which registered trigger a message matches and the parame
 | 3    | segment | one segment of the message equals `pattern` (case-insens.)| the other segments, in order    |
 | 4    | event   | the broker emits the event `pattern` (`*` = every event)  | the event's text                |
 
-Words split at whitespace, a double-quoted run being one word (`\\"` inside). Regexes
-are Python's `re` here and Rust's `regex` in the broker: keep to their common syntax.
+Words split at whitespace, a double-quoted run being one word (`\\"` inside). Whitespace
+is Rust's (`char::is_whitespace`, Unicode White_Space: not `str.isspace`, which also
+takes \\x1c-\\x1f), and a keyword is cut out of the message only when lower-casing kept
+its UTF-8 length, as the broker does. Regexes are Python's `re` here and Rust's `regex`
+in the broker: keep to their common syntax. The golden file tests/golden/triggers.json
+holds cases the broker and this copy are both checked against.
 """
 
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -24,6 +29,21 @@ __all__ = ["EVENTS", "Trigger", "TriggerMatch", "compile_trigger", "match_messag
 
 #: Broker events a type-4 trigger can name.
 EVENTS = ("message", "reply")
+
+#: Rust's `char::is_whitespace` (the Unicode White_Space property).
+_WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+                        "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_WHITESPACE_TEXT = "".join(sorted(_WHITESPACE))
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
+
+
+def _is_space(c: str) -> bool:
+    return c in _WHITESPACE
+
+
+def _trim(text: str) -> str:
+    """Rust's `str::trim`."""
+    return text.strip(_WHITESPACE_TEXT)
 
 
 @dataclass(frozen=True)
@@ -45,7 +65,7 @@ class TriggerMatch:
 
 def compile_trigger(t: Trigger) -> Optional[str]:
     """None when the broker accepts `t`, else why it leaves it out."""
-    pattern = t.pattern.strip()
+    pattern = _trim(t.pattern)
     if not pattern:
         return f"type {t.type} trigger with an empty pattern"
     if t.type == 2:
@@ -76,7 +96,7 @@ def words(text: str) -> List[str]:
         if c == '"':
             quoted = not quoted
             started = True
-        elif c.isspace() and not quoted:
+        elif _is_space(c) and not quoted:
             if started:
                 out.append(cur)
                 cur, started = "", False
@@ -99,8 +119,8 @@ def _segments(text: str) -> List[str]:
     out: List[str] = []
     cur = ""
     for c in text:
-        ascii_punct = c.isascii() and not c.isalnum() and not c.isspace() and c not in "'-"
-        if c.isspace() or ascii_punct or _is_cjk_punct(c):
+        ascii_punct = c in _ASCII_PUNCTUATION and c not in "'-"
+        if _is_space(c) or ascii_punct or _is_cjk_punct(c):
             if cur:
                 out.append(cur)
             cur = ""
@@ -112,12 +132,12 @@ def _segments(text: str) -> List[str]:
 
 
 def _params(t: Trigger, text: str) -> Optional[List[str]]:
-    pattern = t.pattern.strip()
+    pattern = _trim(t.pattern)
     if t.type == 0:
         if not text.startswith(pattern):
             return None
         rest = text[len(pattern):]
-        if rest and not rest[0].isspace():
+        if rest and not _is_space(rest[0]):
             return None
         return words(rest)
     if t.type == 1:
@@ -125,7 +145,16 @@ def _params(t: Trigger, text: str) -> Optional[List[str]]:
         at = lower.find(k)
         if at < 0:
             return None
-        rest = f"{text[:at]} {text[at + len(k):]}" if len(lower) == len(text) else text
+        # Lower-casing can change UTF-8 lengths (e.g. 'İ', the Kelvin sign); the broker
+        # cuts the original at the lower-cased text's byte offsets only when the two
+        # have the same length in bytes, else drops nothing.
+        raw = text.encode()
+        if len(lower.encode()) == len(raw):
+            start = len(lower[:at].encode())
+            end = start + len(k.encode())
+            rest = raw[:start].decode(errors="replace") + " " + raw[end:].decode(errors="replace")
+        else:
+            rest = text
         return words(rest)
     if t.type == 2:
         m = re.search(t.pattern, text)
@@ -145,7 +174,7 @@ def _params(t: Trigger, text: str) -> Optional[List[str]]:
 
 def match_message(triggers: List[Trigger], text: str) -> Optional[TriggerMatch]:
     """The first message trigger (types 0–3) `text` matches, in registration order."""
-    text = text.strip()
+    text = _trim(text)
     for t in triggers:
         if t.type == 4 or compile_trigger(t) is not None:
             continue
@@ -158,6 +187,6 @@ def match_message(triggers: List[Trigger], text: str) -> Optional[TriggerMatch]:
 def match_event(triggers: List[Trigger], event: str, text: str) -> Optional[TriggerMatch]:
     """The event trigger (type 4) for `event`, if any; its params are `[text]`."""
     for t in triggers:
-        if t.type == 4 and t.pattern.strip() in ("*", event):
+        if t.type == 4 and compile_trigger(t) is None and _trim(t.pattern) in ("*", event):
             return TriggerMatch(t, [text])
     return None

@@ -185,7 +185,9 @@
 //! - `host`: [`FakeHost`], the in-memory host services and their tonic services.
 //! - `registration`, `schema`, `triggers`, `permissions`: the broker's rules, mirrored
 //!   (registration checks, argument schemas, trigger matching, the stage permission
-//!   matrix); the broker's files are the reference.
+//!   matrix); the broker's files are the reference. Their tests check them against
+//!   the golden files in the repository's `tests/golden/` (setting types, the
+//!   permission matrix, triggers), which the broker's tests check the broker against.
 //! - `error`: [`HarnessError`].
 
 mod broker;
@@ -208,3 +210,26 @@ pub use registration::{HookInfo, ToolInfo};
 /// What a masked secret reads as (`"••••••"`), in `Settings.Dump` and for callers
 /// without capability `settings_secrets`.
 pub const SECRET_MASK: &str = host::SECRET_MASK;
+
+/// The golden file `name` of the repository's `tests/golden/` (the broker's rules the
+/// fakes copy: see `broker/src/golden.rs`), or `None` when it is not there, as when the
+/// packaged crate is tested outside the repository: the test then passes without
+/// checking anything, saying so on stderr.
+#[cfg(test)]
+pub(crate) fn golden_file(name: &str) -> Option<serde_json::Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/golden")
+        .join(name);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "skipped: {} not found (not in the Hearth repository)",
+                path.display()
+            );
+            return None;
+        }
+        Err(e) => panic!("{}: {e}", path.display()),
+    };
+    Some(serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}

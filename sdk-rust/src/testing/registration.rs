@@ -240,6 +240,11 @@ pub(crate) fn registered(plugin: &str, hello: &pb::Hello, accepted: &Accepted) -
     }
 }
 
+/// `1 item` / `N items`.
+pub(crate) fn items(n: usize) -> String {
+    format!("{n} {}", if n == 1 { "item" } else { "items" })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,9 +306,4 @@ mod tests {
         let refused = check("p", &h, &pb::Register::default(), &FakeHost::new("p")).unwrap_err();
         assert!(refused.reason.contains("`2.0.0` is not supported"));
     }
-}
-
-/// `1 item` / `N items`.
-pub(crate) fn items(n: usize) -> String {
-    format!("{n} {}", if n == 1 { "item" } else { "items" })
 }

@@ -400,4 +400,95 @@ mod tests {
         assert!(s.match_llm_line("Sure, I can translate that.").is_none());
         assert!(s.match_llm_line("/translated x").is_none());
     }
+
+    // ------------------------------------------------------------ the golden cases
+
+    use serde_json::{json, Value};
+    use std::collections::BTreeMap;
+
+    fn trigger_of(t: &Value) -> Trigger {
+        Trigger {
+            r#type: t[0].as_i64().unwrap() as i32,
+            pattern: t[1].as_str().unwrap().into(),
+        }
+    }
+
+    /// What the broker does with one case of the trigger golden: `compiled` (per trigger,
+    /// null = kept, else the reason it was rejected) and `match` (null, or the index of
+    /// the trigger that matched and its params).
+    fn trigger_outcome(case: &Value) -> BTreeMap<&'static str, Value> {
+        let triggers: Vec<Trigger> = case["triggers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(trigger_of)
+            .collect();
+        let (set, rejected) = TriggerSet::compile(&triggers, None);
+        let mut out = BTreeMap::new();
+        let mut rejected = rejected.into_iter();
+        let mut compiled = Vec::new();
+        let mut kept = set.triggers.iter().map(|t| &t.trigger).peekable();
+        for t in &triggers {
+            if kept.peek() == Some(&t) {
+                kept.next();
+                compiled.push(Value::Null);
+            } else {
+                let r = rejected.next().expect("a trigger left out is reported");
+                // Regex error texts are the engine's own; the SDKs only say "invalid regex".
+                let reason = if t.r#type == TriggerType::TriggerRegex as i32 {
+                    r.reason
+                        .split_once(':')
+                        .map_or(r.reason.clone(), |(head, _)| head.to_string())
+                } else {
+                    r.reason
+                };
+                compiled.push(Value::String(reason));
+            }
+        }
+        out.insert("compiled", Value::Array(compiled));
+        let index_of = |m: &Match| {
+            triggers
+                .iter()
+                .position(|t| *t == m.trigger)
+                .expect("the trigger that matched is one registered")
+        };
+        let found = if let Some(event) = case.get("event").and_then(Value::as_str) {
+            set.match_event(event, case["message"].as_str().unwrap())
+        } else {
+            set.match_message(case["message"].as_str().unwrap())
+        };
+        out.insert(
+            "match",
+            match found {
+                None => Value::Null,
+                Some(m) => json!({"trigger": index_of(&m), "params": m.params}),
+            },
+        );
+        out
+    }
+
+    /// `tests/golden/triggers.json`: which triggers the broker keeps and what it matches.
+    #[test]
+    fn compiling_and_matching_match_the_broker_golden() {
+        let Some(golden) = crate::testing::golden_file("triggers.json") else {
+            return;
+        };
+        let cases = golden["cases"].as_array().unwrap();
+        assert!(cases.len() > 20);
+        let mut wrong = Vec::new();
+        for case in cases {
+            for (k, v) in trigger_outcome(case) {
+                if case[k] != v {
+                    wrong.push(format!(
+                        "{} {} {:?}: {k}: golden {}, harness {v}",
+                        case["triggers"],
+                        case["message"],
+                        case.get("event"),
+                        case[k]
+                    ));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
 }

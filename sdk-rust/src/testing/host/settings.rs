@@ -379,4 +379,44 @@ mod tests {
             ["api_key", "days", "n", "units"]
         );
     }
+
+    /// `tests/golden/setting-types.json`: the broker's `ConfigDef::check` on each case.
+    #[test]
+    fn setting_types_match_the_broker_golden() {
+        let Some(golden) = crate::testing::golden_file("setting-types.json") else {
+            return;
+        };
+        let cases = golden["cases"].as_array().unwrap();
+        assert!(cases.len() > 20);
+        let mut wrong = Vec::new();
+        for case in cases {
+            let def = ConfigDef {
+                key: "k".into(),
+                r#type: case["type"].as_str().unwrap().into(),
+                secret: case["secret"].as_bool().unwrap(),
+                ..Default::default()
+            };
+            let text = case["value_json"].as_str().unwrap();
+            let value: Value = serde_json::from_str(text).unwrap();
+            let got = check(&def, &value).err();
+            if got.as_deref() != case["error"].as_str() {
+                wrong.push(format!("{case}: got {got:?}"));
+            }
+            // Through the store: INVALID_ARGUMENT naming key and scope, nothing written.
+            for scope in [Scope::Core, me()] {
+                let mut s = SettingsStore::default();
+                s.register_def(&scope, def.clone()).unwrap();
+                match (s.set(&scope, "k", value.clone()), &got) {
+                    (Ok(()), None) => assert_eq!(s.get(&scope, "k").unwrap(), value),
+                    (Err(e), Some(reason)) => {
+                        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+                        assert_eq!(e.message(), format!("setting `k` of {scope}: {reason}"));
+                        assert!(s.get(&scope, "k").is_err(), "nothing written");
+                    }
+                    (r, _) => wrong.push(format!("{case} in {scope}: set answered {r:?}")),
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
 }
