@@ -1,13 +1,16 @@
 //! Hearth wire contract v1 (`proto/hearth/v1/*.proto`, package `hearth.v1`).
 //!
-//! Generated message types and tonic services, plus the constants that broker and
-//! SDKs share (metadata keys, protocol version, environment variable names). No I/O.
+//! Generated message types and tonic services, plus what broker and SDKs share: the
+//! constants (metadata keys, protocol version, environment variable names) and the
+//! stage permission matrix ([`permissions`]). No I/O.
 
 /// Generated code of package `hearth.v1`.
 #[allow(missing_docs, unreachable_pub, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("hearth.v1");
 }
+
+pub mod permissions;
 
 /// Wire contract version this crate speaks (semver). The broker refuses a plugin
 /// whose major version differs.

@@ -16,7 +16,9 @@
 //! `after_toolcall` only for their own plugin's tools.
 
 pub mod memory;
-pub mod permissions;
+/// The stage permission matrix: the wire contract's ([`hearth_proto::permissions`]),
+/// which the SDK test harnesses share.
+pub use hearth_proto::permissions;
 pub mod policy;
 
 use std::sync::Arc;

@@ -19,7 +19,6 @@ use tonic::{Status, Streaming};
 
 use super::broker::{FakeBroker, DEFAULT_WAIT};
 use super::host::FakeHost;
-use super::permissions::{self, Visible};
 use super::registration::{self, HookInfo, ToolInfo};
 use super::schema::ArgsSchema;
 use super::triggers::{Match, TriggerSet};
@@ -27,6 +26,7 @@ use super::HarnessError;
 use crate::linkzone::{AiInject, Trigger};
 use crate::tool::Caller;
 use crate::{serve_with, Error, Plugin, PluginMetadata};
+use hearth_proto::permissions::{self, Visible};
 
 /// How long `shutdown` gives the plugin (`Shutdown.grace_ms`).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);

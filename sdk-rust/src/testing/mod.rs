@@ -183,18 +183,18 @@
 //! - `broker`: [`FakeBroker`] and [`BrokerSession`], the wire-level fake (also for
 //!   running a plugin binary as a process: [`FakeBroker::env`]).
 //! - `host`: [`FakeHost`], the in-memory host services and their tonic services.
-//! - `registration`, `schema`, `triggers`, `permissions`: the broker's rules, mirrored
-//!   (registration checks, argument schemas, trigger matching, the stage permission
-//!   matrix); the broker's files are the reference. Their tests check them against
-//!   the golden files in the repository's `tests/golden/` (setting types, the
-//!   permission matrix, triggers), which the broker's tests check the broker against.
+//! - `registration`, `schema`, `triggers`: the broker's rules, mirrored (registration
+//!   checks, argument schemas, trigger matching); the broker's files are the
+//!   reference. Their tests check them against the golden files in the repository's
+//!   `tests/golden/` (setting types, triggers), which the broker's tests check the
+//!   broker against. The stage permission matrix is not mirrored: broker and harness
+//!   run the same code, [`hearth_proto::permissions`].
 //! - `error`: [`HarnessError`].
 
 mod broker;
 mod error;
 mod harness;
 mod host;
-mod permissions;
 mod registration;
 mod schema;
 mod triggers;

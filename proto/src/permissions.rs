@@ -1,7 +1,8 @@
-//! The stage permission matrix, mirrored from the broker
-//! (`broker/src/pipeline/permissions.rs`, which is the reference: change both
-//! together). After a hook returns, only the fields its stage may write are taken
-//! from its context; every other change is dropped and reported.
+//! The stage permission matrix (seed `homeagent-plugin-sdk-api.md`, "阶段权限矩阵"),
+//! part of the wire contract: the broker enforces it (`hearth-broker`'s pipeline) and
+//! the SDK test harnesses run hooks through the same code, so a plugin's tests see
+//! exactly what the broker keeps. It is enforced by the broker: after a hook returns, only the fields its stage may write
+//! are taken from its context; every other change is dropped and reported.
 //!
 //! | field | on_input | pre_action | post_action | before_toolcall | after_toolcall | before_output | after_output |
 //! |---|---|---|---|---|---|---|---|
@@ -30,33 +31,33 @@
 //! `response`. Fields not sent arrive empty, and whatever a hook answers for them is
 //! ignored (neither applied nor reported).
 
-use hearth_proto::v1::{Stage, StageContext, ToolCallInfo};
+use crate::v1::{Stage, StageContext, ToolCallInfo};
 use serde_json::Value;
 
 /// The stage-specific fields a hook receives (see the module docs); the fields every
 /// stage sees are always sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Visible {
+pub struct Visible {
     /// `raw_message`.
-    pub(crate) raw_message: bool,
+    pub raw_message: bool,
     /// `context_msgs`.
-    pub(crate) context_msgs: bool,
+    pub context_msgs: bool,
     /// `memory`.
-    pub(crate) memory: bool,
+    pub memory: bool,
     /// `llm_text` and `reasoning_content`.
-    pub(crate) llm_text: bool,
+    pub llm_text: bool,
     /// `tool_calls`.
-    pub(crate) tool_calls: bool,
+    pub tool_calls: bool,
     /// `tool_results`.
-    pub(crate) tool_results: bool,
+    pub tool_results: bool,
     /// `final_text`.
-    pub(crate) final_text: bool,
+    pub final_text: bool,
 }
 
 impl Visible {
     /// What a hook of `stage` receives; `context_msgs` = false for a hook that
     /// declared it does not read them.
-    pub(crate) fn of(stage: Stage, context_msgs: bool) -> Visible {
+    pub fn of(stage: Stage, context_msgs: bool) -> Visible {
         use Stage::*;
         Visible {
             raw_message: stage == OnInput,
@@ -72,7 +73,7 @@ impl Visible {
 
 /// The context a hook of `stage` receives: `ctx` with only the `visible` fields and
 /// those every stage sees.
-pub(crate) fn view(stage: Stage, ctx: &StageContext, visible: Visible) -> StageContext {
+pub fn view(stage: Stage, ctx: &StageContext, visible: Visible) -> StageContext {
     let pick = |on: bool, s: &String| if on { s.clone() } else { String::new() };
     StageContext {
         raw_message: pick(visible.raw_message, &ctx.raw_message),
@@ -148,7 +149,7 @@ fn deny_changed(current: &[ToolCallInfo], proposed: &[ToolCallInfo]) -> bool {
 /// `stage` allows, and returns the names of the fields whose changes were dropped.
 /// Only the fields the hook received (`visible`, and those every stage sees) are
 /// looked at.
-pub(crate) fn apply(
+pub fn apply(
     stage: Stage,
     visible: Visible,
     current: &mut StageContext,
@@ -465,236 +466,5 @@ mod tests {
                 "{stage:?} {dropped:?}"
             );
         }
-    }
-
-    // ------------------------------------------------------------ the golden matrix
-
-    use hearth_proto::v1::{MemItem, ToolResultInfo};
-    use serde_json::{json, Value};
-
-    /// Every field of `StageContext` as `apply` names it (`tool_call.deny` is the deny
-    /// flag of a tool call, `context_msgs` is `context_msgs_json`, `extra` `extra_json`).
-    const FIELDS: [&str; 16] = [
-        "raw_message",
-        "user_id",
-        "group_id",
-        "context_msgs",
-        "llm_text",
-        "reasoning_content",
-        "token_usage",
-        "tool_calls",
-        "tool_call.deny",
-        "tool_results",
-        "final_text",
-        "response",
-        "phase",
-        "memory",
-        "no_memory",
-        "extra",
-    ];
-
-    /// A context of `stage` with every field set.
-    fn full_context(stage: Stage) -> StageContext {
-        StageContext {
-            raw_message: "hi".into(),
-            user_id: "u".into(),
-            group_id: "g".into(),
-            context_msgs_json: r#"[{"role":"user","content":"hi"}]"#.into(),
-            llm_text: "text".into(),
-            reasoning_content: "why".into(),
-            token_usage: [("total".to_string(), 1)].into_iter().collect(),
-            tool_calls: vec![ToolCallInfo {
-                id: "c1".into(),
-                name: "t".into(),
-                plugin: "p".into(),
-                arguments_json: "{}".into(),
-                ..Default::default()
-            }],
-            tool_results: vec![ToolResultInfo {
-                call_id: "c1".into(),
-                name: "t".into(),
-                plugin: "p".into(),
-                success: true,
-                result_json: "1".into(),
-            }],
-            final_text: "final".into(),
-            response: Some("earlier".into()),
-            phase: stage as i32,
-            memory: vec![MemItem {
-                role: "user".into(),
-                content: "m".into(),
-                score: 1.0,
-            }],
-            no_memory: true,
-            extra_json: r#"{"a":1}"#.into(),
-        }
-    }
-
-    /// Whether `field` of `full` was sent in `sent`.
-    fn sent(field: &str, full: &StageContext, sent: &StageContext) -> bool {
-        match field {
-            "raw_message" => sent.raw_message == full.raw_message,
-            "user_id" => sent.user_id == full.user_id,
-            "group_id" => sent.group_id == full.group_id,
-            "context_msgs" => sent.context_msgs_json == full.context_msgs_json,
-            "llm_text" => sent.llm_text == full.llm_text,
-            "reasoning_content" => sent.reasoning_content == full.reasoning_content,
-            "token_usage" => sent.token_usage == full.token_usage,
-            "tool_calls" | "tool_call.deny" => sent.tool_calls == full.tool_calls,
-            "tool_results" => sent.tool_results == full.tool_results,
-            "final_text" => sent.final_text == full.final_text,
-            "response" => sent.response == full.response,
-            "phase" => sent.phase == full.phase,
-            "memory" => sent.memory == full.memory,
-            "no_memory" => sent.no_memory == full.no_memory,
-            "extra" => sent.extra_json == full.extra_json,
-            _ => unreachable!("{field}"),
-        }
-    }
-
-    /// A hook's answer: `ctx` (what it was sent) with `field` written. A list it was not
-    /// sent gets an entry.
-    fn write_field(mut ctx: StageContext, field: &str) -> StageContext {
-        match field {
-            "raw_message" => ctx.raw_message = "changed".into(),
-            "user_id" => ctx.user_id = "mallory".into(),
-            "group_id" => ctx.group_id = "other".into(),
-            "context_msgs" => ctx.context_msgs_json = r#"[{"role":"system","content":"x"}]"#.into(),
-            "llm_text" => ctx.llm_text = "changed".into(),
-            "reasoning_content" => ctx.reasoning_content = "changed".into(),
-            "token_usage" => {
-                ctx.token_usage.insert("total".into(), 9);
-            }
-            "tool_calls" => match ctx.tool_calls.first_mut() {
-                Some(c) => c.arguments_json = r#"{"a":1}"#.into(),
-                None => ctx.tool_calls.push(ToolCallInfo {
-                    id: "new".into(),
-                    name: "t".into(),
-                    arguments_json: "{}".into(),
-                    ..Default::default()
-                }),
-            },
-            "tool_call.deny" => match ctx.tool_calls.first_mut() {
-                Some(c) => {
-                    c.deny = true;
-                    c.deny_reason = "no".into();
-                }
-                None => ctx.tool_calls.push(ToolCallInfo {
-                    id: "new".into(),
-                    deny: true,
-                    deny_reason: "no".into(),
-                    ..Default::default()
-                }),
-            },
-            "tool_results" => match ctx.tool_results.first_mut() {
-                Some(r) => r.result_json = "2".into(),
-                None => ctx.tool_results.push(ToolResultInfo {
-                    call_id: "new".into(),
-                    result_json: "2".into(),
-                    ..Default::default()
-                }),
-            },
-            "final_text" => ctx.final_text = "changed".into(),
-            "response" => ctx.response = Some("changed".into()),
-            "phase" => ctx.phase = ctx.phase % 7 + 1,
-            "memory" => match ctx.memory.first_mut() {
-                Some(m) => m.content = "changed".into(),
-                None => ctx.memory.push(MemItem {
-                    role: "user".into(),
-                    content: "changed".into(),
-                    score: 1.0,
-                }),
-            },
-            "no_memory" => ctx.no_memory = !ctx.no_memory,
-            "extra" => ctx.extra_json = r#"{"k":1}"#.into(),
-            _ => unreachable!("{field}"),
-        }
-        ctx
-    }
-
-    /// Whether `field` of `after` differs from `before`.
-    fn differs(field: &str, before: &StageContext, after: &StageContext) -> bool {
-        match field {
-            "tool_call.deny" => before
-                .tool_calls
-                .iter()
-                .zip(&after.tool_calls)
-                .any(|(a, b)| (a.deny, &a.deny_reason) != (b.deny, &b.deny_reason)),
-            "tool_calls" => before.tool_calls != after.tool_calls,
-            other => !sent(other, before, after),
-        }
-    }
-
-    /// `{"stage", "no_context_msgs", "fields": {field: {"visible", "kept"}}}` of each hook
-    /// kind, computed with `view` and `apply`. Panics when `apply` reports a dropped write
-    /// other than exactly the visible writes it did not keep.
-    fn permission_matrix() -> Vec<Value> {
-        let mut hooks = Vec::new();
-        let kinds = STAGES
-            .iter()
-            .map(|s| (*s, false))
-            .chain([(Stage::PreAction, true)]);
-        for (stage, no_context_msgs) in kinds {
-            let name = hearth_proto::stage_name(stage);
-            let visible = Visible::of(stage, !no_context_msgs);
-            let mut fields = serde_json::Map::new();
-            for field in FIELDS {
-                let full = full_context(stage);
-                let sent_ctx = view(stage, &full, visible);
-                let is_visible = sent(field, &full, &sent_ctx);
-                let mut current = full.clone();
-                let dropped = apply(stage, visible, &mut current, write_field(sent_ctx, field));
-                let kept = differs(field, &full, &current);
-                let reported: Vec<&str> = if is_visible && !kept {
-                    vec![field]
-                } else {
-                    vec![]
-                };
-                assert_eq!(
-                    dropped, reported,
-                    "{name} (no_context_msgs {no_context_msgs}): a write of {field} \
-                     (visible {is_visible}, kept {kept}) reported {dropped:?}"
-                );
-                fields.insert(
-                    field.to_string(),
-                    json!({"visible": is_visible, "kept": kept}),
-                );
-            }
-            hooks
-                .push(json!({"stage": name, "no_context_msgs": no_context_msgs, "fields": fields}));
-        }
-        hooks
-    }
-
-    /// `tests/golden/stage-permissions.json`, the broker's matrix: what each kind of
-    /// hook is sent and which of its writes are kept (and the others reported).
-    #[test]
-    fn the_matrix_matches_the_broker_golden() {
-        let Some(golden) = crate::testing::golden_file("stage-permissions.json") else {
-            return;
-        };
-        assert_eq!(golden["fields"], json!(FIELDS));
-        let hooks = permission_matrix();
-        let want = golden["hooks"].as_array().unwrap();
-        assert_eq!(want.len(), hooks.len());
-        let mut wrong = Vec::new();
-        for (got, want) in hooks.iter().zip(want) {
-            assert_eq!(
-                (&got["stage"], &got["no_context_msgs"]),
-                (&want["stage"], &want["no_context_msgs"])
-            );
-            for field in FIELDS {
-                if got["fields"][field] != want["fields"][field] {
-                    wrong.push(format!(
-                        "{} (no_context_msgs {}) {field}: golden {}, harness {}",
-                        want["stage"],
-                        want["no_context_msgs"],
-                        want["fields"][field],
-                        got["fields"][field]
-                    ));
-                }
-            }
-        }
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 }
