@@ -47,7 +47,7 @@ async function main(entryPath) {
     // A missing dependency is one line (the broker shows a failed plugin's last stderr
     // lines as the reason): what is missing and how to install it.
     const missing = moduleNotFound(err, file);
-    const msg = missing || (err && err.name === 'LoadError' ? err.message : `loading ${file} failed: ${(err && err.stack) || err}`);
+    const msg = missing || (err && err.name === 'LoadError' ? err.message : loadFailure(err, file));
     process.stderr.write(`hearth-plugin: ${msg}\n`);
     process.exit(2);
   }
@@ -56,4 +56,22 @@ async function main(entryPath) {
   process.exit(code);
 }
 
-module.exports = { main };
+/**
+ * The one-line reason of a failed load. A syntax error names its file and line, which
+ * Node puts in the first line of the stack rather than in the message:
+ * `loading /p/index.js failed: SyntaxError: Unexpected token ';' (at /p/index.js:5)`.
+ * Any other error keeps its whole stack.
+ * @param {any} err
+ * @param {string} file
+ * @returns {string}
+ */
+function loadFailure(err, file) {
+  if (err && err.name === 'SyntaxError' && typeof err.stack === 'string') {
+    const first = err.stack.split('\n', 1)[0];
+    const at = /^(\S.*):(\d+)$/.test(first) ? ` (at ${first.replace(/^file:\/\//, '')})` : '';
+    return `loading ${file} failed: SyntaxError: ${err.message}${at}`;
+  }
+  return `loading ${file} failed: ${(err && err.stack) || err}`;
+}
+
+module.exports = { main, loadFailure };

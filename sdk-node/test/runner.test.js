@@ -96,6 +96,14 @@ describe('runner: missing modules', () => {
     assert.equal(r.last, `hearth-plugin: cannot load ${dir}/index.js: module 'hearth-plugin' not found (required from ${dir}/index.js); run \`npm install hearth-plugin\` in ${dir}`);
   });
 
+  it('a syntax error is one line naming the file and line', async () => {
+    const dir = plugin('syntax', { 'index.js': "const { Plugin } = require('hearth-plugin');\nconst x = ;\n" });
+    const r = await run(bootstrap, path.join(dir, 'index.js'));
+    assert.equal(r.code, 2, r.stderr);
+    assert.equal(r.last, `hearth-plugin: loading ${dir}/index.js failed: SyntaxError: Unexpected token ';' (at ${dir}/index.js:2)`);
+    assert.equal(r.stderr.trimEnd().split('\n').length, 1, r.stderr);
+  });
+
   it('a missing entry file says so', async () => {
     const dir = plugin('noentry', {});
     const r = await run(bootstrap, path.join(dir, 'index.js'));
