@@ -1,7 +1,9 @@
 //! `hearth dev …`: the plugin author's inner loop.
 //!
 //! `hearth dev PLUGIN_DIR` runs a broker in this process on a temp data dir (0700,
-//! removed at exit; `--data DIR` keeps one) with that one plugin and a scripted LLM
+//! removed at exit; `--data DIR` keeps one) with that one plugin (a Python plugin runs
+//! on the folder's `.venv` when it has one and neither the manifest nor
+//! `HEARTH_PYTHON` names a Python) and a scripted LLM
 //! (crate `hearth-scripted`, script format in `docs/llm-script.md`) as its LLM source,
 //! prints the broker's and the plugin's log on stderr, and reloads the plugin when a
 //! file in its folder changes (a Rust plugin — a folder with `Cargo.toml` — is rebuilt
@@ -131,6 +133,18 @@ fn inner_loop(
         anyhow::anyhow!("{}: {e}{hint}", dir.display())
     })?;
     let cargo = cargo && spec.runtime == Runtime::Exec;
+    // `hearth new python` tells the author to make `.venv` in the plugin's folder: use its
+    // Python unless the manifest or HEARTH_PYTHON names one.
+    let venv_python = dir.join(".venv/bin/python");
+    if spec.runtime == Runtime::Python
+        && spec.python.is_none()
+        && std::env::var_os("HEARTH_PYTHON").is_none()
+        && venv_python.is_file()
+    {
+        // SAFETY: no other thread runs yet (the runtime is built below).
+        unsafe { std::env::set_var("HEARTH_PYTHON", &venv_python) };
+        eprintln!("hearth dev: Python from {}", venv_python.display());
+    }
     if trace {
         crate::supervisor::trace::enable();
     }

@@ -103,7 +103,7 @@ pub fn new_command(args: NewArgs) -> anyhow::Result<ExitCode> {
         Language::Python => {
             println!("  python3 -m venv .venv && .venv/bin/pip install hearth-plugin pytest");
             println!("  .venv/bin/pytest                       # tests, no broker needed");
-            println!("  HEARTH_PYTHON=.venv/bin/python hearth dev .   # broker + scripted LLM, reload on save");
+            println!("  hearth dev .                           # broker + scripted LLM (on .venv's Python), reload on save");
         }
         Language::Node => {
             println!("  npm install");

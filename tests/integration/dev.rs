@@ -191,14 +191,25 @@ fn a_scaffolded_python_plugin_runs_under_hearth_dev_traces_and_reloads_on_save()
 }
 
 #[test]
-fn hearth_dev_without_data_removes_its_temp_dir_and_refuses_a_missing_folder() {
+fn hearth_dev_uses_the_folders_venv_removes_its_temp_dir_and_refuses_a_missing_folder() {
     let root = tempfile::tempdir().unwrap();
     new_plugin(root.path(), &["python", "tidy", "--style", "homeagent"]);
+    // The folder's own .venv (as the generated README makes it) is the plugin's Python
+    // when neither HEARTH_PYTHON nor the manifest names one.
+    // (A link to the test venv: a venv is found through the folder its python sits in.)
+    let test_venv = std::path::Path::new(&python())
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::os::unix::fs::symlink(&test_venv, root.path().join("tidy/.venv")).unwrap();
+    let venv = root.path().join("tidy/.venv/bin");
     let log = root.path().join("dev.log");
     let mut child = Command::new(HEARTH)
         .arg("dev")
         .arg(root.path().join("tidy"))
-        .env("HEARTH_PYTHON", python())
+        .env_remove("HEARTH_PYTHON")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -231,6 +242,8 @@ fn hearth_dev_without_data_removes_its_temp_dir_and_refuses_a_missing_folder() {
         dev.call("tidy", r#"{"name":"Bo","excited":true}"#),
         "Hello, Bo!"
     );
+    let picked = format!("Python from {}", venv.join("python").display());
+    assert!(dev.log().contains(&picked), "{}", dev.log());
     assert!(dev.stop().success());
     assert!(!data.exists(), "{} left behind", data.display());
 
