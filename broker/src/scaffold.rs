@@ -264,6 +264,10 @@ fn write_folder(dir: &Path, files: &[File]) -> anyhow::Result<()> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) if dir.exists() && !dir.is_dir() => bail!(
+            "{}: exists and is not a folder; choose another name or --dir",
+            dir.display()
+        ),
         Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
     }
     for (rel, text) in files {
@@ -338,6 +342,9 @@ mod tests {
         let err = write_folder(&dir, &files).unwrap_err();
         assert!(err.to_string().contains("not empty"), "{err}");
         assert!(!dir.join("main.py").exists());
+        let file = dir.join("keep.txt");
+        let err = write_folder(&file, &files).unwrap_err();
+        assert!(err.to_string().contains("is not a folder"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
