@@ -116,9 +116,13 @@ impl tonic::codegen::Body for Watched {
             return Poll::Ready(None);
         };
         let polled = Pin::new(inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                this.frames.feed(data);
+        // Only a refusal reads the count, and a refusal comes before the handshake is
+        // through: a session's later messages pass without being counted.
+        if this.frames.messages < HANDSHAKE_MESSAGES {
+            if let Poll::Ready(Some(Ok(frame))) = &polled {
+                if let Some(data) = frame.data_ref() {
+                    this.frames.feed(data);
+                }
             }
         }
         polled
