@@ -295,7 +295,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::term::set_raw(cli.raw);
     let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // rmcp logs every notification at info; its warnings are what operators need.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -952,6 +953,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     group_id: String::new(),
                     policies,
                     confirmed,
+                    ..Default::default()
                 });
                 let mut r = conn
                     .client()

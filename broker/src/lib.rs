@@ -57,6 +57,7 @@ mod golden;
 pub mod grpc;
 pub mod llm;
 pub mod manifest;
+pub mod mcp;
 pub mod pipeline;
 pub mod registry;
 pub mod router;

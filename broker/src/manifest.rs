@@ -54,6 +54,9 @@ pub enum Runtime {
     Node,
     /// The entry is an executable (e.g. a Rust plugin binary).
     Exec,
+    /// An MCP server: a `command` speaking MCP over stdio, or a Streamable HTTP `url`
+    /// (see [`McpSpec`]); the broker is its MCP client.
+    Mcp,
 }
 
 impl Runtime {
@@ -63,6 +66,7 @@ impl Runtime {
             Runtime::Python => "python",
             Runtime::Node => "node",
             Runtime::Exec => "exec",
+            Runtime::Mcp => "mcp",
         }
     }
 }
@@ -111,7 +115,83 @@ struct RawManifest {
     #[serde(default)]
     allow_loader_env: bool,
     sandbox: Option<serde_json::Value>,
+    // `"runtime": "mcp"` only (see McpSpec).
+    command: Option<Vec<String>>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    cwd: Option<String>,
+    tool_prefix: Option<String>,
+    #[serde(default)]
+    confirm_destructive: bool,
+    protocol: Option<String>,
 }
+
+/// How the broker reaches an MCP server (`"runtime": "mcp"`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum McpTransport {
+    /// `command`: a process speaking MCP (JSON-RPC lines) on stdin/stdout; stderr is
+    /// its log. `program` is `command[0]`, `args` the rest. Runs in `cwd` (manifest
+    /// `cwd`, default the plugin folder).
+    Stdio {
+        /// The program (a name looked up on `PATH`, or a path).
+        program: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Its working directory (absolute).
+        cwd: PathBuf,
+    },
+    /// `url`: a Streamable HTTP endpoint (`https://…/mcp`) with extra `headers`, whose
+    /// values may hold `${env:NAME}`, `${env:NAME:-default}` and `${setting:KEY}`
+    /// references resolved at each connect.
+    Http {
+        /// The endpoint.
+        url: String,
+        /// Header name → value (unresolved).
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// Which MCP protocol revision the broker asks an MCP server for (manifest `protocol`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum McpProtocol {
+    /// `"auto"` (default): the current revision (`server/discover`, 2026-07-28),
+    /// falling back to the `initialize` handshake (2025-11-25 and older) when the
+    /// server does not know it; a fallback is remembered for the plugin's restarts.
+    Auto,
+    /// `"legacy"`: the `initialize` handshake only (2025-11-25 and older).
+    Legacy,
+    /// A revision by date, e.g. `"2026-07-28"` or `"2025-06-18"`: only that one.
+    Pinned(String),
+}
+
+/// An MCP plugin's own settings (manifest keys beside `"runtime": "mcp"`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpSpec {
+    /// stdio or Streamable HTTP.
+    pub transport: McpTransport,
+    /// Prepended to every tool name the server offers (manifest `tool_prefix`), to
+    /// avoid clashes; names are then made LLM-safe (other characters become `_`).
+    pub tool_prefix: String,
+    /// Tools annotated `destructiveHint: true` get the `confirm` policy (manifest
+    /// `confirm_destructive`).
+    pub confirm_destructive: bool,
+    /// Protocol revision choice.
+    pub protocol: McpProtocol,
+}
+
+/// Default seconds for an MCP server to start and list its tools: `npx -y` and `uvx`
+/// may download the server first.
+pub const DEFAULT_MCP_STARTUP_TIMEOUT_S: f64 = 60.0;
+
+/// Protocol revisions a manifest may pin (those the broker's MCP SDK speaks).
+pub const MCP_PROTOCOL_VERSIONS: &[&str] = &[
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -245,6 +325,8 @@ pub struct PluginSpec {
     pub allow_loader_env: bool,
     /// Sandbox switch and widenings.
     pub sandbox: SandboxSpec,
+    /// `"runtime": "mcp"`: how to reach the server; `None` for other runtimes.
+    pub mcp: Option<McpSpec>,
 }
 
 /// Every capability a manifest may grant, with what it allows. A plugin's own
@@ -358,6 +440,7 @@ impl PluginSpec {
             env_passthrough: Vec::new(),
             allow_loader_env: false,
             sandbox: SandboxSpec::default(),
+            mcp: None,
         }
     }
 
@@ -370,7 +453,7 @@ impl PluginSpec {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let manifest_path = dir.join("plugin.json");
-        let raw = match std::fs::read(&manifest_path) {
+        let mut raw = match std::fs::read(&manifest_path) {
             Ok(bytes) => serde_json::from_slice::<RawManifest>(&bytes).map_err(|source| {
                 ManifestError::Parse {
                     path: manifest_path.clone(),
@@ -391,7 +474,7 @@ impl PluginSpec {
             message,
         };
 
-        let name = match raw.name {
+        let name = match raw.name.take() {
             Some(n) if n.trim().is_empty() => return Err(field("name", "is empty".into())),
             Some(n) => n,
             None => dir_name.clone(),
@@ -414,21 +497,25 @@ impl PluginSpec {
             Some("python") => Some(Runtime::Python),
             Some("node") => Some(Runtime::Node),
             Some("exec") => Some(Runtime::Exec),
+            Some("mcp") => Some(Runtime::Mcp),
             Some(other) => {
                 return Err(field(
                     "runtime",
-                    format!("`{other}` is not one of python, node, exec"),
+                    format!("`{other}` is not one of python, node, exec, mcp"),
                 ))
             }
             None => None,
         };
+        let mcp = mcp_spec(&raw, runtime, &dir).map_err(|(f, m)| field(f, m))?;
         let (runtime, entry) = match (runtime, raw.entry) {
+            (Some(Runtime::Mcp), _) => (Runtime::Mcp, mcp_entry(mcp.as_ref(), &dir)),
             (Some(rt), Some(entry)) => (rt, dir.join(entry)),
             (Some(rt), None) => {
                 let entry = match rt {
                     Runtime::Python => Some(dir.join("main.py")),
                     Runtime::Node => node_entry(&dir),
                     Runtime::Exec => Some(dir.join(&dir_name)),
+                    Runtime::Mcp => Some(dir.clone()),
                 };
                 (
                     rt,
@@ -440,13 +527,13 @@ impl PluginSpec {
                 (rt, entry.map(|e| dir.join(e)).unwrap_or(inferred))
             }
         };
-        if !entry.exists() {
+        if runtime != Runtime::Mcp && !entry.exists() {
             return Err(ManifestError::MissingEntry {
                 plugin: name,
                 entry,
             });
         }
-        if raw_entry_relative && !inside(&entry, &dir) {
+        if raw_entry_relative && runtime != Runtime::Mcp && !inside(&entry, &dir) {
             return Err(field(
                 "entry",
                 format!(
@@ -512,7 +599,11 @@ impl PluginSpec {
             startup_timeout_s: timeout(
                 "startup_timeout_s",
                 raw.startup_timeout_s,
-                DEFAULT_STARTUP_TIMEOUT_S,
+                if runtime == Runtime::Mcp {
+                    DEFAULT_MCP_STARTUP_TIMEOUT_S
+                } else {
+                    DEFAULT_STARTUP_TIMEOUT_S
+                },
             )?,
             call_timeout_s: timeout("call_timeout_s", raw.call_timeout_s, DEFAULT_CALL_TIMEOUT_S)?,
             max_total_s: timeout("max_total_s", raw.max_total_s, DEFAULT_MAX_TOTAL_S)?,
@@ -563,6 +654,7 @@ impl PluginSpec {
             env_passthrough: raw.env_passthrough,
             allow_loader_env: raw.allow_loader_env,
             sandbox,
+            mcp,
             capabilities: match raw.capabilities {
                 None => DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect(),
                 Some(list) => {
@@ -582,6 +674,132 @@ impl PluginSpec {
             dir,
         })
     }
+}
+
+/// The MCP part of a manifest: `Some` for `"runtime": "mcp"` (exactly one of
+/// `command`, `url`), `None` otherwise (and then no MCP key may be set). Errors name
+/// the field.
+fn mcp_spec(
+    raw: &RawManifest,
+    runtime: Option<Runtime>,
+    dir: &Path,
+) -> Result<Option<McpSpec>, (&'static str, String)> {
+    if runtime != Some(Runtime::Mcp) {
+        let set = [
+            ("command", raw.command.is_some()),
+            ("url", raw.url.is_some()),
+            ("headers", !raw.headers.is_empty()),
+            ("cwd", raw.cwd.is_some()),
+            ("tool_prefix", raw.tool_prefix.is_some()),
+            ("confirm_destructive", raw.confirm_destructive),
+            ("protocol", raw.protocol.is_some()),
+        ];
+        if let Some((key, _)) = set.iter().find(|(_, on)| *on) {
+            return Err((key, "is for MCP servers only: add \"runtime\": \"mcp\"".into()));
+        }
+        return Ok(None);
+    }
+    if raw.entry.is_some() || !raw.args.is_empty() {
+        let key = if raw.entry.is_some() { "entry" } else { "args" };
+        return Err((
+            key,
+            "an MCP server is started by `command` (program and arguments in one array), not entry/args".into(),
+        ));
+    }
+    let transport = match (&raw.command, &raw.url) {
+        (Some(_), Some(_)) => {
+            return Err(("url", "give either `command` (stdio) or `url` (Streamable HTTP), not both".into()))
+        }
+        (None, None) => {
+            return Err((
+                "command",
+                "an MCP server needs `command` (e.g. [\"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"]) or `url` (\"https://…/mcp\")".into(),
+            ))
+        }
+        (Some(command), None) => {
+            let Some((program, args)) = command.split_first().filter(|(p, _)| !p.trim().is_empty())
+            else {
+                return Err(("command", "is empty; give the program and its arguments".into()));
+            };
+            if !raw.headers.is_empty() {
+                return Err(("headers", "are for `url` servers; a stdio server gets `env`".into()));
+            }
+            let cwd = dir.join(raw.cwd.as_deref().unwrap_or("."));
+            if !cwd.is_dir() {
+                return Err(("cwd", format!("{} is not a folder", cwd.display())));
+            }
+            McpTransport::Stdio {
+                program: program.clone(),
+                args: args.to_vec(),
+                cwd: std::path::absolute(&cwd).unwrap_or(cwd),
+            }
+        }
+        (None, Some(url)) => {
+            let lower = url.to_ascii_lowercase();
+            if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+                return Err(("url", format!("`{url}` is not an http:// or https:// URL")));
+            }
+            if raw.cwd.is_some() || !raw.env.is_empty() {
+                let key = if raw.cwd.is_some() { "cwd" } else { "env" };
+                return Err((key, "is for `command` servers; a `url` server gets `headers`".into()));
+            }
+            for (name, value) in &raw.headers {
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(("headers", format!("`{name}` is not a valid header name")));
+                }
+                if value.contains(['\r', '\n']) {
+                    return Err(("headers", format!("the value of `{name}` contains a line break")));
+                }
+            }
+            McpTransport::Http {
+                url: url.clone(),
+                headers: raw.headers.clone(),
+            }
+        }
+    };
+    let protocol = match raw.protocol.as_deref() {
+        None | Some("auto") => McpProtocol::Auto,
+        Some("legacy") => McpProtocol::Legacy,
+        Some(v) if MCP_PROTOCOL_VERSIONS.contains(&v) => McpProtocol::Pinned(v.to_string()),
+        Some(other) => {
+            return Err((
+                "protocol",
+                format!(
+                    "`{other}` is not auto, legacy or one of {}",
+                    MCP_PROTOCOL_VERSIONS.join(", ")
+                ),
+            ))
+        }
+    };
+    let tool_prefix = raw.tool_prefix.clone().unwrap_or_default();
+    if tool_prefix.len() > 32 {
+        return Err(("tool_prefix", "is longer than 32 bytes".into()));
+    }
+    Ok(Some(McpSpec {
+        transport,
+        tool_prefix,
+        confirm_destructive: raw.confirm_destructive,
+        protocol,
+    }))
+}
+
+/// What the sandbox treats as an MCP server's entry: for a stdio server, the first
+/// argument that names an existing file (a script: its folder is granted), else the
+/// plugin folder itself.
+fn mcp_entry(mcp: Option<&McpSpec>, dir: &Path) -> PathBuf {
+    if let Some(McpSpec {
+        transport: McpTransport::Stdio { args, .. },
+        ..
+    }) = mcp
+    {
+        for arg in args.iter().filter(|a| !a.starts_with('-')) {
+            let path = dir.join(arg);
+            if path.is_file() {
+                return std::path::absolute(&path).unwrap_or(path);
+            }
+        }
+    }
+    dir.to_path_buf()
 }
 
 /// Longest plugin name, in bytes.

@@ -16,7 +16,10 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::{json, Value};
 
-use hearth_proto::v1::{AiTool, InjectSpec, RejectedItem, Stage, StageHook, ToolSpec, Trigger};
+use hearth_proto::v1::{
+    AiTool, InjectSpec, RejectedItem, Stage, StageHook, ToolAnnotations, ToolSpec, Trigger,
+};
+use tokio::sync::watch;
 
 use crate::schema::{linkzone_description, linkzone_schema, ArgsSchema};
 use crate::triggers::TriggerSet;
@@ -36,6 +39,29 @@ pub struct Tool {
     pub ai_tool: Option<AiTool>,
     /// Must not run concurrently with other calls of a turn.
     pub serial: bool,
+    /// Display name for people (MCP `title`); empty = none.
+    pub title: String,
+    /// JSON Schema of the structured result (MCP `outputSchema`).
+    pub output_schema: Option<Value>,
+    /// MCP behaviour hints as registered, if any.
+    pub annotations: Option<ToolAnnotations>,
+}
+
+impl Tool {
+    /// The MCP annotations to show for this tool: the registered ones, else derived
+    /// from `ai.tool` (`confirm` → `destructiveHint`: the user must approve it because
+    /// it changes something); `None` when neither says anything.
+    pub fn effective_annotations(&self) -> Option<ToolAnnotations> {
+        if let Some(a) = &self.annotations {
+            return Some(*a);
+        }
+        let ai = self.ai_tool.as_ref().filter(|ai| ai.confirm)?;
+        Some(ToolAnnotations {
+            read_only_hint: Some(false),
+            destructive_hint: Some(ai.confirm),
+            ..Default::default()
+        })
+    }
 }
 
 /// Tool names must be usable as LLM function names (OpenAI, Anthropic, Gemini all
@@ -69,6 +95,14 @@ fn rejected(name: &str, reason: String) -> RejectedItem {
 /// Builds a [`Tool`] from its wire spec (without the uniqueness check).
 fn build(plugin: &str, spec: &ToolSpec) -> Result<Tool, String> {
     check_name(&spec.name)?;
+    let output_schema = match spec.output_schema_json.trim() {
+        "" => None,
+        json => match serde_json::from_str::<Value>(json) {
+            Ok(v) if v.is_object() => Some(v),
+            Ok(_) => return Err("output schema must be a JSON object".into()),
+            Err(e) => return Err(format!("output schema is not JSON: {e}")),
+        },
+    };
     let (schema, description) = match (&spec.ai_tool, spec.parameters_json.trim()) {
         (Some(ai), "") => {
             let schema = ArgsSchema::from_value(linkzone_schema(ai)?)?;
@@ -88,6 +122,9 @@ fn build(plugin: &str, spec: &ToolSpec) -> Result<Tool, String> {
         schema,
         ai_tool: spec.ai_tool.clone(),
         serial: spec.serial,
+        title: spec.title.clone(),
+        output_schema,
+        annotations: spec.annotations,
     })
 }
 
@@ -107,9 +144,11 @@ pub struct Hook {
 }
 
 /// All tools of all plugins, by name, and every plugin's stage hooks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     tools: RwLock<HashMap<String, Arc<Tool>>>,
+    /// The tool set's revision: grows by one with each change ([`Registry::watch_tools`]).
+    revision: watch::Sender<u64>,
     /// Hooks by plugin, in registration order.
     hooks: RwLock<HashMap<String, Vec<Hook>>>,
     /// Triggers and inject spec by plugin.
@@ -141,11 +180,32 @@ pub struct Registration {
     pub rejected: Vec<RejectedItem>,
 }
 
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            tools: RwLock::default(),
+            revision: watch::Sender::new(0),
+            hooks: RwLock::default(),
+            triggers: RwLock::default(),
+            order: RwLock::default(),
+            cache: RwLock::default(),
+        }
+    }
+}
+
 impl Registry {
+    /// Watches the tool set: the receiver's value is the revision, which grows by one
+    /// each time a tool is added, removed or replaced (a plugin registered, crashed
+    /// into `failed`, reloaded, unloaded, or an MCP server's list changed).
+    pub fn watch_tools(&self) -> watch::Receiver<u64> {
+        self.revision.subscribe()
+    }
+
     fn invalidate(&self, tools: bool, hooks: bool, triggers: bool) {
         let mut c = self.cache.write().unwrap();
         if tools {
             c.llm_tools = None;
+            self.revision.send_modify(|r| *r += 1);
         }
         if hooks {
             c.stage_hooks = None;

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use crate::error::{CallError, Target};
 use crate::registry::{Hook, Registry, Tool};
 use crate::supervisor::plugin::Plugin;
-use crate::supervisor::session::{InvokeError, Session};
+use crate::supervisor::session::{InvokeError, ProgressSink, Session};
 use crate::supervisor::Supervisor;
 
 /// A plugin's `max_concurrency` slots (absent when it has no cap).
@@ -98,6 +98,7 @@ impl ToolRouter {
         args_json: &str,
         timeout: Option<Duration>,
         sender: Option<Sender>,
+        progress: Option<ProgressSink>,
     ) -> Result<(String, ToolResult), CallError> {
         let text = if args_json.trim().is_empty() {
             "{}"
@@ -109,7 +110,9 @@ impl ToolRouter {
             message: format!("arguments are not valid JSON: {e}"),
         })?;
         let tool = self.prepare(name, &args)?;
-        let result = self.call(&tool, text.to_string(), timeout, sender).await?;
+        let result = self
+            .call_with_progress(&tool, text.to_string(), timeout, sender, progress)
+            .await?;
         Ok((tool.plugin.clone(), result))
     }
 
@@ -122,6 +125,19 @@ impl ToolRouter {
         args_json: String,
         timeout: Option<Duration>,
         sender: Option<Sender>,
+    ) -> Result<ToolResult, CallError> {
+        self.call_with_progress(tool, args_json, timeout, sender, None)
+            .await
+    }
+
+    /// [`ToolRouter::call`], with the plugin's progress reports sent to `progress`.
+    pub async fn call_with_progress(
+        &self,
+        tool: &Tool,
+        args_json: String,
+        timeout: Option<Duration>,
+        sender: Option<Sender>,
+        progress: Option<ProgressSink>,
     ) -> Result<ToolResult, CallError> {
         let target = Target::Tool(tool.name.clone());
         let plugin = self.plugin(&tool.plugin, &target)?;
@@ -140,9 +156,10 @@ impl ToolRouter {
         self.dispatch(&plugin, &target, timeout, wait, |session| {
             let args_json = args_json.clone();
             let sender = sender.clone();
+            let progress = progress.clone();
             async move {
                 session
-                    .invoke(name, args_json, sender, timeout, max_total)
+                    .invoke(name, args_json, sender, timeout, max_total, progress)
                     .await
             }
         })

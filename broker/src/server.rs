@@ -346,6 +346,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                     )
                     .collect(),
             }),
+            settings: std::sync::OnceLock::new(),
         },
         registry,
     ));

@@ -150,6 +150,9 @@ export namespace hearth {
             parametersJson?: (string|null);
             aiTool?: (hearth.v1.IAiTool|null);
             serial?: (boolean|null);
+            title?: (string|null);
+            outputSchemaJson?: (string|null);
+            annotations?: (hearth.v1.IToolAnnotations|null);
         }
 
         class ToolSpec implements IToolSpec {
@@ -159,9 +162,31 @@ export namespace hearth {
             public parametersJson: string;
             public aiTool?: (hearth.v1.IAiTool|null);
             public serial: boolean;
+            public title: string;
+            public outputSchemaJson: string;
+            public annotations?: (hearth.v1.IToolAnnotations|null);
             public static create(properties?: hearth.v1.IToolSpec): hearth.v1.ToolSpec;
             public static encode(message: hearth.v1.IToolSpec, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolSpec;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IToolAnnotations {
+            readOnlyHint?: (boolean|null);
+            destructiveHint?: (boolean|null);
+            idempotentHint?: (boolean|null);
+            openWorldHint?: (boolean|null);
+        }
+
+        class ToolAnnotations implements IToolAnnotations {
+            constructor(properties?: hearth.v1.IToolAnnotations);
+            public readOnlyHint?: (boolean|null);
+            public destructiveHint?: (boolean|null);
+            public idempotentHint?: (boolean|null);
+            public openWorldHint?: (boolean|null);
+            public static create(properties?: hearth.v1.IToolAnnotations): hearth.v1.ToolAnnotations;
+            public static encode(message: hearth.v1.IToolAnnotations, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolAnnotations;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 
@@ -480,6 +505,7 @@ export namespace hearth {
             content?: (string|null);
             dataJson?: (string|null);
             error?: (string|null);
+            contentBlocksJson?: (string|null);
         }
 
         class ToolResult implements IToolResult {
@@ -489,6 +515,7 @@ export namespace hearth {
             public content: string;
             public dataJson: string;
             public error: string;
+            public contentBlocksJson: string;
             public static create(properties?: hearth.v1.IToolResult): hearth.v1.ToolResult;
             public static encode(message: hearth.v1.IToolResult, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolResult;
@@ -786,6 +813,14 @@ export namespace hearth {
             public listTools(request: hearth.v1.IListToolsRequest): Promise<hearth.v1.ListToolsResponse>;
             public callTool(request: hearth.v1.ICallToolRequest, callback: hearth.v1.Admin.CallToolCallback): void;
             public callTool(request: hearth.v1.ICallToolRequest): Promise<hearth.v1.CallToolResponse>;
+            public callToolStream(request: hearth.v1.ICallToolRequest, callback: hearth.v1.Admin.CallToolStreamCallback): void;
+            public callToolStream(request: hearth.v1.ICallToolRequest): Promise<hearth.v1.CallToolEvent>;
+            public watchTools(request: hearth.v1.IWatchToolsRequest, callback: hearth.v1.Admin.WatchToolsCallback): void;
+            public watchTools(request: hearth.v1.IWatchToolsRequest): Promise<hearth.v1.ToolsChanged>;
+            public listMcpServers(request: hearth.v1.IListMcpServersRequest, callback: hearth.v1.Admin.ListMcpServersCallback): void;
+            public listMcpServers(request: hearth.v1.IListMcpServersRequest): Promise<hearth.v1.ListMcpServersResponse>;
+            public mcpRequest(request: hearth.v1.IMcpRequestMessage, callback: hearth.v1.Admin.McpRequestCallback): void;
+            public mcpRequest(request: hearth.v1.IMcpRequestMessage): Promise<hearth.v1.McpResponseMessage>;
         }
 
         namespace Admin {
@@ -811,6 +846,14 @@ export namespace hearth {
             type ListToolsCallback = (error: (Error|null), response?: hearth.v1.ListToolsResponse) => void;
 
             type CallToolCallback = (error: (Error|null), response?: hearth.v1.CallToolResponse) => void;
+
+            type CallToolStreamCallback = (error: (Error|null), response?: hearth.v1.CallToolEvent) => void;
+
+            type WatchToolsCallback = (error: (Error|null), response?: hearth.v1.ToolsChanged) => void;
+
+            type ListMcpServersCallback = (error: (Error|null), response?: hearth.v1.ListMcpServersResponse) => void;
+
+            type McpRequestCallback = (error: (Error|null), response?: hearth.v1.McpResponseMessage) => void;
         }
 
         interface IListPluginsRequest {
@@ -1083,6 +1126,10 @@ export namespace hearth {
             plugin?: (string|null);
             description?: (string|null);
             parametersJson?: (string|null);
+            title?: (string|null);
+            outputSchemaJson?: (string|null);
+            annotations?: (hearth.v1.IToolAnnotations|null);
+            aiTool?: (hearth.v1.IAiTool|null);
         }
 
         class ToolInfo implements IToolInfo {
@@ -1091,6 +1138,10 @@ export namespace hearth {
             public plugin: string;
             public description: string;
             public parametersJson: string;
+            public title: string;
+            public outputSchemaJson: string;
+            public annotations?: (hearth.v1.IToolAnnotations|null);
+            public aiTool?: (hearth.v1.IAiTool|null);
             public static create(properties?: hearth.v1.IToolInfo): hearth.v1.ToolInfo;
             public static encode(message: hearth.v1.IToolInfo, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolInfo;
@@ -1118,6 +1169,8 @@ export namespace hearth {
             groupId?: (string|null);
             policies?: (boolean|null);
             confirmed?: (boolean|null);
+            conversation?: (string|null);
+            channel?: (string|null);
         }
 
         class CallToolRequest implements ICallToolRequest {
@@ -1129,6 +1182,8 @@ export namespace hearth {
             public groupId: string;
             public policies: boolean;
             public confirmed: boolean;
+            public conversation: string;
+            public channel: string;
             public static create(properties?: hearth.v1.ICallToolRequest): hearth.v1.CallToolRequest;
             public static encode(message: hearth.v1.ICallToolRequest, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.CallToolRequest;
@@ -1144,6 +1199,7 @@ export namespace hearth {
             error?: (string|null);
             elapsedUs?: (number|Long|null);
             needsConfirmation?: (boolean|null);
+            contentBlocksJson?: (string|null);
         }
 
         class CallToolResponse implements ICallToolResponse {
@@ -1156,9 +1212,152 @@ export namespace hearth {
             public error: string;
             public elapsedUs: (number|Long);
             public needsConfirmation: boolean;
+            public contentBlocksJson: string;
             public static create(properties?: hearth.v1.ICallToolResponse): hearth.v1.CallToolResponse;
             public static encode(message: hearth.v1.ICallToolResponse, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.CallToolResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface ICallToolEvent {
+            progress?: (hearth.v1.IToolProgress|null);
+            result?: (hearth.v1.ICallToolResponse|null);
+        }
+
+        class CallToolEvent implements ICallToolEvent {
+            constructor(properties?: hearth.v1.ICallToolEvent);
+            public progress?: (hearth.v1.IToolProgress|null);
+            public result?: (hearth.v1.ICallToolResponse|null);
+            public event?: ("progress"|"result");
+            public static create(properties?: hearth.v1.ICallToolEvent): hearth.v1.CallToolEvent;
+            public static encode(message: hearth.v1.ICallToolEvent, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.CallToolEvent;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IToolProgress {
+            message?: (string|null);
+            progress?: (number|null);
+            total?: (number|null);
+        }
+
+        class ToolProgress implements IToolProgress {
+            constructor(properties?: hearth.v1.IToolProgress);
+            public message: string;
+            public progress: number;
+            public total: number;
+            public static create(properties?: hearth.v1.IToolProgress): hearth.v1.ToolProgress;
+            public static encode(message: hearth.v1.IToolProgress, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolProgress;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IWatchToolsRequest {
+        }
+
+        class WatchToolsRequest implements IWatchToolsRequest {
+            constructor(properties?: hearth.v1.IWatchToolsRequest);
+            public static create(properties?: hearth.v1.IWatchToolsRequest): hearth.v1.WatchToolsRequest;
+            public static encode(message: hearth.v1.IWatchToolsRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.WatchToolsRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IToolsChanged {
+            revision?: (number|Long|null);
+        }
+
+        class ToolsChanged implements IToolsChanged {
+            constructor(properties?: hearth.v1.IToolsChanged);
+            public revision: (number|Long);
+            public static create(properties?: hearth.v1.IToolsChanged): hearth.v1.ToolsChanged;
+            public static encode(message: hearth.v1.IToolsChanged, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolsChanged;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IListMcpServersRequest {
+        }
+
+        class ListMcpServersRequest implements IListMcpServersRequest {
+            constructor(properties?: hearth.v1.IListMcpServersRequest);
+            public static create(properties?: hearth.v1.IListMcpServersRequest): hearth.v1.ListMcpServersRequest;
+            public static encode(message: hearth.v1.IListMcpServersRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ListMcpServersRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IMcpServerInfo {
+            plugin?: (string|null);
+            transport?: (string|null);
+            target?: (string|null);
+            protocolVersion?: (string|null);
+            serverName?: (string|null);
+            serverVersion?: (string|null);
+            state?: (hearth.v1.PluginState|null);
+            tools?: (string[]|null);
+            resources?: (boolean|null);
+            prompts?: (boolean|null);
+        }
+
+        class McpServerInfo implements IMcpServerInfo {
+            constructor(properties?: hearth.v1.IMcpServerInfo);
+            public plugin: string;
+            public transport: string;
+            public target: string;
+            public protocolVersion: string;
+            public serverName: string;
+            public serverVersion: string;
+            public state: hearth.v1.PluginState;
+            public tools: string[];
+            public resources: boolean;
+            public prompts: boolean;
+            public static create(properties?: hearth.v1.IMcpServerInfo): hearth.v1.McpServerInfo;
+            public static encode(message: hearth.v1.IMcpServerInfo, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.McpServerInfo;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IListMcpServersResponse {
+            servers?: (hearth.v1.IMcpServerInfo[]|null);
+        }
+
+        class ListMcpServersResponse implements IListMcpServersResponse {
+            constructor(properties?: hearth.v1.IListMcpServersResponse);
+            public servers: hearth.v1.IMcpServerInfo[];
+            public static create(properties?: hearth.v1.IListMcpServersResponse): hearth.v1.ListMcpServersResponse;
+            public static encode(message: hearth.v1.IListMcpServersResponse, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ListMcpServersResponse;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IMcpRequestMessage {
+            plugin?: (string|null);
+            method?: (string|null);
+            paramsJson?: (string|null);
+        }
+
+        class McpRequestMessage implements IMcpRequestMessage {
+            constructor(properties?: hearth.v1.IMcpRequestMessage);
+            public plugin: string;
+            public method: string;
+            public paramsJson: string;
+            public static create(properties?: hearth.v1.IMcpRequestMessage): hearth.v1.McpRequestMessage;
+            public static encode(message: hearth.v1.IMcpRequestMessage, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.McpRequestMessage;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IMcpResponseMessage {
+            resultJson?: (string|null);
+        }
+
+        class McpResponseMessage implements IMcpResponseMessage {
+            constructor(properties?: hearth.v1.IMcpResponseMessage);
+            public resultJson: string;
+            public static create(properties?: hearth.v1.IMcpResponseMessage): hearth.v1.McpResponseMessage;
+            public static encode(message: hearth.v1.IMcpResponseMessage, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.McpResponseMessage;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 
@@ -1871,6 +2070,48 @@ export namespace hearth {
             public static create(properties?: hearth.v1.IInjectRequest): hearth.v1.InjectRequest;
             public static encode(message: hearth.v1.IInjectRequest, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.InjectRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        class Mcp extends $protobuf.rpc.Service {
+            constructor(rpcImpl: $protobuf.RPCImpl, requestDelimited?: boolean, responseDelimited?: boolean);
+            public static create(rpcImpl: $protobuf.RPCImpl, requestDelimited?: boolean, responseDelimited?: boolean): Mcp;
+            public request(request: hearth.v1.IMcpRequest, callback: hearth.v1.Mcp.RequestCallback): void;
+            public request(request: hearth.v1.IMcpRequest): Promise<hearth.v1.McpResponse>;
+        }
+
+        namespace Mcp {
+
+            type RequestCallback = (error: (Error|null), response?: hearth.v1.McpResponse) => void;
+        }
+
+        interface IMcpRequest {
+            server?: (string|null);
+            method?: (string|null);
+            paramsJson?: (string|null);
+        }
+
+        class McpRequest implements IMcpRequest {
+            constructor(properties?: hearth.v1.IMcpRequest);
+            public server: string;
+            public method: string;
+            public paramsJson: string;
+            public static create(properties?: hearth.v1.IMcpRequest): hearth.v1.McpRequest;
+            public static encode(message: hearth.v1.IMcpRequest, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.McpRequest;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IMcpResponse {
+            resultJson?: (string|null);
+        }
+
+        class McpResponse implements IMcpResponse {
+            constructor(properties?: hearth.v1.IMcpResponse);
+            public resultJson: string;
+            public static create(properties?: hearth.v1.IMcpResponse): hearth.v1.McpResponse;
+            public static encode(message: hearth.v1.IMcpResponse, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.McpResponse;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 

@@ -679,6 +679,9 @@ $root.hearth = (function() {
             ToolSpec.prototype.parametersJson = "";
             ToolSpec.prototype.aiTool = null;
             ToolSpec.prototype.serial = false;
+            ToolSpec.prototype.title = "";
+            ToolSpec.prototype.outputSchemaJson = "";
+            ToolSpec.prototype.annotations = null;
 
             ToolSpec.create = function create(properties) {
                 return new ToolSpec(properties);
@@ -701,6 +704,12 @@ $root.hearth = (function() {
                     $root.hearth.v1.AiTool.encode(message.aiTool, writer.uint32(34).fork(), q + 1).ldelim();
                 if (message.serial != null && Object.hasOwnProperty.call(message, "serial"))
                     writer.uint32(40).bool(message.serial);
+                if (message.title != null && Object.hasOwnProperty.call(message, "title"))
+                    writer.uint32(50).string(message.title);
+                if (message.outputSchemaJson != null && Object.hasOwnProperty.call(message, "outputSchemaJson"))
+                    writer.uint32(58).string(message.outputSchemaJson);
+                if (message.annotations != null && Object.hasOwnProperty.call(message, "annotations"))
+                    $root.hearth.v1.ToolAnnotations.encode(message.annotations, writer.uint32(66).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -747,6 +756,18 @@ $root.hearth = (function() {
                             message.serial = reader.bool();
                             break;
                         }
+                    case 6: {
+                            message.title = reader.string();
+                            break;
+                        }
+                    case 7: {
+                            message.outputSchemaJson = reader.string();
+                            break;
+                        }
+                    case 8: {
+                            message.annotations = $root.hearth.v1.ToolAnnotations.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -768,6 +789,130 @@ $root.hearth = (function() {
             };
 
             return ToolSpec;
+        })();
+
+        v1.ToolAnnotations = (function() {
+
+            function ToolAnnotations(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ToolAnnotations.prototype.readOnlyHint = null;
+            ToolAnnotations.prototype.destructiveHint = null;
+            ToolAnnotations.prototype.idempotentHint = null;
+            ToolAnnotations.prototype.openWorldHint = null;
+
+            var $oneOfFields;
+
+            // Virtual OneOf for proto3 optional field
+            Object.defineProperty(ToolAnnotations.prototype, "_readOnlyHint", {
+                get: $util.oneOfGetter($oneOfFields = ["readOnlyHint"]),
+                set: $util.oneOfSetter($oneOfFields)
+            });
+
+            // Virtual OneOf for proto3 optional field
+            Object.defineProperty(ToolAnnotations.prototype, "_destructiveHint", {
+                get: $util.oneOfGetter($oneOfFields = ["destructiveHint"]),
+                set: $util.oneOfSetter($oneOfFields)
+            });
+
+            // Virtual OneOf for proto3 optional field
+            Object.defineProperty(ToolAnnotations.prototype, "_idempotentHint", {
+                get: $util.oneOfGetter($oneOfFields = ["idempotentHint"]),
+                set: $util.oneOfSetter($oneOfFields)
+            });
+
+            // Virtual OneOf for proto3 optional field
+            Object.defineProperty(ToolAnnotations.prototype, "_openWorldHint", {
+                get: $util.oneOfGetter($oneOfFields = ["openWorldHint"]),
+                set: $util.oneOfSetter($oneOfFields)
+            });
+
+            ToolAnnotations.create = function create(properties) {
+                return new ToolAnnotations(properties);
+            };
+
+            ToolAnnotations.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.readOnlyHint != null && Object.hasOwnProperty.call(message, "readOnlyHint"))
+                    writer.uint32(8).bool(message.readOnlyHint);
+                if (message.destructiveHint != null && Object.hasOwnProperty.call(message, "destructiveHint"))
+                    writer.uint32(16).bool(message.destructiveHint);
+                if (message.idempotentHint != null && Object.hasOwnProperty.call(message, "idempotentHint"))
+                    writer.uint32(24).bool(message.idempotentHint);
+                if (message.openWorldHint != null && Object.hasOwnProperty.call(message, "openWorldHint"))
+                    writer.uint32(32).bool(message.openWorldHint);
+                return writer;
+            };
+
+            ToolAnnotations.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ToolAnnotations();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.readOnlyHint = reader.bool();
+                            break;
+                        }
+                    case 2: {
+                            message.destructiveHint = reader.bool();
+                            break;
+                        }
+                    case 3: {
+                            message.idempotentHint = reader.bool();
+                            break;
+                        }
+                    case 4: {
+                            message.openWorldHint = reader.bool();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ToolAnnotations.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ToolAnnotations";
+            };
+
+            return ToolAnnotations;
         })();
 
         v1.AiTool = (function() {
@@ -2326,6 +2471,7 @@ $root.hearth = (function() {
             ToolResult.prototype.content = "";
             ToolResult.prototype.dataJson = "";
             ToolResult.prototype.error = "";
+            ToolResult.prototype.contentBlocksJson = "";
 
             ToolResult.create = function create(properties) {
                 return new ToolResult(properties);
@@ -2348,6 +2494,8 @@ $root.hearth = (function() {
                     writer.uint32(34).string(message.dataJson);
                 if (message.error != null && Object.hasOwnProperty.call(message, "error"))
                     writer.uint32(42).string(message.error);
+                if (message.contentBlocksJson != null && Object.hasOwnProperty.call(message, "contentBlocksJson"))
+                    writer.uint32(50).string(message.contentBlocksJson);
                 return writer;
             };
 
@@ -2392,6 +2540,10 @@ $root.hearth = (function() {
                         }
                     case 5: {
                             message.error = reader.string();
+                            break;
+                        }
+                    case 6: {
+                            message.contentBlocksJson = reader.string();
                             break;
                         }
                     default:
@@ -3909,6 +4061,26 @@ $root.hearth = (function() {
                 return $protobuf.rpc.Service.prototype.rpcCall.call(this, callTool, $root.hearth.v1.CallToolRequest, $root.hearth.v1.CallToolResponse, request, callback);
             }, "name", { value: "CallTool" });
 
+
+            Object.defineProperty(Admin.prototype.callToolStream = function callToolStream(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, callToolStream, $root.hearth.v1.CallToolRequest, $root.hearth.v1.CallToolEvent, request, callback);
+            }, "name", { value: "CallToolStream" });
+
+
+            Object.defineProperty(Admin.prototype.watchTools = function watchTools(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, watchTools, $root.hearth.v1.WatchToolsRequest, $root.hearth.v1.ToolsChanged, request, callback);
+            }, "name", { value: "WatchTools" });
+
+
+            Object.defineProperty(Admin.prototype.listMcpServers = function listMcpServers(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, listMcpServers, $root.hearth.v1.ListMcpServersRequest, $root.hearth.v1.ListMcpServersResponse, request, callback);
+            }, "name", { value: "ListMcpServers" });
+
+
+            Object.defineProperty(Admin.prototype.mcpRequest = function mcpRequest(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, mcpRequest, $root.hearth.v1.McpRequestMessage, $root.hearth.v1.McpResponseMessage, request, callback);
+            }, "name", { value: "McpRequest" });
+
             return Admin;
         })();
 
@@ -5337,6 +5509,10 @@ $root.hearth = (function() {
             ToolInfo.prototype.plugin = "";
             ToolInfo.prototype.description = "";
             ToolInfo.prototype.parametersJson = "";
+            ToolInfo.prototype.title = "";
+            ToolInfo.prototype.outputSchemaJson = "";
+            ToolInfo.prototype.annotations = null;
+            ToolInfo.prototype.aiTool = null;
 
             ToolInfo.create = function create(properties) {
                 return new ToolInfo(properties);
@@ -5357,6 +5533,14 @@ $root.hearth = (function() {
                     writer.uint32(26).string(message.description);
                 if (message.parametersJson != null && Object.hasOwnProperty.call(message, "parametersJson"))
                     writer.uint32(34).string(message.parametersJson);
+                if (message.title != null && Object.hasOwnProperty.call(message, "title"))
+                    writer.uint32(42).string(message.title);
+                if (message.outputSchemaJson != null && Object.hasOwnProperty.call(message, "outputSchemaJson"))
+                    writer.uint32(50).string(message.outputSchemaJson);
+                if (message.annotations != null && Object.hasOwnProperty.call(message, "annotations"))
+                    $root.hearth.v1.ToolAnnotations.encode(message.annotations, writer.uint32(58).fork(), q + 1).ldelim();
+                if (message.aiTool != null && Object.hasOwnProperty.call(message, "aiTool"))
+                    $root.hearth.v1.AiTool.encode(message.aiTool, writer.uint32(66).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -5397,6 +5581,22 @@ $root.hearth = (function() {
                         }
                     case 4: {
                             message.parametersJson = reader.string();
+                            break;
+                        }
+                    case 5: {
+                            message.title = reader.string();
+                            break;
+                        }
+                    case 6: {
+                            message.outputSchemaJson = reader.string();
+                            break;
+                        }
+                    case 7: {
+                            message.annotations = $root.hearth.v1.ToolAnnotations.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    case 8: {
+                            message.aiTool = $root.hearth.v1.AiTool.decode(reader, reader.uint32(), undefined, long + 1);
                             break;
                         }
                     default:
@@ -5519,6 +5719,8 @@ $root.hearth = (function() {
             CallToolRequest.prototype.groupId = "";
             CallToolRequest.prototype.policies = false;
             CallToolRequest.prototype.confirmed = false;
+            CallToolRequest.prototype.conversation = "";
+            CallToolRequest.prototype.channel = "";
 
             CallToolRequest.create = function create(properties) {
                 return new CallToolRequest(properties);
@@ -5545,6 +5747,10 @@ $root.hearth = (function() {
                     writer.uint32(48).bool(message.policies);
                 if (message.confirmed != null && Object.hasOwnProperty.call(message, "confirmed"))
                     writer.uint32(56).bool(message.confirmed);
+                if (message.conversation != null && Object.hasOwnProperty.call(message, "conversation"))
+                    writer.uint32(66).string(message.conversation);
+                if (message.channel != null && Object.hasOwnProperty.call(message, "channel"))
+                    writer.uint32(74).string(message.channel);
                 return writer;
             };
 
@@ -5599,6 +5805,14 @@ $root.hearth = (function() {
                             message.confirmed = reader.bool();
                             break;
                         }
+                    case 8: {
+                            message.conversation = reader.string();
+                            break;
+                        }
+                    case 9: {
+                            message.channel = reader.string();
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -5639,6 +5853,7 @@ $root.hearth = (function() {
             CallToolResponse.prototype.error = "";
             CallToolResponse.prototype.elapsedUs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
             CallToolResponse.prototype.needsConfirmation = false;
+            CallToolResponse.prototype.contentBlocksJson = "";
 
             CallToolResponse.create = function create(properties) {
                 return new CallToolResponse(properties);
@@ -5667,6 +5882,8 @@ $root.hearth = (function() {
                     writer.uint32(56).uint64(message.elapsedUs);
                 if (message.needsConfirmation != null && Object.hasOwnProperty.call(message, "needsConfirmation"))
                     writer.uint32(64).bool(message.needsConfirmation);
+                if (message.contentBlocksJson != null && Object.hasOwnProperty.call(message, "contentBlocksJson"))
+                    writer.uint32(74).string(message.contentBlocksJson);
                 return writer;
             };
 
@@ -5725,6 +5942,10 @@ $root.hearth = (function() {
                             message.needsConfirmation = reader.bool();
                             break;
                         }
+                    case 9: {
+                            message.contentBlocksJson = reader.string();
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -5746,6 +5967,796 @@ $root.hearth = (function() {
             };
 
             return CallToolResponse;
+        })();
+
+        v1.CallToolEvent = (function() {
+
+            function CallToolEvent(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            CallToolEvent.prototype.progress = null;
+            CallToolEvent.prototype.result = null;
+
+            var $oneOfFields;
+
+            Object.defineProperty(CallToolEvent.prototype, "event", {
+                get: $util.oneOfGetter($oneOfFields = ["progress", "result"]),
+                set: $util.oneOfSetter($oneOfFields)
+            });
+
+            CallToolEvent.create = function create(properties) {
+                return new CallToolEvent(properties);
+            };
+
+            CallToolEvent.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.progress != null && Object.hasOwnProperty.call(message, "progress"))
+                    $root.hearth.v1.ToolProgress.encode(message.progress, writer.uint32(10).fork(), q + 1).ldelim();
+                if (message.result != null && Object.hasOwnProperty.call(message, "result"))
+                    $root.hearth.v1.CallToolResponse.encode(message.result, writer.uint32(18).fork(), q + 1).ldelim();
+                return writer;
+            };
+
+            CallToolEvent.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.CallToolEvent();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.progress = $root.hearth.v1.ToolProgress.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    case 2: {
+                            message.result = $root.hearth.v1.CallToolResponse.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            CallToolEvent.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.CallToolEvent";
+            };
+
+            return CallToolEvent;
+        })();
+
+        v1.ToolProgress = (function() {
+
+            function ToolProgress(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ToolProgress.prototype.message = "";
+            ToolProgress.prototype.progress = 0;
+            ToolProgress.prototype.total = 0;
+
+            ToolProgress.create = function create(properties) {
+                return new ToolProgress(properties);
+            };
+
+            ToolProgress.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.message != null && Object.hasOwnProperty.call(message, "message"))
+                    writer.uint32(10).string(message.message);
+                if (message.progress != null && Object.hasOwnProperty.call(message, "progress"))
+                    writer.uint32(17).double(message.progress);
+                if (message.total != null && Object.hasOwnProperty.call(message, "total"))
+                    writer.uint32(25).double(message.total);
+                return writer;
+            };
+
+            ToolProgress.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ToolProgress();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.message = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.progress = reader.double();
+                            break;
+                        }
+                    case 3: {
+                            message.total = reader.double();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ToolProgress.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ToolProgress";
+            };
+
+            return ToolProgress;
+        })();
+
+        v1.WatchToolsRequest = (function() {
+
+            function WatchToolsRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            WatchToolsRequest.create = function create(properties) {
+                return new WatchToolsRequest(properties);
+            };
+
+            WatchToolsRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                return writer;
+            };
+
+            WatchToolsRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.WatchToolsRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            WatchToolsRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.WatchToolsRequest";
+            };
+
+            return WatchToolsRequest;
+        })();
+
+        v1.ToolsChanged = (function() {
+
+            function ToolsChanged(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ToolsChanged.prototype.revision = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+
+            ToolsChanged.create = function create(properties) {
+                return new ToolsChanged(properties);
+            };
+
+            ToolsChanged.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.revision != null && Object.hasOwnProperty.call(message, "revision"))
+                    writer.uint32(8).uint64(message.revision);
+                return writer;
+            };
+
+            ToolsChanged.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ToolsChanged();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.revision = reader.uint64();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ToolsChanged.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ToolsChanged";
+            };
+
+            return ToolsChanged;
+        })();
+
+        v1.ListMcpServersRequest = (function() {
+
+            function ListMcpServersRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ListMcpServersRequest.create = function create(properties) {
+                return new ListMcpServersRequest(properties);
+            };
+
+            ListMcpServersRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                return writer;
+            };
+
+            ListMcpServersRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ListMcpServersRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ListMcpServersRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ListMcpServersRequest";
+            };
+
+            return ListMcpServersRequest;
+        })();
+
+        v1.McpServerInfo = (function() {
+
+            function McpServerInfo(properties) {
+                this.tools = [];
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            McpServerInfo.prototype.plugin = "";
+            McpServerInfo.prototype.transport = "";
+            McpServerInfo.prototype.target = "";
+            McpServerInfo.prototype.protocolVersion = "";
+            McpServerInfo.prototype.serverName = "";
+            McpServerInfo.prototype.serverVersion = "";
+            McpServerInfo.prototype.state = 0;
+            McpServerInfo.prototype.tools = $util.emptyArray;
+            McpServerInfo.prototype.resources = false;
+            McpServerInfo.prototype.prompts = false;
+
+            McpServerInfo.create = function create(properties) {
+                return new McpServerInfo(properties);
+            };
+
+            McpServerInfo.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    writer.uint32(10).string(message.plugin);
+                if (message.transport != null && Object.hasOwnProperty.call(message, "transport"))
+                    writer.uint32(18).string(message.transport);
+                if (message.target != null && Object.hasOwnProperty.call(message, "target"))
+                    writer.uint32(26).string(message.target);
+                if (message.protocolVersion != null && Object.hasOwnProperty.call(message, "protocolVersion"))
+                    writer.uint32(34).string(message.protocolVersion);
+                if (message.serverName != null && Object.hasOwnProperty.call(message, "serverName"))
+                    writer.uint32(42).string(message.serverName);
+                if (message.serverVersion != null && Object.hasOwnProperty.call(message, "serverVersion"))
+                    writer.uint32(50).string(message.serverVersion);
+                if (message.state != null && Object.hasOwnProperty.call(message, "state"))
+                    writer.uint32(56).int32(message.state);
+                if (message.tools != null && message.tools.length)
+                    for (var i = 0; i < message.tools.length; ++i)
+                        writer.uint32(66).string(message.tools[i]);
+                if (message.resources != null && Object.hasOwnProperty.call(message, "resources"))
+                    writer.uint32(72).bool(message.resources);
+                if (message.prompts != null && Object.hasOwnProperty.call(message, "prompts"))
+                    writer.uint32(80).bool(message.prompts);
+                return writer;
+            };
+
+            McpServerInfo.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.McpServerInfo();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.plugin = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.transport = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.target = reader.string();
+                            break;
+                        }
+                    case 4: {
+                            message.protocolVersion = reader.string();
+                            break;
+                        }
+                    case 5: {
+                            message.serverName = reader.string();
+                            break;
+                        }
+                    case 6: {
+                            message.serverVersion = reader.string();
+                            break;
+                        }
+                    case 7: {
+                            message.state = reader.int32();
+                            break;
+                        }
+                    case 8: {
+                            if (!(message.tools && message.tools.length))
+                                message.tools = [];
+                            message.tools.push(reader.string());
+                            break;
+                        }
+                    case 9: {
+                            message.resources = reader.bool();
+                            break;
+                        }
+                    case 10: {
+                            message.prompts = reader.bool();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            McpServerInfo.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.McpServerInfo";
+            };
+
+            return McpServerInfo;
+        })();
+
+        v1.ListMcpServersResponse = (function() {
+
+            function ListMcpServersResponse(properties) {
+                this.servers = [];
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ListMcpServersResponse.prototype.servers = $util.emptyArray;
+
+            ListMcpServersResponse.create = function create(properties) {
+                return new ListMcpServersResponse(properties);
+            };
+
+            ListMcpServersResponse.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.servers != null && message.servers.length)
+                    for (var i = 0; i < message.servers.length; ++i)
+                        $root.hearth.v1.McpServerInfo.encode(message.servers[i], writer.uint32(10).fork(), q + 1).ldelim();
+                return writer;
+            };
+
+            ListMcpServersResponse.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ListMcpServersResponse();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            if (!(message.servers && message.servers.length))
+                                message.servers = [];
+                            message.servers.push($root.hearth.v1.McpServerInfo.decode(reader, reader.uint32(), undefined, long + 1));
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ListMcpServersResponse.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ListMcpServersResponse";
+            };
+
+            return ListMcpServersResponse;
+        })();
+
+        v1.McpRequestMessage = (function() {
+
+            function McpRequestMessage(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            McpRequestMessage.prototype.plugin = "";
+            McpRequestMessage.prototype.method = "";
+            McpRequestMessage.prototype.paramsJson = "";
+
+            McpRequestMessage.create = function create(properties) {
+                return new McpRequestMessage(properties);
+            };
+
+            McpRequestMessage.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    writer.uint32(10).string(message.plugin);
+                if (message.method != null && Object.hasOwnProperty.call(message, "method"))
+                    writer.uint32(18).string(message.method);
+                if (message.paramsJson != null && Object.hasOwnProperty.call(message, "paramsJson"))
+                    writer.uint32(26).string(message.paramsJson);
+                return writer;
+            };
+
+            McpRequestMessage.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.McpRequestMessage();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.plugin = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.method = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.paramsJson = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            McpRequestMessage.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.McpRequestMessage";
+            };
+
+            return McpRequestMessage;
+        })();
+
+        v1.McpResponseMessage = (function() {
+
+            function McpResponseMessage(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            McpResponseMessage.prototype.resultJson = "";
+
+            McpResponseMessage.create = function create(properties) {
+                return new McpResponseMessage(properties);
+            };
+
+            McpResponseMessage.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.resultJson != null && Object.hasOwnProperty.call(message, "resultJson"))
+                    writer.uint32(10).string(message.resultJson);
+                return writer;
+            };
+
+            McpResponseMessage.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.McpResponseMessage();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.resultJson = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            McpResponseMessage.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.McpResponseMessage";
+            };
+
+            return McpResponseMessage;
         })();
 
         v1.ListSourcesRequest = (function() {
@@ -8993,6 +10004,194 @@ $root.hearth = (function() {
             };
 
             return InjectRequest;
+        })();
+
+        v1.Mcp = (function() {
+
+            function Mcp(rpcImpl, requestDelimited, responseDelimited) {
+                $protobuf.rpc.Service.call(this, rpcImpl, requestDelimited, responseDelimited);
+            }
+
+            (Mcp.prototype = Object.create($protobuf.rpc.Service.prototype)).constructor = Mcp;
+
+            Mcp.create = function create(rpcImpl, requestDelimited, responseDelimited) {
+                return new this(rpcImpl, requestDelimited, responseDelimited);
+            };
+
+
+            Object.defineProperty(Mcp.prototype.request = function request(request, callback) {
+                return $protobuf.rpc.Service.prototype.rpcCall.call(this, request, $root.hearth.v1.McpRequest, $root.hearth.v1.McpResponse, request, callback);
+            }, "name", { value: "Request" });
+
+            return Mcp;
+        })();
+
+        v1.McpRequest = (function() {
+
+            function McpRequest(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            McpRequest.prototype.server = "";
+            McpRequest.prototype.method = "";
+            McpRequest.prototype.paramsJson = "";
+
+            McpRequest.create = function create(properties) {
+                return new McpRequest(properties);
+            };
+
+            McpRequest.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.server != null && Object.hasOwnProperty.call(message, "server"))
+                    writer.uint32(10).string(message.server);
+                if (message.method != null && Object.hasOwnProperty.call(message, "method"))
+                    writer.uint32(18).string(message.method);
+                if (message.paramsJson != null && Object.hasOwnProperty.call(message, "paramsJson"))
+                    writer.uint32(26).string(message.paramsJson);
+                return writer;
+            };
+
+            McpRequest.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.McpRequest();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.server = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.method = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.paramsJson = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            McpRequest.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.McpRequest";
+            };
+
+            return McpRequest;
+        })();
+
+        v1.McpResponse = (function() {
+
+            function McpResponse(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            McpResponse.prototype.resultJson = "";
+
+            McpResponse.create = function create(properties) {
+                return new McpResponse(properties);
+            };
+
+            McpResponse.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.resultJson != null && Object.hasOwnProperty.call(message, "resultJson"))
+                    writer.uint32(10).string(message.resultJson);
+                return writer;
+            };
+
+            McpResponse.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.McpResponse();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.resultJson = reader.string();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            McpResponse.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.McpResponse";
+            };
+
+            return McpResponse;
         })();
 
         v1.Agent = (function() {

@@ -21,6 +21,10 @@ export declare const AdminService: {
   useSource: MethodDefinition<hearth.v1.IUseSourceRequest, hearth.v1.ListSourcesResponse> & { originalName: string };
   listTools: MethodDefinition<hearth.v1.IListToolsRequest, hearth.v1.ListToolsResponse> & { originalName: string };
   callTool: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.CallToolResponse> & { originalName: string };
+  callToolStream: MethodDefinition<hearth.v1.ICallToolRequest, hearth.v1.CallToolEvent> & { originalName: string };
+  watchTools: MethodDefinition<hearth.v1.IWatchToolsRequest, hearth.v1.ToolsChanged> & { originalName: string };
+  listMcpServers: MethodDefinition<hearth.v1.IListMcpServersRequest, hearth.v1.ListMcpServersResponse> & { originalName: string };
+  mcpRequest: MethodDefinition<hearth.v1.IMcpRequestMessage, hearth.v1.McpResponseMessage> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Settings`. */
@@ -81,6 +85,11 @@ export declare const InputService: {
   injectText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty> & { originalName: string };
   injectTextNoMemory: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty> & { originalName: string };
   injectInterruptText: MethodDefinition<hearth.v1.IInjectRequest, hearth.v1.Empty> & { originalName: string };
+};
+
+/** grpc-js service definition of `hearth.v1.Mcp`. */
+export declare const McpService: {
+  request: MethodDefinition<hearth.v1.IMcpRequest, hearth.v1.McpResponse> & { originalName: string };
 };
 
 /** grpc-js service definition of `hearth.v1.Agent`. */

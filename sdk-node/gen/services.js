@@ -135,6 +135,46 @@ exports.AdminService = {
     responseDeserialize: deserialize(v1.CallToolResponse),
     originalName: 'CallTool',
   },
+  callToolStream: {
+    path: '/hearth.v1.Admin/CallToolStream',
+    requestStream: false,
+    responseStream: true,
+    requestSerialize: serialize(v1.CallToolRequest),
+    requestDeserialize: deserialize(v1.CallToolRequest),
+    responseSerialize: serialize(v1.CallToolEvent),
+    responseDeserialize: deserialize(v1.CallToolEvent),
+    originalName: 'CallToolStream',
+  },
+  watchTools: {
+    path: '/hearth.v1.Admin/WatchTools',
+    requestStream: false,
+    responseStream: true,
+    requestSerialize: serialize(v1.WatchToolsRequest),
+    requestDeserialize: deserialize(v1.WatchToolsRequest),
+    responseSerialize: serialize(v1.ToolsChanged),
+    responseDeserialize: deserialize(v1.ToolsChanged),
+    originalName: 'WatchTools',
+  },
+  listMcpServers: {
+    path: '/hearth.v1.Admin/ListMcpServers',
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: serialize(v1.ListMcpServersRequest),
+    requestDeserialize: deserialize(v1.ListMcpServersRequest),
+    responseSerialize: serialize(v1.ListMcpServersResponse),
+    responseDeserialize: deserialize(v1.ListMcpServersResponse),
+    originalName: 'ListMcpServers',
+  },
+  mcpRequest: {
+    path: '/hearth.v1.Admin/McpRequest',
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: serialize(v1.McpRequestMessage),
+    requestDeserialize: deserialize(v1.McpRequestMessage),
+    responseSerialize: serialize(v1.McpResponseMessage),
+    responseDeserialize: deserialize(v1.McpResponseMessage),
+    originalName: 'McpRequest',
+  },
 };
 
 /** grpc-js service definition of `hearth.v1.Settings`. */
@@ -482,6 +522,20 @@ exports.InputService = {
     responseSerialize: serialize(v1.Empty),
     responseDeserialize: deserialize(v1.Empty),
     originalName: 'InjectInterruptText',
+  },
+};
+
+/** grpc-js service definition of `hearth.v1.Mcp`. */
+exports.McpService = {
+  request: {
+    path: '/hearth.v1.Mcp/Request',
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: serialize(v1.McpRequest),
+    requestDeserialize: deserialize(v1.McpRequest),
+    responseSerialize: serialize(v1.McpResponse),
+    responseDeserialize: deserialize(v1.McpResponse),
+    originalName: 'Request',
   },
 };
 

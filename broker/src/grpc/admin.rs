@@ -10,6 +10,10 @@ use hearth_proto::v1::{
     RestartPluginResponse, Sender, ToolInfo, UnloadPluginRequest, UnloadPluginResponse,
 };
 use hearth_proto::v1::{ListSourcesRequest, ListSourcesResponse, SourceInfo, UseSourceRequest};
+use hearth_proto::v1::{
+    call_tool_event, CallToolEvent, ListMcpServersRequest, ListMcpServersResponse,
+    McpRequestMessage, McpResponseMessage, McpServerInfo, ToolsChanged, WatchToolsRequest,
+};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::llm::SourcePool;
@@ -17,7 +21,9 @@ use tonic::{Request, Response, Status};
 
 use crate::error::CallError;
 use crate::pipeline::policy::{Admission, Policies, Refusal};
+use crate::manifest::McpTransport;
 use crate::router::ToolRouter;
+use crate::supervisor::session::ProgressSink;
 use crate::supervisor::{PluginSnapshot, Supervisor};
 
 /// `Admin`: what the CLI uses. Every call must carry the admin token.
@@ -93,7 +99,7 @@ impl AdminService {
             return Ok(None);
         };
         self.policies
-            .admit_alone(&req.name, ai, &req.user_id, req.confirmed)
+            .admit_outside(&req.name, ai, &req.user_id, &req.conversation, req.confirmed)
             .map(Some)
             .map_err(|refusal| {
                 Box::new(CallToolResponse {
@@ -340,6 +346,14 @@ impl Admin for AdminService {
                 plugin: t.plugin.clone(),
                 description: t.description.clone(),
                 parameters_json: t.schema.schema().to_string(),
+                title: t.title.clone(),
+                output_schema_json: t
+                    .output_schema
+                    .as_ref()
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+                annotations: t.effective_annotations(),
+                ai_tool: t.ai_tool.clone(),
             })
             .collect();
         Ok(Response::new(ListToolsResponse { tools }))
@@ -350,22 +364,155 @@ impl Admin for AdminService {
         request: Request<CallToolRequest>,
     ) -> Result<Response<CallToolResponse>, Status> {
         self.authorize(&request)?;
+        self.run_call(request.into_inner(), None)
+            .await
+            .map(Response::new)
+    }
+
+    type CallToolStreamStream = ReceiverStream<Result<CallToolEvent, Status>>;
+
+    async fn call_tool_stream(
+        &self,
+        request: Request<CallToolRequest>,
+    ) -> Result<Response<Self::CallToolStreamStream>, Status> {
+        self.authorize(&request)?;
         let req = request.into_inner();
+        // Fail fast on an unknown tool, as CallTool does (NOT_FOUND, not a stream).
+        if self.supervisor.registry().get(&req.name).is_none() {
+            return Err(CallError::UnknownTool { tool: req.name }.into());
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let call = this.run_call(req, Some(progress_tx));
+            tokio::pin!(call);
+            let outcome = loop {
+                tokio::select! {
+                    outcome = &mut call => break outcome,
+                    Some(p) = progress_rx.recv() => {
+                        let event = CallToolEvent { event: Some(call_tool_event::Event::Progress(p)) };
+                        if tx.send(Ok(event)).await.is_err() {
+                            // The client went away: dropping the call cancels it.
+                            return;
+                        }
+                    }
+                    _ = tx.closed() => return,
+                }
+            };
+            let _ = tx
+                .send(outcome.map(|r| CallToolEvent {
+                    event: Some(call_tool_event::Event::Result(r)),
+                }))
+                .await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type WatchToolsStream = ReceiverStream<Result<ToolsChanged, Status>>;
+
+    async fn watch_tools(
+        &self,
+        request: Request<WatchToolsRequest>,
+    ) -> Result<Response<Self::WatchToolsStream>, Status> {
+        self.authorize(&request)?;
+        let mut revisions = self.supervisor.registry().watch_tools();
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        tokio::spawn(async move {
+            loop {
+                let revision = *revisions.borrow_and_update();
+                if tx.send(Ok(ToolsChanged { revision })).await.is_err() {
+                    return;
+                }
+                tokio::select! {
+                    changed = revisions.changed() => if changed.is_err() { return },
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        request: Request<ListMcpServersRequest>,
+    ) -> Result<Response<ListMcpServersResponse>, Status> {
+        self.authorize(&request)?;
+        let servers = self
+            .supervisor
+            .plugins()
+            .into_iter()
+            .filter_map(|p| {
+                let spec = p.spec();
+                let mcp = spec.mcp.as_ref()?;
+                let (transport, target) = match &mcp.transport {
+                    McpTransport::Stdio { program, args, .. } => (
+                        "stdio",
+                        std::iter::once(program.as_str())
+                            .chain(args.iter().map(String::as_str))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    ),
+                    McpTransport::Http { url, .. } => ("http", url.clone()),
+                };
+                let info = p.mcp().info();
+                let snap = p.snapshot();
+                Some(McpServerInfo {
+                    plugin: p.name().to_string(),
+                    transport: transport.into(),
+                    target,
+                    protocol_version: info.protocol_version,
+                    server_name: info.server_name,
+                    server_version: info.server_version,
+                    state: snap.state.into(),
+                    tools: snap.tools,
+                    resources: info.resources,
+                    prompts: info.prompts,
+                })
+            })
+            .collect();
+        Ok(Response::new(ListMcpServersResponse { servers }))
+    }
+
+    async fn mcp_request(
+        &self,
+        request: Request<McpRequestMessage>,
+    ) -> Result<Response<McpResponseMessage>, Status> {
+        self.authorize(&request)?;
+        let req = request.into_inner();
+        let result = crate::mcp::host::request(&self.supervisor, &req.plugin, &req.method, &req.params_json).await?;
+        Ok(Response::new(McpResponseMessage {
+            result_json: result.to_string(),
+        }))
+    }
+}
+
+impl AdminService {
+    /// One tool call for CallTool / CallToolStream: policies, routing, the answer.
+    async fn run_call(
+        &self,
+        req: CallToolRequest,
+        progress: Option<ProgressSink>,
+    ) -> Result<CallToolResponse, Status> {
         let started = Instant::now();
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms.into()));
         let admission = match self.admit(&req, started) {
             Ok(admission) => admission,
-            Err(refused) => return Ok(Response::new(*refused)),
+            Err(refused) => return Ok(*refused),
         };
         let sender = Sender {
             user_id: req.user_id,
             group_id: req.group_id,
-            channel: "admin".into(),
-            session_id: String::new(),
+            channel: if req.channel.is_empty() {
+                "admin".into()
+            } else {
+                req.channel
+            },
+            session_id: req.conversation,
         };
         let outcome = self
             .router
-            .call_json(&req.name, &req.args_json, timeout, Some(sender))
+            .call_json(&req.name, &req.args_json, timeout, Some(sender), progress)
             .await;
         let elapsed_us = started.elapsed().as_micros() as u64;
         // A call that never reached the plugin starts no cooldown.
@@ -375,7 +522,7 @@ impl Admin for AdminService {
             }
         }
         match outcome {
-            Ok((plugin, r)) => Ok(Response::new(CallToolResponse {
+            Ok((plugin, r)) => Ok(CallToolResponse {
                 tool: req.name,
                 plugin,
                 success: r.success,
@@ -384,23 +531,22 @@ impl Admin for AdminService {
                 error: r.error,
                 elapsed_us,
                 needs_confirmation: false,
-            })),
+                content_blocks_json: r.content_blocks_json,
+            }),
             // A schema violation is the tool's error result: the plugin was not called.
-            Err(CallError::InvalidArguments { message, .. }) => {
-                Ok(Response::new(CallToolResponse {
-                    plugin: self
-                        .supervisor
-                        .registry()
-                        .get(&req.name)
-                        .map(|t| t.plugin.clone())
-                        .unwrap_or_default(),
-                    tool: req.name,
-                    success: false,
-                    error: message,
-                    elapsed_us,
-                    ..Default::default()
-                }))
-            }
+            Err(CallError::InvalidArguments { message, .. }) => Ok(CallToolResponse {
+                plugin: self
+                    .supervisor
+                    .registry()
+                    .get(&req.name)
+                    .map(|t| t.plugin.clone())
+                    .unwrap_or_default(),
+                tool: req.name,
+                success: false,
+                error: message,
+                elapsed_us,
+                ..Default::default()
+            }),
             Err(e) => Err(e.into()),
         }
     }

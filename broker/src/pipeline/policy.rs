@@ -32,7 +32,13 @@ pub struct Policies {
     /// Confirmation id → the turn waiting for the answer.
     confirms: Mutex<HashMap<String, oneshot::Sender<bool>>>,
     next_confirm: AtomicU64,
+    /// Calls per tool of conversations outside the agent (an MCP session, a bearer),
+    /// for `max_calls`; at most [`MAX_OUTSIDE_CONVERSATIONS`], the oldest forgotten.
+    outside: Mutex<(HashMap<String, HashMap<String, u32>>, std::collections::VecDeque<String>)>,
 }
+
+/// How many outside conversations [`Policies::admit_alone`] remembers counts for.
+const MAX_OUTSIDE_CONVERSATIONS: usize = 10_000;
 
 /// Why [`Policies::admit_alone`] did not admit a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,13 +133,42 @@ impl Policies {
         user: &str,
         confirmed: bool,
     ) -> Result<Admission, Refusal> {
+        self.admit_outside(tool, ai, user, "", confirmed)
+    }
+
+    /// [`Policies::admit_alone`] for a call that belongs to `conversation` (an MCP
+    /// session or bearer, e.g. `mcp:<session id>`): `max_calls` counts the calls of
+    /// that conversation. An empty `conversation` is a conversation of its own.
+    pub fn admit_outside(
+        &self,
+        tool: &str,
+        ai: &AiTool,
+        user: &str,
+        conversation: &str,
+        confirmed: bool,
+    ) -> Result<Admission, Refusal> {
         if ai.confirm && !confirmed {
             return Err(Refusal::NeedsConfirmation(format!(
                 "confirm: tool {tool} runs only once the user approved it; this call was not run (ask, then call again confirmed)"
             )));
         }
-        self.admit(tool, ai, user, &mut HashMap::new())
-            .map_err(Refusal::Policy)
+        if conversation.is_empty() {
+            return self
+                .admit(tool, ai, user, &mut HashMap::new())
+                .map_err(Refusal::Policy);
+        }
+        let mut guard = self.outside.lock().unwrap();
+        let (counts, order) = &mut *guard;
+        if !counts.contains_key(conversation) {
+            if order.len() >= MAX_OUTSIDE_CONVERSATIONS {
+                if let Some(oldest) = order.pop_front() {
+                    counts.remove(&oldest);
+                }
+            }
+            order.push_back(conversation.to_string());
+        }
+        let counts = counts.entry(conversation.to_string()).or_default();
+        self.admit(tool, ai, user, counts).map_err(Refusal::Policy)
     }
 
     /// Takes back the cooldown `admission` started (the call did not run).

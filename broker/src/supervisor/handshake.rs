@@ -322,7 +322,14 @@ impl Supervisor {
             PluginMsg::Reply(r) => session.event_text(r.call_id, r.text),
             PluginMsg::EventDone(r) => session.complete(Reply::Event(r)),
             PluginMsg::Pong(_) => session.pong(),
-            PluginMsg::Progress(p) => session.progress(p.call_id),
+            PluginMsg::Progress(p) => session.progress(
+                p.call_id,
+                hearth_proto::v1::ToolProgress {
+                    message: p.message,
+                    progress: p.fraction.max(0.0),
+                    total: if p.fraction >= 0.0 { 1.0 } else { 0.0 },
+                },
+            ),
             PluginMsg::RegisterTool(r) => {
                 let name = r.tool.as_ref().map(|t| t.name.clone()).unwrap_or_default();
                 let outcome = match &r.tool {
@@ -347,7 +354,7 @@ impl Supervisor {
 /// Pings the plugin every `interval`; reports it hung after `hung_after` without a
 /// `Pong`. SDKs answer pings from their I/O task, so a long tool call is not a hang;
 /// a frozen event loop or a stopped process is.
-async fn heartbeat(
+pub(super) async fn heartbeat(
     session: Arc<Session>,
     control: mpsc::UnboundedSender<Control>,
     generation: u64,

@@ -61,6 +61,8 @@ pub struct SupervisorConfig {
     /// What plugin sandboxes keep out: the data dir and every plugin root; the
     /// supervisor adds each loaded plugin's folder.
     pub protected: RwLock<Protected>,
+    /// The settings store, once opened: MCP manifests' `${setting:KEY}` references.
+    pub settings: std::sync::OnceLock<crate::storage::Settings>,
 }
 
 impl SupervisorConfig {
@@ -177,6 +179,7 @@ impl Supervisor {
     /// `Register` are written (defaults only where unset). Call it before loading
     /// plugins; later calls are ignored.
     pub fn set_settings(&self, settings: crate::storage::Settings) {
+        let _ = self.config.settings.set(settings.clone());
         let _ = self.settings.set(settings);
     }
 

@@ -27,7 +27,8 @@ use super::sandbox::SandboxState;
 use super::session::Session;
 use super::SupervisorConfig;
 use crate::error::{CallError, Target};
-use crate::manifest::{PluginSpec, RestartPolicy};
+use crate::manifest::{McpTransport, PluginSpec, RestartPolicy, Runtime};
+use crate::mcp::host::{Hooks, Io, McpLink};
 use crate::registry::Registry;
 
 /// A run this long resets the backoff: the next crash restarts after the initial delay.
@@ -183,6 +184,8 @@ pub struct Plugin {
     logs: Arc<LogRing>,
     registry: Arc<Registry>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// What is known of its MCP server (`"runtime": "mcp"`); empty for others.
+    mcp: Arc<McpLink>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -330,6 +333,7 @@ impl Plugin {
             logs: Arc::new(LogRing::default()),
             registry,
             task: Mutex::new(None),
+            mcp: Arc::default(),
         });
         (plugin, rx)
     }
@@ -379,6 +383,11 @@ impl Plugin {
     /// Its output log.
     pub fn logs(&self) -> &Arc<LogRing> {
         &self.logs
+    }
+
+    /// Its MCP server's state and live connection (`"runtime": "mcp"` plugins).
+    pub fn mcp(&self) -> &Arc<McpLink> {
+        &self.mcp
     }
 
     pub(crate) fn snapshot(&self) -> PluginSnapshot {
@@ -603,7 +612,7 @@ impl Plugin {
     }
 
     async fn run_process(
-        &self,
+        self: &Arc<Self>,
         spec: &PluginSpec,
         config: &SupervisorConfig,
         generation: u64,
@@ -611,6 +620,29 @@ impl Plugin {
         cmds: &mut mpsc::UnboundedReceiver<ProcCmd>,
     ) -> ProcessEnd {
         let name = &self.name;
+        let resolved;
+        let spec = if spec.runtime == Runtime::Mcp {
+            match self.resolve_mcp(spec, config).await {
+                Ok(r) => {
+                    resolved = r;
+                    &resolved
+                }
+                Err(e) => {
+                    tracing::error!(plugin = %name, "{e}");
+                    return ProcessEnd {
+                        exit: format!("cannot start: {e}"),
+                        killed_because: None,
+                        uptime: None,
+                        why: None,
+                    };
+                }
+            }
+        } else {
+            spec
+        };
+        if let Some(McpTransport::Http { url, .. }) = spec.mcp.as_ref().map(|m| &m.transport) {
+            return self.run_remote(spec, url, generation, cmds).await;
+        }
         let protected = config.protected.read().unwrap().clone();
         let launch = process::Launch {
             addr: &config.addr,
@@ -656,6 +688,15 @@ impl Plugin {
         tracing::info!(plugin = %name, pid, generation, runtime = spec.runtime.as_str(), "spawned");
         self.logs.started(pid, &self.start_cause(generation));
         let tail = Arc::new(ProcessTail::default());
+        // An MCP server's stdout is its protocol channel; anything else's is its log.
+        let mut _mcp_stop = None;
+        if spec.runtime == Runtime::Mcp {
+            if let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) {
+                let (stop, stopped) = oneshot::channel();
+                _mcp_stop = Some(stop);
+                self.start_mcp_session(spec, generation, Io::Stdio(stdout, stdin), stopped);
+            }
+        }
         if let Some(out) = child.stdout.take() {
             tokio::spawn(process::capture(
                 out,
@@ -729,6 +770,227 @@ impl Plugin {
             killed_because,
             uptime: registered_at.map(|t| t.elapsed()),
             why: tail.why(),
+        }
+    }
+
+    /// `spec` with the references in its MCP `env` and `headers` resolved (see
+    /// [`crate::mcp::resolve`]). Errors name the field and the reference.
+    async fn resolve_mcp(
+        &self,
+        spec: &PluginSpec,
+        config: &SupervisorConfig,
+    ) -> Result<PluginSpec, String> {
+        let mut spec = spec.clone();
+        let headers = match spec.mcp.as_ref().map(|m| &m.transport) {
+            Some(McpTransport::Http { headers, .. }) => headers.clone(),
+            _ => Default::default(),
+        };
+        let keys = crate::mcp::setting_refs(spec.env.values().chain(headers.values()));
+        let mut settings = std::collections::BTreeMap::new();
+        if !keys.is_empty() {
+            let store = config
+                .settings
+                .get()
+                .ok_or("`${setting:…}` needs the settings store, which this broker has not opened")?;
+            let scope = crate::storage::Scope::Plugin(self.name.clone());
+            for key in keys {
+                match store.get(&scope, &key).await {
+                    Ok(serde_json::Value::String(v)) => settings.insert(key, v),
+                    Ok(serde_json::Value::Null) => None,
+                    Ok(other) => settings.insert(key, other.to_string()),
+                    Err(e) => return Err(format!("reading setting `{key}`: {e}")),
+                };
+            }
+        }
+        let env = |name: &str| std::env::var(name).ok();
+        for (key, value) in spec.env.iter_mut() {
+            *value = crate::mcp::resolve(value, &env, &settings)
+                .map_err(|e| format!("plugin.json env {key}: {e}"))?;
+        }
+        if let Some(McpTransport::Http { headers, .. }) =
+            spec.mcp.as_mut().map(|m| &mut m.transport)
+        {
+            for (key, value) in headers.iter_mut() {
+                *value = crate::mcp::resolve(value, &env, &settings)
+                    .map_err(|e| format!("plugin.json header {key}: {e}"))?;
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Starts the MCP session of instance `generation` over `io` (see
+    /// [`crate::mcp::host`]): it registers like a gRPC session's handshake would, and
+    /// reports to the plugin task the same way.
+    fn start_mcp_session(
+        self: &Arc<Self>,
+        spec: &PluginSpec,
+        generation: u64,
+        io: Io,
+        stop: oneshot::Receiver<()>,
+    ) {
+        let plugin = self.clone();
+        let (p1, p2, p3) = (plugin.clone(), plugin.clone(), plugin.clone());
+        let hooks = Hooks {
+            publish: Box::new(move |session, sdk| {
+                {
+                    let mut s = p1.status.lock().unwrap();
+                    let Some(i) = s.instance_mut(generation).filter(|i| !i.retiring) else {
+                        return false;
+                    };
+                    i.connected = true;
+                    i.sdk = sdk.to_string();
+                    i.live = Some(session.clone());
+                }
+                if !p1.publish(generation, session) {
+                    return false;
+                }
+                let _ = p1.control.send(Control::Ready(generation));
+                let spec = p1.spec();
+                tokio::spawn(super::handshake::heartbeat(
+                    session.clone(),
+                    p1.control.clone(),
+                    generation,
+                    spec.ping_interval,
+                    spec.hung_timeout,
+                ));
+                true
+            }),
+            wants: Box::new(move || p2.wants(generation)),
+            ended: Box::new(move || {
+                p3.unpublish(generation);
+                let _ = p3.control.send(Control::SessionEnded(generation));
+            }),
+        };
+        let task = crate::mcp::host::run_session(
+            Arc::new(spec.clone()),
+            generation,
+            io,
+            self.mcp.clone(),
+            self.registry.clone(),
+            self.logs.clone(),
+            hooks,
+            stop,
+        );
+        tokio::spawn(async move {
+            if let Some(why) = task.await {
+                tracing::error!(plugin = %plugin.name, "MCP session refused: {why}");
+                let _ = plugin.control.send(Control::Refused { generation, why });
+            }
+        });
+    }
+
+    /// Supervises a Streamable HTTP MCP server (no process): the connection is the
+    /// "process". It ends when the connection ends, a startup or hung timeout stops
+    /// it, or the plugin task stops it (after draining calls in flight).
+    async fn run_remote(
+        self: &Arc<Self>,
+        spec: &PluginSpec,
+        url: &str,
+        generation: u64,
+        cmds: &mut mpsc::UnboundedReceiver<ProcCmd>,
+    ) -> ProcessEnd {
+        let name = &self.name;
+        let headers = match spec.mcp.as_ref().map(|m| &m.transport) {
+            Some(McpTransport::Http { headers, .. }) => {
+                headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            }
+            _ => Vec::new(),
+        };
+        tracing::info!(plugin = %name, generation, url, "connecting to MCP server");
+        self.logs.started(0, &format!("{} ({url})", self.start_cause(generation)));
+        let (stop, stopped) = oneshot::channel();
+        let (ended_tx, mut ended) = oneshot::channel::<()>();
+        {
+            // The session task reports its end through `hooks.ended`/`Refused`; this
+            // watcher only needs to know when it returned.
+            let plugin = self.clone();
+            let spec = spec.clone();
+            let io = Io::Http {
+                url: url.to_string(),
+                headers,
+            };
+            tokio::spawn(async move {
+                let (inner_stop, inner_stopped) = oneshot::channel();
+                plugin.start_mcp_session(&spec, generation, io, inner_stopped);
+                // Forward our stop, and notice when the session is over: it closes
+                // the instance's live session.
+                let _ = stopped.await;
+                let _ = inner_stop.send(());
+                drop(ended_tx);
+            });
+        }
+        let mut stop = Some(stop);
+        let startup_deadline =
+            tokio::time::Instant::now() + Duration::from_secs_f64(spec.startup_timeout_s);
+        let mut registered_at: Option<Instant> = None;
+        let mut killed_because: Option<String> = None;
+        let mut session_over = false;
+        let mut halt = |why: Option<String>, stop: &mut Option<oneshot::Sender<()>>| {
+            if let Some(why) = why {
+                tracing::error!(plugin = %name, "{why}; disconnecting");
+                killed_because.get_or_insert(why);
+            }
+            if let Some(s) = stop.take() {
+                let _ = s.send(());
+            }
+        };
+        let exit = loop {
+            if session_over && stop.is_none() {
+                break "connection closed".to_string();
+            }
+            tokio::select! {
+                _ = &mut ended => {
+                    if stop.is_none() {
+                        break "connection closed".to_string();
+                    }
+                    // Cannot happen: the forwarder ends only after a stop.
+                    halt(None, &mut stop);
+                }
+                _ = tokio::time::sleep_until(startup_deadline), if registered_at.is_none() && stop.is_some() => {
+                    halt(Some(format!("did not register within {} s", spec.startup_timeout_s)), &mut stop);
+                }
+                cmd = cmds.recv() => match cmd {
+                    Some(ProcCmd::Registered) => registered_at = Some(Instant::now()),
+                    Some(ProcCmd::SessionEnded) => {
+                        session_over = true;
+                        halt(None, &mut stop);
+                    }
+                    Some(ProcCmd::Hung(silent)) => {
+                        halt(Some(format!("answered no ping for {} ms (hung)", silent.as_millis())), &mut stop);
+                    }
+                    Some(ProcCmd::Stop { drain }) => {
+                        if drain {
+                            self.drain(generation).await;
+                        }
+                        halt(None, &mut stop);
+                    }
+                    None => halt(None, &mut stop),
+                },
+            }
+        };
+        // A refused session (connect failed) never sends SessionEnded: it ends here
+        // once the forwarder saw the stop; the refusal reason is in the log.
+        ProcessEnd {
+            exit,
+            killed_because,
+            uptime: registered_at.map(|t| t.elapsed()),
+            why: None,
+        }
+    }
+
+    /// Waits (up to the drain timeout) for the calls in flight of `generation`.
+    async fn drain(&self, generation: u64) {
+        let live = self
+            .status
+            .lock()
+            .unwrap()
+            .instance(generation)
+            .and_then(|i| i.live.clone());
+        if let Some(session) = live {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while session.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 
 use super::sandbox::{self, Protected, SandboxState};
-use crate::manifest::{PluginSpec, Runtime};
+use crate::manifest::{McpTransport, PluginSpec, Runtime};
 
 /// Longest captured output line in bytes; the rest of a longer line is dropped and
 /// the line is marked `…[cut N bytes]`.
@@ -63,6 +63,11 @@ pub fn command_line(spec: &PluginSpec, interp: &Interpreters) -> (String, Vec<St
             vec!["-e".into(), NODE_BOOTSTRAP.into(), entry],
         ),
         Runtime::Exec => (entry, vec![]),
+        Runtime::Mcp => match spec.mcp.as_ref().map(|m| &m.transport) {
+            Some(McpTransport::Stdio { program, args, .. }) => (program.clone(), args.clone()),
+            // A `url` server has no process; nothing calls this for one.
+            _ => (String::new(), vec![]),
+        },
     };
     args.extend(spec.args.iter().cloned());
     (program, args)
@@ -148,6 +153,10 @@ pub fn plugin_env(
             env.insert(key.clone(), value.clone());
         }
     }
+    if spec.runtime == Runtime::Mcp {
+        // An MCP server speaks MCP on stdio: no session with the broker, no token.
+        return env.into_iter().collect();
+    }
     env.insert(hearth_proto::ENV_ADDR.into(), launch.addr.into());
     env.insert(hearth_proto::ENV_PLUGIN.into(), spec.name.clone());
     env.insert(hearth_proto::ENV_TOKEN_FD.into(), TOKEN_FD.to_string());
@@ -230,7 +239,11 @@ pub async fn spawn(
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     let env = plugin_env(spec, &broker_env, launch);
-    let program_path = resolve_program(&program, &spec.dir, &env);
+    let cwd = match spec.mcp.as_ref().map(|m| &m.transport) {
+        Some(McpTransport::Stdio { cwd, .. }) => cwd.clone(),
+        _ => spec.dir.clone(),
+    };
+    let program_path = resolve_program(&program, &cwd, &env);
 
     // Folders, probes and the ruleset: blocking work, off the async workers.
     let preparing = std::time::Instant::now();
@@ -272,12 +285,18 @@ pub async fn spawn(
     }
     drop(writer);
 
+    let mcp = spec.runtime == Runtime::Mcp;
     let mut cmd = Command::new(&program_path);
     cmd.args(&args)
-        .current_dir(&spec.dir)
+        .current_dir(&cwd)
         .env_clear()
         .envs(env)
-        .stdin(std::process::Stdio::null())
+        // An MCP server's protocol channel is stdin/stdout.
+        .stdin(if mcp {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
@@ -307,6 +326,9 @@ pub async fn spawn(
             libc::umask(umask);
             if ruleset_fd.is_some() {
                 sandbox::restrict_self(ruleset_fd)?;
+            }
+            if mcp {
+                return Ok(());
             }
             if token_fd == TOKEN_FD {
                 // dup2 onto itself keeps close-on-exec: clear it instead.
@@ -446,6 +468,17 @@ impl Default for LogRing {
 }
 
 impl LogRing {
+    /// Adds a line the broker received for the plugin other than through its output
+    /// pipes (e.g. an MCP server's `notifications/message`) on stream `stream`.
+    pub fn note(&self, stream: &'static str, text: String, pid: u32) {
+        self.push(LogLine {
+            stream,
+            text,
+            at: std::time::SystemTime::now(),
+            pid,
+        });
+    }
+
     fn push(&self, line: LogLine) {
         let mut lines = self.lines.lock().unwrap();
         if lines.len() == KEPT_LINES {

@@ -301,6 +301,11 @@ pub fn prepare(
         grants.add_except(&path, &protected_paths, false, false);
     }
 
+    if spec.runtime == Runtime::Mcp {
+        for (path, write) in launcher_paths(program, env) {
+            grants.add_except(&path, &protected_paths, write, false);
+        }
+    }
     grants.add_own(&spec.dir, false);
     if !spec.entry.starts_with(&spec.dir) {
         if let Some(parent) = spec.entry.parent() {
@@ -428,7 +433,7 @@ pub unsafe fn restrict_self(ruleset: Option<std::os::fd::RawFd>) -> std::io::Res
 /// holds its standard library) and, for a venv's python, the venv.
 fn interpreter_paths(spec: &PluginSpec, program: &Path) -> Vec<PathBuf> {
     let mut paths = Vec::new();
-    if spec.runtime == Runtime::Exec {
+    if launcher_kind(spec, program) == Runtime::Exec {
         return paths;
     }
     if let Ok(real) = std::fs::canonicalize(program) {
@@ -438,7 +443,7 @@ fn interpreter_paths(spec: &PluginSpec, program: &Path) -> Vec<PathBuf> {
             }
         }
     }
-    if spec.runtime == Runtime::Python {
+    if launcher_kind(spec, program) == Runtime::Python {
         if let Some(venv) = program.parent().and_then(Path::parent) {
             if venv.join("pyvenv.cfg").is_file() {
                 paths.push(venv.to_path_buf());
@@ -477,8 +482,8 @@ fn runtime_paths(
         return Ok(hit.clone());
     }
     // Built only when the interpreter has to be asked.
-    let ruleset = match spec.runtime {
-        Runtime::Exec => None,
+    let ruleset = match launcher_kind(spec, program) {
+        Runtime::Exec | Runtime::Mcp => None,
         _ => Some(probe_ruleset()?),
     };
     let raw = ruleset.as_ref().map(|r| r.as_raw_fd());
@@ -503,7 +508,7 @@ fn find_runtime_paths(
     let Some(probe_ruleset) = probe_ruleset else {
         return paths;
     };
-    match spec.runtime {
+    match launcher_kind(spec, program) {
         Runtime::Python => {
             paths.extend(probe(program, PYTHON_PROBE, env, probe_ruleset));
             // `-I` keeps the probe from PYTHONPATH; the plugin imports from it.
@@ -520,9 +525,71 @@ fn find_runtime_paths(
                 modules_dir(&dir, &mut paths, &mut seen);
             }
         }
-        Runtime::Exec => {}
+        Runtime::Exec | Runtime::Mcp => {}
     }
     paths
+}
+
+/// How to find what a process reads: by its runtime, and for an MCP server's
+/// `command` by its program's name (`python3`, `node`, …; anything else, `npx` and
+/// `uvx` included, is treated as an executable).
+fn launcher_kind(spec: &PluginSpec, program: &Path) -> Runtime {
+    if spec.runtime != Runtime::Mcp {
+        return spec.runtime;
+    }
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name.starts_with("python") {
+        Runtime::Python
+    } else if name == "node" || name == "nodejs" {
+        Runtime::Node
+    } else {
+        Runtime::Exec
+    }
+}
+
+/// What package runners that start MCP servers (`npx`, `uvx`, `bunx`, `pnpm dlx`,
+/// `pipx`) need under the user's home: their caches and installed tools (written),
+/// their config (read). Only those that exist; `(path, write)`.
+fn launcher_paths(program: &Path, env: &[(String, String)]) -> Vec<(PathBuf, bool)> {
+    let Some(home) = env
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|h| h.is_absolute() && h != Path::new("/"))
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, bool)> = [
+        (".npm", true),
+        (".cache", true),
+        (".local/share/uv", true),
+        (".local/share/pnpm", true),
+        (".local/pipx", true),
+        (".bun", true),
+        (".npmrc", false),
+        (".config/uv", false),
+        (".local/bin", false),
+        (".local/lib", false),
+        (".nvm", false),
+        (".volta", false),
+        (".cargo/bin", false),
+    ]
+    .iter()
+    .map(|(rel, write)| (home.join(rel), *write))
+    .filter(|(path, _)| path.exists())
+    .collect();
+    // A program installed under the home (nvm's node, ~/.local/bin/uvx): its prefix.
+    if let Some(prefix) = std::fs::canonicalize(program)
+        .ok()
+        .and_then(|real| real.parent().and_then(Path::parent).map(Path::to_path_buf))
+        .filter(|prefix| prefix.starts_with(&home) && prefix != &home)
+    {
+        out.push((prefix, false));
+    }
+    out
 }
 
 /// Asks a Python interpreter where it imports from: `sys.path`, its prefixes, and the

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hearth_proto::v1::{
     host_message::Msg, Cancel, EventDone, HandleEvent, HostMessage, InvokeTool, RunStage, Sender,
-    Stage, StageContext, StageResult, ToolResult,
+    Stage, StageContext, StageResult, ToolProgress, ToolResult,
 };
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
@@ -17,6 +17,10 @@ use crate::error::{CallError, Target};
 
 /// Outbound messages to the plugin (the server side of the response stream).
 pub type Outbound = mpsc::Sender<Result<HostMessage, Status>>;
+
+/// Where a tool call's progress reports go while it runs (`Admin.CallToolStream`, an
+/// MCP client's progress token).
+pub type ProgressSink = mpsc::UnboundedSender<ToolProgress>;
 
 /// A plugin's answer to a request: a tool's result, a stage hook's result or the end
 /// of an event handler.
@@ -56,6 +60,8 @@ struct Pending {
     texts: Option<mpsc::UnboundedSender<String>>,
     /// When the plugin last sent `Progress` for this call.
     progress_at: Option<Instant>,
+    /// Where its progress reports go, if anyone listens.
+    progress: Option<ProgressSink>,
 }
 
 /// Why [`Session::invoke`] produced no result.
@@ -157,10 +163,13 @@ impl Session {
     }
 
     /// Records `Progress` for a call: its timeout restarts from now (bounded by the
-    /// call's `max_total`).
-    pub fn progress(&self, call_id: u64) {
+    /// call's `max_total`), and `report` goes to the call's progress sink, if any.
+    pub fn progress(&self, call_id: u64, report: ToolProgress) {
         if let Some(p) = self.calls.lock().unwrap().map.get_mut(&call_id) {
             p.progress_at = Some(Instant::now());
+            if let Some(sink) = &p.progress {
+                let _ = sink.send(report);
+            }
         }
     }
 
@@ -203,6 +212,7 @@ impl Session {
     /// never reached the plugin); otherwise [`InvokeError::Failed`] with
     /// [`CallError::Timeout`] (the plugin is sent `Cancel`) or
     /// [`CallError::PluginGone`] (the session ended with the call in flight).
+    /// `progress` receives the plugin's progress reports while the call runs.
     pub async fn invoke(
         &self,
         tool: &str,
@@ -210,6 +220,7 @@ impl Session {
         sender: Option<Sender>,
         timeout: Duration,
         max_total: Duration,
+        progress: Option<ProgressSink>,
     ) -> Result<ToolResult, InvokeError> {
         let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
         let build = |call_id| {
@@ -223,7 +234,7 @@ impl Session {
         };
         let what = Target::Tool(tool.into());
         match self
-            .request(what.clone(), build, None, timeout, max_total)
+            .request(what.clone(), build, None, progress, timeout, max_total)
             .await?
         {
             Reply::Tool(r) => Ok(r),
@@ -257,7 +268,7 @@ impl Session {
             })
         };
         match self
-            .request(what.clone(), build, None, timeout, timeout)
+            .request(what.clone(), build, None, None, timeout, timeout)
             .await?
         {
             Reply::Stage(r) => Ok(*r),
@@ -291,7 +302,7 @@ impl Session {
             Msg::HandleEvent(event)
         };
         match self
-            .request(what.clone(), build, Some(texts), timeout, max_total)
+            .request(what.clone(), build, Some(texts), None, timeout, max_total)
             .await?
         {
             Reply::Event(r) => Ok(r),
@@ -329,6 +340,7 @@ impl Session {
         what: Target,
         build: impl FnOnce(u64) -> Msg,
         texts: Option<mpsc::UnboundedSender<String>>,
+        progress: Option<ProgressSink>,
         timeout: Duration,
         max_total: Duration,
     ) -> Result<Reply, InvokeError> {
@@ -346,6 +358,7 @@ impl Session {
                     reply: tx,
                     texts,
                     progress_at: None,
+                    progress,
                 },
             );
         }

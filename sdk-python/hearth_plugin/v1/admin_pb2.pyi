@@ -1,3 +1,4 @@
+from hearth_plugin.v1 import plugin_pb2 as _plugin_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -169,16 +170,24 @@ class ListToolsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ToolInfo(_message.Message):
-    __slots__ = ("name", "plugin", "description", "parameters_json")
+    __slots__ = ("name", "plugin", "description", "parameters_json", "title", "output_schema_json", "annotations", "ai_tool")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    AI_TOOL_FIELD_NUMBER: _ClassVar[int]
     name: str
     plugin: str
     description: str
     parameters_json: str
-    def __init__(self, name: _Optional[str] = ..., plugin: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+    title: str
+    output_schema_json: str
+    annotations: _plugin_pb2.ToolAnnotations
+    ai_tool: _plugin_pb2.AiTool
+    def __init__(self, name: _Optional[str] = ..., plugin: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., title: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., annotations: _Optional[_Union[_plugin_pb2.ToolAnnotations, _Mapping]] = ..., ai_tool: _Optional[_Union[_plugin_pb2.AiTool, _Mapping]] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
     __slots__ = ("tools",)
@@ -187,7 +196,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ...) -> None: ...
 
 class CallToolRequest(_message.Message):
-    __slots__ = ("name", "args_json", "timeout_ms", "user_id", "group_id", "policies", "confirmed")
+    __slots__ = ("name", "args_json", "timeout_ms", "user_id", "group_id", "policies", "confirmed", "conversation", "channel")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +204,8 @@ class CallToolRequest(_message.Message):
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
     name: str
     args_json: str
     timeout_ms: int
@@ -202,10 +213,12 @@ class CallToolRequest(_message.Message):
     group_id: str
     policies: bool
     confirmed: bool
-    def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., policies: _Optional[bool] = ..., confirmed: _Optional[bool] = ...) -> None: ...
+    conversation: str
+    channel: str
+    def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., policies: _Optional[bool] = ..., confirmed: _Optional[bool] = ..., conversation: _Optional[str] = ..., channel: _Optional[str] = ...) -> None: ...
 
 class CallToolResponse(_message.Message):
-    __slots__ = ("tool", "plugin", "success", "content", "data_json", "error", "elapsed_us", "needs_confirmation")
+    __slots__ = ("tool", "plugin", "success", "content", "data_json", "error", "elapsed_us", "needs_confirmation", "content_blocks_json")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +227,7 @@ class CallToolResponse(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_US_FIELD_NUMBER: _ClassVar[int]
     NEEDS_CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_BLOCKS_JSON_FIELD_NUMBER: _ClassVar[int]
     tool: str
     plugin: str
     success: bool
@@ -222,7 +236,86 @@ class CallToolResponse(_message.Message):
     error: str
     elapsed_us: int
     needs_confirmation: bool
-    def __init__(self, tool: _Optional[str] = ..., plugin: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ..., needs_confirmation: _Optional[bool] = ...) -> None: ...
+    content_blocks_json: str
+    def __init__(self, tool: _Optional[str] = ..., plugin: _Optional[str] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., elapsed_us: _Optional[int] = ..., needs_confirmation: _Optional[bool] = ..., content_blocks_json: _Optional[str] = ...) -> None: ...
+
+class CallToolEvent(_message.Message):
+    __slots__ = ("progress", "result")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    progress: ToolProgress
+    result: CallToolResponse
+    def __init__(self, progress: _Optional[_Union[ToolProgress, _Mapping]] = ..., result: _Optional[_Union[CallToolResponse, _Mapping]] = ...) -> None: ...
+
+class ToolProgress(_message.Message):
+    __slots__ = ("message", "progress", "total")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    progress: float
+    total: float
+    def __init__(self, message: _Optional[str] = ..., progress: _Optional[float] = ..., total: _Optional[float] = ...) -> None: ...
+
+class WatchToolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ToolsChanged(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class ListMcpServersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class McpServerInfo(_message.Message):
+    __slots__ = ("plugin", "transport", "target", "protocol_version", "server_name", "server_version", "state", "tools", "resources", "prompts")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SERVER_NAME_FIELD_NUMBER: _ClassVar[int]
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    PROMPTS_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    transport: str
+    target: str
+    protocol_version: str
+    server_name: str
+    server_version: str
+    state: PluginState
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    resources: bool
+    prompts: bool
+    def __init__(self, plugin: _Optional[str] = ..., transport: _Optional[str] = ..., target: _Optional[str] = ..., protocol_version: _Optional[str] = ..., server_name: _Optional[str] = ..., server_version: _Optional[str] = ..., state: _Optional[_Union[PluginState, str]] = ..., tools: _Optional[_Iterable[str]] = ..., resources: _Optional[bool] = ..., prompts: _Optional[bool] = ...) -> None: ...
+
+class ListMcpServersResponse(_message.Message):
+    __slots__ = ("servers",)
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    servers: _containers.RepeatedCompositeFieldContainer[McpServerInfo]
+    def __init__(self, servers: _Optional[_Iterable[_Union[McpServerInfo, _Mapping]]] = ...) -> None: ...
+
+class McpRequestMessage(_message.Message):
+    __slots__ = ("plugin", "method", "params_json")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    method: str
+    params_json: str
+    def __init__(self, plugin: _Optional[str] = ..., method: _Optional[str] = ..., params_json: _Optional[str] = ...) -> None: ...
+
+class McpResponseMessage(_message.Message):
+    __slots__ = ("result_json",)
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    result_json: str
+    def __init__(self, result_json: _Optional[str] = ...) -> None: ...
 
 class ListSourcesRequest(_message.Message):
     __slots__ = ()

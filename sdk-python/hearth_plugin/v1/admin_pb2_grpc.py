@@ -90,6 +90,26 @@ class AdminStub:
                 request_serializer=hearth_dot_v1_dot_admin__pb2.CallToolRequest.SerializeToString,
                 response_deserializer=hearth_dot_v1_dot_admin__pb2.CallToolResponse.FromString,
                 _registered_method=True)
+        self.CallToolStream = channel.unary_stream(
+                '/hearth.v1.Admin/CallToolStream',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.CallToolRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.CallToolEvent.FromString,
+                _registered_method=True)
+        self.WatchTools = channel.unary_stream(
+                '/hearth.v1.Admin/WatchTools',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.WatchToolsRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.ToolsChanged.FromString,
+                _registered_method=True)
+        self.ListMcpServers = channel.unary_unary(
+                '/hearth.v1.Admin/ListMcpServers',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.ListMcpServersRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.ListMcpServersResponse.FromString,
+                _registered_method=True)
+        self.McpRequest = channel.unary_unary(
+                '/hearth.v1.Admin/McpRequest',
+                request_serializer=hearth_dot_v1_dot_admin__pb2.McpRequestMessage.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_admin__pb2.McpResponseMessage.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -193,6 +213,36 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CallToolStream(self, request, context):
+        """CallTool with the call's progress streamed before its one result event. Cancelling
+        the rpc cancels the call (the plugin gets `Cancel`). Errors as CallTool.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTools(self, request, context):
+        """The tool list's changes: a first event at once, then one each time the broker's
+        tools change (a plugin registered, crashed, failed, was reloaded or unloaded).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMcpServers(self, request, context):
+        """MCP plugins (`"runtime": "mcp"`): transport, negotiated protocol, state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def McpRequest(self, request, context):
+        """One read-only MCP request to an MCP plugin: resources and prompts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +300,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.CallTool,
                     request_deserializer=hearth_dot_v1_dot_admin__pb2.CallToolRequest.FromString,
                     response_serializer=hearth_dot_v1_dot_admin__pb2.CallToolResponse.SerializeToString,
+            ),
+            'CallToolStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.CallToolStream,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.CallToolRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.CallToolEvent.SerializeToString,
+            ),
+            'WatchTools': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTools,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.WatchToolsRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.ToolsChanged.SerializeToString,
+            ),
+            'ListMcpServers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMcpServers,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.ListMcpServersRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.ListMcpServersResponse.SerializeToString,
+            ),
+            'McpRequest': grpc.unary_unary_rpc_method_handler(
+                    servicer.McpRequest,
+                    request_deserializer=hearth_dot_v1_dot_admin__pb2.McpRequestMessage.FromString,
+                    response_serializer=hearth_dot_v1_dot_admin__pb2.McpResponseMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -550,6 +620,114 @@ class Admin:
             '/hearth.v1.Admin/CallTool',
             hearth_dot_v1_dot_admin__pb2.CallToolRequest.SerializeToString,
             hearth_dot_v1_dot_admin__pb2.CallToolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallToolStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/hearth.v1.Admin/CallToolStream',
+            hearth_dot_v1_dot_admin__pb2.CallToolRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.CallToolEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/hearth.v1.Admin/WatchTools',
+            hearth_dot_v1_dot_admin__pb2.WatchToolsRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.ToolsChanged.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMcpServers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/ListMcpServers',
+            hearth_dot_v1_dot_admin__pb2.ListMcpServersRequest.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.ListMcpServersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def McpRequest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Admin/McpRequest',
+            hearth_dot_v1_dot_admin__pb2.McpRequestMessage.SerializeToString,
+            hearth_dot_v1_dot_admin__pb2.McpResponseMessage.FromString,
             options,
             channel_credentials,
             insecure,

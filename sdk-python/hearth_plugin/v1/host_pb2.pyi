@@ -255,3 +255,19 @@ class InjectRequest(_message.Message):
     group_id: str
     priority: _plugin_pb2.Priority
     def __init__(self, source: _Optional[str] = ..., channel: _Optional[str] = ..., text: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., priority: _Optional[_Union[_plugin_pb2.Priority, str]] = ...) -> None: ...
+
+class McpRequest(_message.Message):
+    __slots__ = ("server", "method", "params_json")
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    server: str
+    method: str
+    params_json: str
+    def __init__(self, server: _Optional[str] = ..., method: _Optional[str] = ..., params_json: _Optional[str] = ...) -> None: ...
+
+class McpResponse(_message.Message):
+    __slots__ = ("result_json",)
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    result_json: str
+    def __init__(self, result_json: _Optional[str] = ...) -> None: ...

@@ -1660,3 +1660,90 @@ class Input:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class McpStub:
+    """MCP servers' resources and prompts (plugins with `"runtime": "mcp"`), for plugins
+    with capability `mcp`: a plugin can read another server's resources. Read-only
+    methods only. Errors: NOT_FOUND (no such MCP plugin), INVALID_ARGUMENT (a method
+    outside the list, params not a JSON object), UNAVAILABLE (the server is not ready),
+    and the server's own JSON-RPC error as FAILED_PRECONDITION with its message.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Request = channel.unary_unary(
+                '/hearth.v1.Mcp/Request',
+                request_serializer=hearth_dot_v1_dot_host__pb2.McpRequest.SerializeToString,
+                response_deserializer=hearth_dot_v1_dot_host__pb2.McpResponse.FromString,
+                _registered_method=True)
+
+
+class McpServicer:
+    """MCP servers' resources and prompts (plugins with `"runtime": "mcp"`), for plugins
+    with capability `mcp`: a plugin can read another server's resources. Read-only
+    methods only. Errors: NOT_FOUND (no such MCP plugin), INVALID_ARGUMENT (a method
+    outside the list, params not a JSON object), UNAVAILABLE (the server is not ready),
+    and the server's own JSON-RPC error as FAILED_PRECONDITION with its message.
+    """
+
+    def Request(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_McpServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Request': grpc.unary_unary_rpc_method_handler(
+                    servicer.Request,
+                    request_deserializer=hearth_dot_v1_dot_host__pb2.McpRequest.FromString,
+                    response_serializer=hearth_dot_v1_dot_host__pb2.McpResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'hearth.v1.Mcp', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('hearth.v1.Mcp', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Mcp:
+    """MCP servers' resources and prompts (plugins with `"runtime": "mcp"`), for plugins
+    with capability `mcp`: a plugin can read another server's resources. Read-only
+    methods only. Errors: NOT_FOUND (no such MCP plugin), INVALID_ARGUMENT (a method
+    outside the list, params not a JSON object), UNAVAILABLE (the server is not ready),
+    and the server's own JSON-RPC error as FAILED_PRECONDITION with its message.
+    """
+
+    @staticmethod
+    def Request(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hearth.v1.Mcp/Request',
+            hearth_dot_v1_dot_host__pb2.McpRequest.SerializeToString,
+            hearth_dot_v1_dot_host__pb2.McpResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -143,18 +143,36 @@ class Register(_message.Message):
     def __init__(self, plugin: _Optional[_Union[PluginInfo, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ..., stages: _Optional[_Iterable[_Union[StageHook, _Mapping]]] = ..., inject: _Optional[_Union[InjectSpec, _Mapping]] = ..., triggers: _Optional[_Iterable[_Union[Trigger, _Mapping]]] = ..., config_defs: _Optional[_Iterable[_Union[ConfigDef, _Mapping]]] = ..., all_or_nothing: _Optional[bool] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
-    __slots__ = ("name", "description", "parameters_json", "ai_tool", "serial")
+    __slots__ = ("name", "description", "parameters_json", "ai_tool", "serial", "title", "output_schema_json", "annotations")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
     AI_TOOL_FIELD_NUMBER: _ClassVar[int]
     SERIAL_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters_json: str
     ai_tool: AiTool
     serial: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., ai_tool: _Optional[_Union[AiTool, _Mapping]] = ..., serial: _Optional[bool] = ...) -> None: ...
+    title: str
+    output_schema_json: str
+    annotations: ToolAnnotations
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., ai_tool: _Optional[_Union[AiTool, _Mapping]] = ..., serial: _Optional[bool] = ..., title: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., annotations: _Optional[_Union[ToolAnnotations, _Mapping]] = ...) -> None: ...
+
+class ToolAnnotations(_message.Message):
+    __slots__ = ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint")
+    READ_ONLY_HINT_FIELD_NUMBER: _ClassVar[int]
+    DESTRUCTIVE_HINT_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENT_HINT_FIELD_NUMBER: _ClassVar[int]
+    OPEN_WORLD_HINT_FIELD_NUMBER: _ClassVar[int]
+    read_only_hint: bool
+    destructive_hint: bool
+    idempotent_hint: bool
+    open_world_hint: bool
+    def __init__(self, read_only_hint: _Optional[bool] = ..., destructive_hint: _Optional[bool] = ..., idempotent_hint: _Optional[bool] = ..., open_world_hint: _Optional[bool] = ...) -> None: ...
 
 class AiTool(_message.Message):
     __slots__ = ("parameters", "usage", "when_to_use", "continue_conversation", "chainable", "max_calls", "confirm", "cooldown_s", "timeout_s")
@@ -348,18 +366,20 @@ class InvokeTool(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., tool: _Optional[str] = ..., args_json: _Optional[str] = ..., sender: _Optional[_Union[Sender, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("call_id", "success", "content", "data_json", "error")
+    __slots__ = ("call_id", "success", "content", "data_json", "error", "content_blocks_json")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_BLOCKS_JSON_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     success: bool
     content: str
     data_json: str
     error: str
-    def __init__(self, call_id: _Optional[int] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    content_blocks_json: str
+    def __init__(self, call_id: _Optional[int] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., content_blocks_json: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("call_id", "message", "fraction")
