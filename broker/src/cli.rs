@@ -59,6 +59,11 @@ pub enum Command {
         /// Also serve on this TCP loopback address, e.g. 127.0.0.1:7777.
         #[arg(long, value_name = "ADDR")]
         listen: Option<std::net::SocketAddr>,
+        /// Serve every tool over MCP (Streamable HTTP at http://ADDR/mcp) on this loopback
+        /// address, e.g. 127.0.0.1:8765; clients send `Authorization: Bearer <token>`
+        /// with the token from `<data_dir>/mcp.token`.
+        #[arg(long, value_name = "ADDR")]
+        mcp_listen: Option<std::net::SocketAddr>,
         /// Milliseconds a plugin gets after `Shutdown` before SIGTERM.
         #[arg(long, default_value_t = 2000, value_name = "MS")]
         shutdown_grace_ms: u64,
@@ -128,6 +133,13 @@ pub enum Command {
     /// Write a new plugin folder: plugin.json, code, README and a test that passes with
     /// only the SDK installed (`pytest`, `node --test`, `cargo test`).
     New(crate::scaffold::NewArgs),
+    /// MCP: servers as plugins (list, import, resources, read, prompts) and Hearth's
+    /// tools served to MCP clients (serve).
+    Mcp {
+        /// MCP operation.
+        #[command(subcommand)]
+        command: crate::mcp::cli::McpCommand,
+    },
 }
 
 /// `hearth plugins …`
@@ -319,6 +331,11 @@ pub fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(crate::settings_cli::run(&cli.data_dir, command))),
+        Command::Mcp { command } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(crate::mcp::cli::run(&cli.data_dir, command))),
         Command::Adapters { command } => {
             let (report, ok) = match command {
                 AdaptersCommand::List => (crate::adapters::check::list(&cli.data_dir).0, true),
@@ -354,6 +371,7 @@ pub fn main() -> ExitCode {
         Command::Run {
             plugins,
             listen,
+            mcp_listen,
             shutdown_grace_ms,
             restart_wait_ms,
             drain_timeout_ms,
@@ -371,6 +389,7 @@ pub fn main() -> ExitCode {
                     plugin_dirs: plugins,
                     plugin_paths: Vec::new(),
                     listen,
+                    mcp_listen,
                     shutdown_grace: Duration::from_millis(shutdown_grace_ms),
                     restart_wait: Duration::from_millis(restart_wait_ms),
                     drain_timeout: Duration::from_millis(drain_timeout_ms),
@@ -570,6 +589,32 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
     })
 }
 
+/// The short hints column of `hearth tools list`: MCP annotations and the `confirm`
+/// policy, e.g. `read-only,idempotent` or `destructive,confirm`; `-` for none.
+fn tool_hints(t: &hearth_proto::v1::ToolInfo) -> String {
+    let mut hints = Vec::new();
+    if let Some(a) = &t.annotations {
+        for (on, name) in [
+            (a.read_only_hint, "read-only"),
+            (a.destructive_hint, "destructive"),
+            (a.idempotent_hint, "idempotent"),
+            (a.open_world_hint, "open-world"),
+        ] {
+            if on == Some(true) {
+                hints.push(name);
+            }
+        }
+    }
+    if t.ai_tool.as_ref().is_some_and(|ai| ai.confirm) {
+        hints.push("confirm");
+    }
+    if hints.is_empty() {
+        "-".into()
+    } else {
+        hints.join(",")
+    }
+}
+
 /// `'text'` for a POSIX shell.
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
@@ -665,6 +710,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
         | Command::New(_)
         | Command::Adapters { .. }
         | Command::Settings { .. }
+        | Command::Mcp { .. }
         | Command::Plugins {
             command: PluginsCommand::Adopt { .. },
         } => {
@@ -903,22 +949,34 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 let v: Vec<_> = tools
                     .iter()
                     .map(|t| {
+                        let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or_default();
                         json!({
-                            "name": t.name, "plugin": t.plugin, "description": t.description,
-                            "parameters": serde_json::from_str::<serde_json::Value>(&t.parameters_json).unwrap_or_default(),
+                            "name": t.name, "plugin": t.plugin, "title": t.title,
+                            "description": t.description,
+                            "parameters": parse(&t.parameters_json),
+                            "output_schema": parse(&t.output_schema_json),
+                            "annotations": t.annotations.map(|a| json!({
+                                "readOnlyHint": a.read_only_hint, "destructiveHint": a.destructive_hint,
+                                "idempotentHint": a.idempotent_hint, "openWorldHint": a.open_world_hint,
+                            })),
+                            "policies": t.ai_tool.as_ref().map(|ai| json!({
+                                "max_calls": ai.max_calls, "cooldown_s": ai.cooldown_s,
+                                "confirm": ai.confirm, "timeout_s": ai.timeout_s,
+                            })),
                         })
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                println!("{:<24} {:<16} DESCRIPTION", "NAME", "PLUGIN");
+                println!("{:<24} {:<16} {:<22} DESCRIPTION", "NAME", "PLUGIN", "HINTS");
                 let out = Printer::stdout();
                 for t in &tools {
                     let first = t.description.lines().next().unwrap_or("");
                     println!(
-                        "{:<24} {:<16} {}",
+                        "{:<24} {:<16} {:<22} {}",
                         out.line(&t.name),
                         out.line(&t.plugin),
+                        tool_hints(t),
                         out.line(first)
                     );
                 }

@@ -189,6 +189,7 @@ fn inner_loop(
                 .spawn(move || rebuild_on_change(&dir, &data_dir, &name))?;
         }
         crate::server::run(crate::server::RunOptions {
+            mcp_listen: None,
             data_dir: data_dir.clone(),
             plugin_dirs: Vec::new(),
             plugin_paths: vec![dir.clone()],

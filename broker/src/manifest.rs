@@ -339,6 +339,10 @@ pub struct PluginSpec {
 pub const CAPABILITIES: &[(&str, &str)] = &[
     ("memory", "Memory (graph), TextMemory and DocMemory"),
     ("knowledge", "Knowledge"),
+    (
+        "mcp",
+        "Mcp: list and read MCP servers' resources and prompts (plugins with \"runtime\": \"mcp\")",
+    ),
     ("llm", "Llm: list, choose and read the LLM source"),
     (
         "input",

@@ -61,6 +61,9 @@ pub struct RunOptions {
     pub plugin_paths: Vec<PathBuf>,
     /// Optional TCP loopback address to serve on as well.
     pub listen: Option<std::net::SocketAddr>,
+    /// Optional TCP loopback address to serve every tool over MCP (Streamable HTTP at
+    /// `/mcp`, bearer token in `<data_dir>/mcp.token`).
+    pub mcp_listen: Option<std::net::SocketAddr>,
     /// Grace between `Shutdown` and SIGTERM.
     pub shutdown_grace: Duration,
     /// How long calls wait for a restarting plugin.
@@ -166,6 +169,52 @@ pub fn prepare_socket(path: &Path) -> anyhow::Result<()> {
         tracing::info!("replaced stale socket {}", path.display());
     }
     Ok(())
+}
+
+/// The bearer token of `--mcp-listen`, kept across restarts (MCP clients' configs hold
+/// it): read from `<data_dir>/mcp.token`, or created there (0600) when missing.
+pub const MCP_TOKEN_FILE: &str = "mcp.token";
+
+fn mcp_token(path: &Path) -> anyhow::Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(t) if t.trim().len() >= 32 => Ok(t.trim().to_string()),
+        _ => write_admin_token(path),
+    }
+}
+
+/// Turns `<data_dir>/mcp.json` (the `mcpServers` format) into plugin folders under
+/// `<data_dir>/mcp-json/`, rebuilt at each start; returns that root, or `None` when
+/// there is no such file. A bad file or server is logged and skipped.
+fn mcp_json_root(data_dir: &Path) -> Option<PathBuf> {
+    let file = data_dir.join("mcp.json");
+    if !file.exists() {
+        return None;
+    }
+    let root = data_dir.join("mcp-json");
+    let plan = match crate::mcp::import::specs_from_file(&file) {
+        Ok(plan) => plan,
+        Err(e) => {
+            tracing::error!("{e}");
+            return None;
+        }
+    };
+    for w in &plan.warnings {
+        tracing::warn!("{}: {w}", file.display());
+    }
+    for s in &plan.skipped {
+        tracing::error!("{}: {s}", file.display());
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    if let Err(e) = crate::mcp::import::write(&plan, &root, true) {
+        tracing::error!("{}: {e}", file.display());
+        return None;
+    }
+    tracing::info!(
+        "{}: {}",
+        file.display(),
+        crate::term::count(plan.servers.len(), "MCP server", "MCP servers")
+    );
+    Some(root)
 }
 
 fn write_admin_token(path: &Path) -> anyhow::Result<String> {
@@ -420,8 +469,37 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         )));
     }
     tracing::info!("listening on unix://{}", socket.display());
+    let mcp_server = match opts.mcp_listen {
+        None => None,
+        Some(addr) => {
+            if !addr.ip().is_loopback() {
+                bail!("--mcp-listen {addr}: only loopback addresses are served (put a TLS proxy in front for others)");
+            }
+            let token = mcp_token(&data_dir.join(MCP_TOKEN_FILE))?;
+            let admin = AdminService::new(router.clone(), sources.clone(), admin_token.clone())
+                .with_policies(agent.policies());
+            let app = crate::mcp::serve::http_router(admin, admin_token.clone().into(), token.into())
+                .await
+                .map_err(|s| anyhow::anyhow!("--mcp-listen: {}", s.message()))?;
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--mcp-listen: binding {addr}"))?;
+            tracing::info!(
+                "MCP server listening on http://{}/mcp (bearer token in {})",
+                tcp.local_addr()?,
+                data_dir.join(MCP_TOKEN_FILE).display()
+            );
+            let mcp_stop = stop.clone();
+            Some(tokio::spawn(async move {
+                axum::serve(tcp, app)
+                    .with_graceful_shutdown(mcp_stop.cancelled_owned())
+                    .await
+            }))
+        }
+    };
 
     let mut roots = vec![data_dir.join("plugins")];
+    roots.extend(mcp_json_root(&data_dir));
     roots.extend(opts.plugin_dirs.iter().cloned());
     for root in &opts.plugin_dirs {
         if !root.is_dir() {
@@ -454,6 +532,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         match tokio::time::timeout(Duration::from_secs(3), s).await {
             Ok(Ok(Err(e))) => tracing::warn!("server: {e}"),
             Err(_) => tracing::warn!("server did not drain within 3 s"),
+            _ => {}
+        }
+    }
+    if let Some(s) = mcp_server {
+        match tokio::time::timeout(Duration::from_secs(3), s).await {
+            Ok(Ok(Err(e))) => tracing::warn!("MCP server: {e}"),
+            Err(_) => tracing::warn!("MCP server did not drain within 3 s"),
             _ => {}
         }
     }

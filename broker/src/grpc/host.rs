@@ -24,6 +24,7 @@ use std::sync::Arc;
 use hearth_proto::v1::{
     doc_memory_server::{DocMemory as DocMemoryRpc, DocMemoryServer},
     knowledge_server::{Knowledge as KnowledgeRpc, KnowledgeServer},
+    mcp_server::{Mcp as McpRpc, McpServer},
     memory_server::{Memory as MemoryRpc, MemoryServer},
     settings_server::{Settings as SettingsRpc, SettingsServer},
     text_memory_server::{TextMemory as TextMemoryRpc, TextMemoryServer},
@@ -104,8 +105,9 @@ impl HostServices {
             ))
             .add_service(InterceptedService::new(
                 KnowledgeServer::new(self.clone()).max_decoding_message_size(max),
-                auth,
+                auth.clone(),
             ))
+            .add_service(InterceptedService::new(McpServer::new(self.clone()), auth))
     }
 
     fn caller<T>(
@@ -488,5 +490,23 @@ impl KnowledgeRpc for HostServices {
     async fn list(&self, r: Request<Empty>) -> Result<Response<KeysResponse>, Status> {
         self.caller(&r, "Knowledge.List", Some("knowledge"))?;
         Ok(keys(self.knowledge.list().await?))
+    }
+}
+
+/// `Mcp`: MCP servers' resources and prompts for plugins with capability `mcp`.
+#[tonic::async_trait]
+impl McpRpc for HostServices {
+    async fn request(
+        &self,
+        request: Request<hearth_proto::v1::McpRequest>,
+    ) -> Result<Response<hearth_proto::v1::McpResponse>, Status> {
+        self.caller(&request, "Mcp.Request", Some("mcp"))?;
+        let req = request.into_inner();
+        let result =
+            crate::mcp::host::request(&self.supervisor, &req.server, &req.method, &req.params_json)
+                .await?;
+        Ok(Response::new(hearth_proto::v1::McpResponse {
+            result_json: result.to_string(),
+        }))
     }
 }

@@ -11,9 +11,11 @@
 //! `${setting:KEY}` (the plugin's own setting `KEY`, e.g. a secret bearer token set
 //! with `hearth settings set`), resolved at each start, never written back.
 
+pub mod cli;
 pub mod convert;
 pub mod host;
 pub mod import;
+pub mod serve;
 
 use std::collections::BTreeMap;
 
