@@ -278,7 +278,7 @@ async fn import(data_dir: &Path, file: &Path, force: bool, dry_run: bool) -> any
             println!("{}/plugin.json:", plugins.join(&s.name).display());
             println!("{}", serde_json::to_string_pretty(&s.manifest)?);
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if plan.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
     let written = crate::mcp::import::write(&plan, &plugins, force)?;
     for (s, dir) in plan.servers.iter().zip(&written) {

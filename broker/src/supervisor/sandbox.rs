@@ -305,6 +305,16 @@ pub fn prepare(
         for (path, write) in launcher_paths(program, env) {
             grants.add_except(&path, &protected_paths, write, false);
         }
+        // What its command line names is what it is for (a filesystem server's
+        // folders): absolute paths that exist — folders read-write, files read-only —
+        // never the protected ones.
+        if let Some(crate::manifest::McpTransport::Stdio { args, .. }) =
+            spec.mcp.as_ref().map(|m| &m.transport)
+        {
+            for arg in args.iter().map(Path::new).filter(|p| p.is_absolute() && p.exists()) {
+                grants.add_except(arg, &protected_paths, arg.is_dir(), true);
+            }
+        }
     }
     grants.add_own(&spec.dir, false);
     if !spec.entry.starts_with(&spec.dir) {
