@@ -53,6 +53,7 @@ export interface Host {
   readonly knowledge: HostService<typeof import('./gen/services').KnowledgeService>;
   readonly llm: HostService<typeof import('./gen/services').LlmService>;
   readonly input: HostService<typeof import('./gen/services').InputService>;
+  readonly mcp: HostService<typeof import('./gen/services').McpService>;
 }
 
 /**
@@ -213,6 +214,78 @@ export interface LLMAPI {
   currentSource(opts?: HostCallOptions): Promise<string>;
 }
 
+/** The MCP methods {@link McpAPI.request} may send; the broker refuses others (INVALID_ARGUMENT). */
+export type McpMethod = 'resources/list' | 'resources/templates/list' | 'resources/read' | 'prompts/list' | 'prompts/get';
+
+/** An MCP resource as `resources/list` lists it (MCP's field names; more may be present). */
+export interface McpResource {
+  uri: string;
+  name: string;
+  title?: string;
+  description?: string;
+  mimeType?: string;
+  [field: string]: unknown;
+}
+
+/** An MCP resource template (`resources/templates/list`). */
+export interface McpResourceTemplate {
+  uriTemplate: string;
+  name: string;
+  title?: string;
+  description?: string;
+  mimeType?: string;
+  [field: string]: unknown;
+}
+
+/** One item of a resource's contents (`resources/read`): `text`, or `blob` (base64). */
+export interface McpResourceContents {
+  uri: string;
+  mimeType?: string;
+  text?: string;
+  blob?: string;
+  [field: string]: unknown;
+}
+
+/** An MCP prompt as `prompts/list` lists it. */
+export interface McpPrompt {
+  name: string;
+  title?: string;
+  description?: string;
+  arguments?: Array<{ name: string; description?: string; required?: boolean; [field: string]: unknown }>;
+  [field: string]: unknown;
+}
+
+/** A filled prompt (`prompts/get`). */
+export interface McpPromptResult {
+  description?: string;
+  messages: Array<{ role: 'user' | 'assistant'; content: { type: string; text?: string; [field: string]: unknown } }>;
+  [field: string]: unknown;
+}
+
+/**
+ * Resources and prompts of the MCP servers the broker runs as plugins (`"runtime":
+ * "mcp"`), each named by its plugin name (capability `mcp`). Read-only. The listing
+ * helpers follow `nextCursor` over every page. A failure rejects with a
+ * {@link HostError} of method `mcp.request`: NOT_FOUND (no such MCP plugin),
+ * INVALID_ARGUMENT (another method, params not an object), UNAVAILABLE (the server is
+ * not connected), FAILED_PRECONDITION (the server's own error, in `details`),
+ * PERMISSION_DENIED (no capability `mcp`).
+ */
+export interface McpAPI {
+  /** Sends `method` with `params` (omitted = `{}`) to MCP server `server`; resolves to its result. */
+  request(server: string, method: McpMethod | (string & {}), params?: Record<string, unknown>, opts?: HostCallOptions): Promise<Record<string, any>>;
+  /** `resources/list`: every resource. */
+  resources(server: string, opts?: HostCallOptions): Promise<McpResource[]>;
+  /** `resources/templates/list`: every resource template. */
+  resourceTemplates(server: string, opts?: HostCallOptions): Promise<McpResourceTemplate[]>;
+  /** `resources/read`: the `contents` of resource `uri`. */
+  readResource(server: string, uri: string, opts?: HostCallOptions): Promise<McpResourceContents[]>;
+  /** `prompts/list`: every prompt. */
+  prompts(server: string, opts?: HostCallOptions): Promise<McpPrompt[]>;
+  /** `prompts/get`: prompt `name` filled with `args` (`{description, messages}`). */
+  getPrompt(server: string, name: string, args?: Record<string, string>, opts?: HostCallOptions): Promise<McpPromptResult>;
+}
+
 /** Per-call context given to every tool handler. */
 export interface CallContext {
   /** Aborted when the broker sends Cancel (timeout or caller gone) or the session ends. */
@@ -226,7 +299,7 @@ export interface CallContext {
   timeoutMs: number;
   /** Reports progress (extends the call's timeout, bounded). `fraction` 0..1 when known. */
   progress(message: string, fraction?: number): void;
-  /** Host services (settings, memory, knowledge, LLM, input). */
+  /** Host services (settings, memory, knowledge, LLM, input, MCP). */
   readonly host: Host;
 }
 
@@ -352,6 +425,8 @@ export interface HomeAgentSdk {
   knowledge(): KnowledgeAPI;
   /** HomeAgent `LLM()`. */
   llm(): LLMAPI;
+  /** MCP servers' resources and prompts (capability `mcp`). */
+  mcp(): McpAPI;
   /**
    * HomeAgent InjectText: queue text as input (source = this plugin) in a conversation:
    * the group `opts.groupId` on `channel`, else the private chat of `opts.userId`

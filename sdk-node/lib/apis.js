@@ -2,8 +2,8 @@
 
 /**
  * Typed host-service APIs with the seed's names in camelCase (HomeAgent `SettingsAPI`,
- * `MemoryAPI`, `TextMemoryAPI`, `DocMemoryAPI`, `KnowledgeAPI`, `LLMAPI`), on top of
- * the generic clients of lib/host.js.
+ * `MemoryAPI`, `TextMemoryAPI`, `DocMemoryAPI`, `KnowledgeAPI`, `LLMAPI`), plus `McpAPI`
+ * (MCP servers' resources and prompts), on top of the generic clients of lib/host.js.
  *
  * `sdk.settings().get(key)` resolves to the decoded JSON value, `memory().recall(...)`
  * to `{entities, relations}`, counts to numbers. Records use the seed's JSON field
@@ -281,6 +281,92 @@ class LlmApi {
   currentSource(/** @type {any} */ opts) { return call(this.host.llm, 'currentSource', {}, opts, (r) => r.name); }
 }
 
+/** The MCP methods `mcp().request` may send (the broker refuses others: INVALID_ARGUMENT). */
+const MCP_METHODS = Object.freeze(['resources/list', 'resources/templates/list', 'resources/read', 'prompts/list', 'prompts/get']);
+/** Most pages a listing helper follows (`nextCursor`). */
+const MCP_MAX_PAGES = 1000;
+
+/**
+ * Resources and prompts of the MCP servers the broker runs as plugins (`"runtime":
+ * "mcp"`), named by plugin name (capability `mcp`). Results are MCP's JSON (MCP's
+ * field names: `uri`, `mimeType`, `text`, `messages`, …); the listing helpers follow
+ * `nextCursor` over every page. Errors reject with a HostError of method `mcp.request`:
+ * NOT_FOUND (no such MCP plugin), INVALID_ARGUMENT, UNAVAILABLE (not connected),
+ * FAILED_PRECONDITION (the server's own error), PERMISSION_DENIED.
+ */
+class McpApi {
+  /** @param {any} host */
+  constructor(host) { this.host = host; }
+
+  /** @param {string} m */
+  where(m) { return `plugin ${this.host.plugin}: mcp.${m}`; }
+
+  /**
+   * Sends `method` with `params` (an object; omitted = {}) to MCP server `server`;
+   * resolves to its result object.
+   * @param {string} server
+   * @param {string} method
+   * @param {unknown} [params]
+   * @param {any} [opts]
+   */
+  request(server, method, params, opts) {
+    return Promise.resolve().then(() => {
+      const paramsJson = params == null ? '' : toJson(params, this.where('request'));
+      return call(this.host.mcp, 'request', { server, method, paramsJson }, opts, (r) => fromJson(r.resultJson, this.where('request')) || {});
+    });
+  }
+
+  /**
+   * Every item of `key` over the pages of a list method.
+   * @param {string} name
+   * @param {string} server
+   * @param {string} method
+   * @param {string} key
+   * @param {any} opts
+   */
+  async items(name, server, method, key, opts) {
+    /** @type {any[]} */
+    const items = [];
+    /** @type {string | undefined} */
+    let cursor;
+    for (let i = 0; i < MCP_MAX_PAGES; i++) {
+      const result = await this.request(server, method, cursor === undefined ? undefined : { cursor }, opts);
+      const page = result && typeof result === 'object' ? (result[key] === undefined ? [] : result[key]) : null;
+      if (!Array.isArray(page)) throw new HostError(`${this.where(name)}: ${method} of MCP server ${server}: no \`${key}\` list in the result`, { code: 'INTERNAL' });
+      items.push(...page);
+      const next = result.nextCursor;
+      if (!next || next === cursor) break;
+      cursor = String(next);
+    }
+    return items;
+  }
+
+  /** The server's resources (`resources/list`). @param {string} server @param {any} [opts] */
+  resources(server, opts) { return this.items('resources', server, 'resources/list', 'resources', opts); }
+
+  /** The server's resource templates (`resources/templates/list`). @param {string} server @param {any} [opts] */
+  resourceTemplates(server, opts) { return this.items('resourceTemplates', server, 'resources/templates/list', 'resourceTemplates', opts); }
+
+  /**
+   * The contents of resource `uri` (`resources/read`): `[{uri, mimeType, text | blob}]`.
+   * @param {string} server @param {string} uri @param {any} [opts]
+   */
+  readResource(server, uri, opts) {
+    return this.request(server, 'resources/read', { uri }, opts).then((r) => [...((r && r.contents) || [])]);
+  }
+
+  /** The server's prompts (`prompts/list`). @param {string} server @param {any} [opts] */
+  prompts(server, opts) { return this.items('prompts', server, 'prompts/list', 'prompts', opts); }
+
+  /**
+   * Prompt `name` filled with `args` (`prompts/get`): `{description, messages}`.
+   * @param {string} server @param {string} name @param {Record<string, string>} [args] @param {any} [opts]
+   */
+  getPrompt(server, name, args = {}, opts) {
+    return this.request(server, 'prompts/get', { name, arguments: { ...(args || {}) } }, opts);
+  }
+}
+
 /**
  * The typed APIs over `host` (created on first use); `session` (optional) gives
  * `settings().registerDef` the start()-time path.
@@ -299,7 +385,8 @@ function createApis(hostOf, session) {
     docMemory: once('docMemory', (h) => new DocMemoryApi(h)),
     knowledge: once('knowledge', (h) => new KnowledgeApi(h)),
     llm: once('llm', (h) => new LlmApi(h)),
+    mcp: once('mcp', (h) => new McpApi(h)),
   };
 }
 
-module.exports = { createApis, SettingsApi, MemoryApi, TextMemoryApi, DocMemoryApi, KnowledgeApi, LlmApi, defFromWire, tripleToWire };
+module.exports = { createApis, SettingsApi, MemoryApi, TextMemoryApi, DocMemoryApi, KnowledgeApi, LlmApi, McpApi, MCP_METHODS, defFromWire, tripleToWire };

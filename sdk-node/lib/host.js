@@ -2,7 +2,7 @@
 
 /**
  * Clients of the broker's host services (Settings, Memory, TextMemory, DocMemory,
- * Knowledge, Llm, Input): promise-returning methods named like the generated service
+ * Knowledge, Llm, Input, Mcp): promise-returning methods named like the generated service
  * definitions (camelCase: `settings.get`, `settings.getCore`, `input.injectText`, …),
  * sharing the session's channel and carrying the plugin's `x-hearth-token`.
  * Requests and responses are the generated message shapes (`{key}` → `{valueJson}`).
@@ -22,13 +22,14 @@ const HOST_SERVICES = {
   knowledge: 'KnowledgeService',
   llm: 'LlmService',
   input: 'InputService',
+  mcp: 'McpService',
 };
 
 /**
  * @param {grpc.Client} base the session's client (its channel is shared)
  * @param {string} token
  * @param {string} plugin
- * @returns {any} `{plugin, settings, memory, textMemory, docMemory, knowledge, llm, input}`
+ * @returns {any} `{plugin, settings, memory, textMemory, docMemory, knowledge, llm, input, mcp}`
  */
 function createHost(base, token, plugin) {
   const channel = base.getChannel();

@@ -143,6 +143,41 @@ describe('typed host APIs', () => {
     assert.equal(await llm.currentSource(), 'b');
   });
 
+  it('mcp: request and the helpers send MCP methods and map results; list helpers follow pages', async () => {
+    const m = api.mcp();
+    assert.equal(api.mcp(), m, 'one object per service');
+    reply('mcp.request', { resultJson: '{"resources":[{"uri":"a://1"}]}' });
+    assert.deepEqual(await m.request('files', 'resources/list'), { resources: [{ uri: 'a://1' }] });
+    assert.deepEqual(broker.lastCall('mcp.request'), { server: 'files', method: 'resources/list', paramsJson: '' });
+    await m.request('files', 'prompts/list', { cursor: 'c' }, { timeoutMs: 5000 });
+    assert.deepEqual(broker.lastCall('mcp.request'), { server: 'files', method: 'prompts/list', paramsJson: '{"cursor":"c"}' });
+
+    const pages = { '': { resources: [{ uri: 'a://1' }], nextCursor: 'p2' }, p2: { resources: [{ uri: 'a://2' }] } };
+    reply('mcp.request', (req) => ({ resultJson: JSON.stringify(pages[req.paramsJson ? JSON.parse(req.paramsJson).cursor : '']) }));
+    assert.deepEqual(await m.resources('files'), [{ uri: 'a://1' }, { uri: 'a://2' }]);
+    reply('mcp.request', { resultJson: '{"resourceTemplates":[{"uriTemplate":"a://{id}","name":"t"}]}' });
+    assert.deepEqual(await m.resourceTemplates('files'), [{ uriTemplate: 'a://{id}', name: 't' }]);
+    assert.equal(broker.lastCall('mcp.request').method, 'resources/templates/list');
+    reply('mcp.request', { resultJson: '{"prompts":[{"name":"greet"}]}' });
+    assert.deepEqual(await m.prompts('files'), [{ name: 'greet' }]);
+    reply('mcp.request', { resultJson: '{"contents":[{"uri":"a://1","mimeType":"text/plain","text":"你好"}]}' });
+    assert.deepEqual(await m.readResource('files', 'a://1'), [{ uri: 'a://1', mimeType: 'text/plain', text: '你好' }]);
+    assert.deepEqual(broker.lastCall('mcp.request'), { server: 'files', method: 'resources/read', paramsJson: '{"uri":"a://1"}' });
+    const got = { description: 'Greet', messages: [{ role: 'user', content: { type: 'text', text: 'Hi, Ann' } }] };
+    reply('mcp.request', { resultJson: JSON.stringify(got) });
+    assert.deepEqual(await m.getPrompt('files', 'greet', { name: 'Ann' }), got);
+    assert.deepEqual(JSON.parse(broker.lastCall('mcp.request').paramsJson), { name: 'greet', arguments: { name: 'Ann' } });
+    await m.getPrompt('files', 'greet');
+    assert.deepEqual(JSON.parse(broker.lastCall('mcp.request').paramsJson), { name: 'greet', arguments: {} });
+
+    reply('mcp.request', { code: grpc.status.FAILED_PRECONDITION, details: 'MCP server files: resources/read: Unknown resource' });
+    const e = await m.readResource('files', 'a://nope').catch((x) => x);
+    assert.ok(e instanceof HostError, String(e));
+    assert.deepEqual([e.code, e.method], ['FAILED_PRECONDITION', 'mcp.request']);
+    assert.equal(e.message, 'plugin typed: mcp.request: FAILED_PRECONDITION: MCP server files: resources/read: Unknown resource');
+    await assert.rejects(m.request('files', 'resources/list', { n: 10n }), /mcp.request: value is not JSON/);
+  });
+
   it('rejects with HostError: status name, number, the broker message', async () => {
     assert.equal(sdkIndex.HostError, HostError);
     reply('settings.get', { code: grpc.status.NOT_FOUND, details: 'no `k` in config_typed' });

@@ -587,6 +587,61 @@ describe('testing: entry files, ES modules, header comments, spawn', () => {
     assert.equal(esm.default, testing);
   });
 
+  it('the fake MCP servers answer canned resources and prompts, with the broker\'s errors', async () => {
+    const host = new FakeHost();
+    host.mcp.addResource('files', 'test://doc/1', 'hello resource', { name: 'doc1' });
+    host.mcp.addPrompt('files', 'greet', (a) => `Hello, ${a.name}!`, { description: 'Greet someone.', arguments: ['name'] });
+    host.mcp.setResult('files', 'resources/templates/list', { resourceTemplates: [{ uriTemplate: 'test://doc/{id}', name: 'doc' }] });
+    host.mcp.setConnected('down', false);
+    const reader = {
+      name: () => 'reader',
+      start(sdk) {
+        sdk.registerTool('read', {}, async (args) => (await sdk.mcp().readResource('files', args.uri))[0].text);
+        sdk.registerTool('greet', {}, async (args) => sdk.mcp().getPrompt('files', 'greet', { name: args.name }));
+        sdk.registerTool('probe', {}, async (args) => {
+          try {
+            return await sdk.mcp().request(args.server, args.method, args.params);
+          } catch (e) {
+            return { isError: true, content: `${e.code}: ${e.details}` };
+          }
+        });
+        sdk.registerTool('lists', {}, async () => ({
+          resources: await sdk.mcp().resources('files'), templates: await sdk.mcp().resourceTemplates('files'), prompts: await sdk.mcp().prompts('files'),
+        }));
+      },
+    };
+    const t = await load(reader, { host, capabilities: ['mcp'] });
+    try {
+      assert.equal(t.mcp, host.mcp);
+      assert.equal((await t.call('read', { uri: 'test://doc/1' })).content, 'hello resource');
+      assert.deepEqual((await t.call('greet', { name: 'Ann' })).data, {
+        description: 'Greet someone.', messages: [{ role: 'user', content: { type: 'text', text: 'Hello, Ann!' } }],
+      });
+      assert.deepEqual((await t.call('lists')).data, {
+        resources: [{ uri: 'test://doc/1', name: 'doc1', mimeType: 'text/plain' }],
+        templates: [{ uriTemplate: 'test://doc/{id}', name: 'doc' }],
+        prompts: [{ name: 'greet', description: 'Greet someone.', arguments: [{ name: 'name' }] }],
+      });
+      const probe = async (server, method, params) => (await t.call('probe', { server, method, params })).error;
+      assert.equal(await probe('nope', 'resources/list'), 'NOT_FOUND: no MCP plugin named nope');
+      assert.match(await probe('files', 'tools/call'), /^INVALID_ARGUMENT: `tools\/call` is not one of resources\/list/);
+      assert.equal(await probe('files', 'resources/read', ['x']), 'INVALID_ARGUMENT: params of resources/read must be a JSON object, got ["x"]');
+      assert.equal(await probe('down', 'resources/list'), 'UNAVAILABLE: MCP server down is not connected');
+      assert.equal(await probe('files', 'resources/read', { uri: 'test://nope' }), 'FAILED_PRECONDITION: MCP server files: resources/read: Unknown resource: test://nope');
+      assert.deepEqual(host.mcp.requests[0], { server: 'files', method: 'resources/read', params: { uri: 'test://doc/1' } });
+    } finally {
+      await t.close();
+    }
+    // Without capability `mcp` (the broker's defaults do not grant it either).
+    const u = await load(reader, { host });
+    try {
+      const r = await u.call('read', { uri: 'test://doc/1' });
+      assert.ok(!r.success && r.error.includes('Mcp.Request needs capability `mcp`'), r.error);
+    } finally {
+      await u.close();
+    }
+  });
+
   it('a prefilled FakeHost serves the plugin', async () => {
     const host = new FakeHost();
     host.knowledge.add('faq', 'Hearth is a plugin broker');

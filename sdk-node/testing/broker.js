@@ -42,6 +42,7 @@ const HOST_SERVICES = {
   knowledge: 'KnowledgeService',
   llm: 'LlmService',
   input: 'InputService',
+  mcp: 'McpService',
 };
 
 /** One attached plugin session, seen from the broker. */

@@ -10,7 +10,7 @@
  * registry does, validates call arguments against each tool's schema before calling,
  * runs stage hooks through the permission matrix (./permissions.js), matches messages
  * against triggers (./triggers.js), and serves settings, memory, documents, knowledge,
- * LLM sources and input from a {@link FakeHost}.
+ * LLM sources, MCP servers and input from a {@link FakeHost}.
  *
  * By default the plugin runs in the test's own process (fast; `console.log` output and
  * module state are the test process's). `spawn: true` runs it as a child process through
@@ -340,6 +340,9 @@ class PluginHarness {
 
   /** LLM sources of the fake host. */
   get llm() { return this.host.llm; }
+
+  /** MCP servers of the fake host (canned resources and prompts). */
+  get mcp() { return this.host.mcp; }
 
   /** Input the plugin injected, oldest first. */
   get injected() { return this.host.injected; }

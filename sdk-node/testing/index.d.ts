@@ -8,7 +8,7 @@ import type { Sender, JsonValue, StageName } from '../index';
 import type { hearth } from '../gen/hearth';
 
 /** A capability a plugin.json may grant (broker/src/manifest.rs `CAPABILITIES`). */
-export type Capability = 'memory' | 'knowledge' | 'llm' | 'input' | 'input_as_user' | 'settings_core' | 'settings_cross' | 'settings_secrets';
+export type Capability = 'memory' | 'knowledge' | 'mcp' | 'llm' | 'input' | 'input_as_user' | 'settings_core' | 'settings_cross' | 'settings_secrets';
 
 /** Every capability, in the broker's order. */
 export declare const CAPABILITIES: readonly Capability[];
@@ -352,6 +352,8 @@ export declare class PluginHarness {
   readonly knowledge: KnowledgeStore;
   /** LLM sources of the fake host. */
   readonly llm: LlmStore;
+  /** MCP servers of the fake host (canned resources and prompts for `sdk.mcp()`). */
+  readonly mcp: McpStore;
   /** Input the plugin injected (`sdk.injectText` …), oldest first. */
   readonly injected: InjectedInput[];
   /** Every host-service call the plugin made, in order. */
@@ -527,6 +529,46 @@ export interface LlmStore {
   set(name: string): void;
 }
 
+/** One request a plugin sent through the Mcp service. */
+export interface McpCall {
+  /** The MCP plugin's name. */
+  server: string;
+  method: string;
+  params: Record<string, any>;
+}
+
+/**
+ * MCP servers (plugins with `"runtime": "mcp"`) whose resources and prompts a plugin
+ * reads through `sdk.mcp()` (capability `mcp`), with canned answers. Seed a server with
+ * `addResource` / `addPrompt`, or give any method's result with `setResult` (it takes
+ * precedence). As the broker: NOT_FOUND for a server never added, INVALID_ARGUMENT for
+ * another method or params that are not an object, UNAVAILABLE after
+ * `setConnected(server, false)`, FAILED_PRECONDITION (the server's error) for an
+ * unknown resource or prompt.
+ */
+export declare class McpStore {
+  constructor();
+  /** Requests plugins sent, in order. */
+  readonly requests: McpCall[];
+  /** Declares MCP plugin `server` (connected, nothing listed). */
+  addServer(server: string): void;
+  /** A disconnected server answers UNAVAILABLE. */
+  setConnected(server: string, connected: boolean): void;
+  /** A text resource: listed by `resources/list`, `text` read by `resources/read`. */
+  addResource(server: string, uri: string, text: string, opts?: { name?: string; mimeType?: string; description?: string }): void;
+  /**
+   * A prompt: listed by `prompts/list`, answered by `prompts/get`. `result`: the text of
+   * one user message, MCP messages, a whole result object, or a function of the arguments
+   * returning one of these.
+   */
+  addPrompt(server: string, name: string, result: string | unknown[] | Record<string, unknown> | ((args: Record<string, string>) => string | unknown[] | Record<string, unknown>),
+    opts?: { description?: string; arguments?: Array<string | { name: string; description?: string; required?: boolean }> }): void;
+  /** Answers `method` of `server` with `result` (an object, or a function of the params); `undefined` removes it. */
+  setResult(server: string, method: import('../index').McpMethod, result: Record<string, unknown> | ((params: Record<string, any>) => Record<string, unknown>) | undefined): void;
+  /** Answers one `Mcp.Request` as the broker would (throws a HarnessError named by the gRPC status). */
+  request(server: string, method: string, paramsJson: string): any;
+}
+
 /** Input a plugin injected, as the broker interprets it. */
 export interface InjectedInput {
   method: 'injectText' | 'injectTextNoMemory' | 'injectInterruptText';
@@ -564,6 +606,7 @@ export declare class FakeHost {
   readonly docMemory: DocMemoryStore;
   readonly knowledge: KnowledgeStore;
   readonly llm: LlmStore;
+  readonly mcp: McpStore;
   readonly injected: InjectedInput[];
   /** Grants `plugin` these capabilities (a plugin not granted any has {@link DEFAULT_CAPABILITIES}). */
   grant(plugin: string, capabilities: readonly string[]): void;

@@ -12,14 +12,14 @@
  * (./harness.js): arguments are checked against each tool's JSON Schema like the broker
  * does, stage hooks go through the permission matrix, trigger events collect
  * `sender.reply` texts, and the host services (settings, memory, documents,
- * knowledge, LLM sources, input) are in-memory fakes with the broker's semantics
+ * knowledge, LLM sources, input, MCP servers) are in-memory fakes with the broker's semantics
  * (./host). `FakeBroker` (./broker.js) is the wire-level layer underneath, for tests
  * that drive a plugin process message by message.
  */
 
 const { load, PluginHarness, SettingsView } = require('./harness');
 const { FakeBroker, BrokerSession, PluginProcess, NODE_BOOTSTRAP } = require('./broker');
-const { FakeHost, DEFAULT_CAPABILITIES, CAPABILITIES } = require('./host');
+const { FakeHost, McpStore, DEFAULT_CAPABILITIES, CAPABILITIES } = require('./host');
 const { SECRET_MASK } = require('./host/settings');
 const { HarnessError, InvalidArgumentsError } = require('./errors');
 const schema = require('./schema');
@@ -46,6 +46,7 @@ module.exports = {
   BrokerSession,
   PluginProcess,
   FakeHost,
+  McpStore,
   HarnessError,
   InvalidArgumentsError,
   validateArguments,

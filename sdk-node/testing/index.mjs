@@ -9,6 +9,7 @@ export const {
   BrokerSession,
   PluginProcess,
   FakeHost,
+  McpStore,
   HarnessError,
   InvalidArgumentsError,
   validateArguments,

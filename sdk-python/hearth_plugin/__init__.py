@@ -22,8 +22,9 @@ __version__ = "0.1.0"
 
 from typing import Optional
 
-from ._apis import (LLMAPI, ConfigDef, Doc, DocMemoryAPI, Entity, KnowledgeAPI, KnowledgeEntry,
-                    MemoryAPI, Relation, SettingsAPI, TextEvent, TextMemoryAPI, Triple)
+from ._apis import (LLMAPI, MCP_METHODS, ConfigDef, Doc, DocMemoryAPI, Entity, KnowledgeAPI,
+                    KnowledgeEntry, McpAPI, MemoryAPI, Relation, SettingsAPI, TextEvent,
+                    TextMemoryAPI, Triple)
 from ._env import ConfigError
 from ._plugin import Plugin, PluginSDK, StageHandler, Target, ToolHandler, tool
 from ._stages import MemItem, Stage, StageContext, ToolCall, ToolResult
@@ -31,7 +32,8 @@ from ._types import (JSON, ArgumentError, HostError, JSONObject, PluginLoadError
                      StatusCode, progress)
 
 __all__ = ["ArgumentError", "ConfigDef", "ConfigError", "Doc", "DocMemoryAPI", "Entity", "HostError",
-           "JSON", "JSONObject", "KnowledgeAPI", "KnowledgeEntry", "LLMAPI", "MemItem", "MemoryAPI",
+           "JSON", "JSONObject", "KnowledgeAPI", "KnowledgeEntry", "LLMAPI", "MCP_METHODS", "McpAPI",
+           "MemItem", "MemoryAPI",
            "Plugin", "PluginLoadError", "PluginSDK", "Relation", "Sender", "SettingsAPI", "Stage",
            "StageContext", "StageHandler", "StatusCode", "Target", "TextEvent", "TextMemoryAPI",
            "ToolCall", "ToolHandler", "ToolResult", "Triple", "progress", "run", "serve", "tool",

@@ -1,6 +1,6 @@
 """Typed host-service APIs with the seed's names (HomeAgent `SettingsAPI`, `MemoryAPI`,
-`TextMemoryAPI`, `DocMemoryAPI`, `KnowledgeAPI`, `LLMAPI`), on top of the generic
-clients of `hearth_plugin._host`.
+`TextMemoryAPI`, `DocMemoryAPI`, `KnowledgeAPI`, `LLMAPI`), plus `McpAPI` (MCP servers'
+resources and prompts), on top of the generic clients of `hearth_plugin._host`.
 
 `sdk.settings()` → `SettingsAPI`, `sdk.memory()` → `MemoryAPI`, … Methods take the
 seed's arguments and return plain Python values: settings values decoded from their
@@ -14,7 +14,7 @@ name, e.g. `"NOT_FOUND"`; `.details` the broker's message).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from ._host import SERVICES, Connection
 from ._types import HostError
@@ -22,7 +22,8 @@ from ._types import HostError
 _R = TypeVar("_R", bound="_Record")
 
 __all__ = ["ConfigDef", "Doc", "Entity", "KnowledgeEntry", "Relation", "TextEvent", "Triple",
-           "SettingsAPI", "MemoryAPI", "TextMemoryAPI", "DocMemoryAPI", "KnowledgeAPI", "LLMAPI"]
+           "SettingsAPI", "MemoryAPI", "TextMemoryAPI", "DocMemoryAPI", "KnowledgeAPI", "LLMAPI",
+           "McpAPI", "MCP_METHODS"]
 
 
 class _Record:
@@ -540,6 +541,102 @@ class LLMAPI(_API):
         return self._call("CurrentSource", _pb().Empty(), lambda r: r.name, timeout)
 
 
+#: The MCP methods `McpAPI.request` may send (the broker refuses others, INVALID_ARGUMENT).
+MCP_METHODS = ("resources/list", "resources/templates/list", "resources/read", "prompts/list",
+               "prompts/get")
+
+#: Most pages a listing helper of `McpAPI` follows (`nextCursor`) before it stops.
+_MCP_MAX_PAGES = 1000
+
+
+class McpAPI(_API):
+    """Resources and prompts of the MCP servers the broker runs as plugins (`"runtime":
+    "mcp"`), each named by its plugin name (capability `mcp`). Read-only: the methods
+    of `MCP_METHODS`.
+
+    Results are MCP's JSON as plain Python values, with MCP's field names (`uri`,
+    `mimeType`, `text`, `messages` …). The listing helpers follow `nextCursor` and
+    return every page's items. Errors raise `HostError` naming `mcp.request`, with
+    `code` NOT_FOUND (no MCP plugin of that name), INVALID_ARGUMENT (a method outside
+    `MCP_METHODS`, params not an object), UNAVAILABLE (the server is not connected),
+    FAILED_PRECONDITION (the server's own error; `details` has its message) or
+    PERMISSION_DENIED (no capability `mcp`).
+    """
+
+    _attr = "mcp"
+
+    def _req(self, server: str, method: str, params: Optional[Mapping[str, Any]], where: str) -> Any:
+        if params is None:
+            text = ""
+        else:  # not an object: the broker answers INVALID_ARGUMENT
+            text = dumps(dict(params) if isinstance(params, Mapping) else params, where)
+        return _pb().McpRequest(server=server, method=method, params_json=text)
+
+    def request(self, server: str, method: str, params: Optional[Mapping[str, Any]] = None, *,
+                timeout: Optional[float] = None) -> Any:
+        """Sends `method` (one of `MCP_METHODS`) with `params` (None = `{}`) to MCP server
+        `server`; returns its result object as a dict."""
+        where = self._where("request")
+        req = self._req(server, method, params, where)
+        return self._call("Request", req, lambda r: loads(r.result_json, where) or {}, timeout)
+
+    def _items(self, name: str, server: str, method: str, key: str, timeout: Optional[float]) -> Any:
+        """Every item of `key` over the pages of a list method (following `nextCursor`)."""
+        where = self._where(name)
+        conn = self._conn_of()
+        attr, service = self._attr, self._service
+
+        async def run() -> List[Any]:
+            items: List[Any] = []
+            cursor: Optional[str] = None
+            for _ in range(_MCP_MAX_PAGES):
+                req = self._req(server, method, None if cursor is None else {"cursor": cursor}, where)
+                resp = await conn.call(attr, service, "Request", req, timeout)
+                result = loads(resp.result_json, where) or {}
+                page = result.get(key, []) if isinstance(result, dict) else None
+                if not isinstance(page, list):
+                    raise HostError(f"{where}: {method} of MCP server {server}: no `{key}` list "
+                                    f"in the result", code="INTERNAL")
+                items.extend(page)
+                nxt = result.get("nextCursor")
+                if not nxt or nxt == cursor:
+                    break
+                cursor = str(nxt)
+            return items
+
+        return conn.dispatch(run)
+
+    def resources(self, server: str, *, timeout: Optional[float] = None) -> Any:
+        """The server's resources (`resources/list`): dicts with `uri`, `name`, `mimeType` …"""
+        return self._items("resources", server, "resources/list", "resources", timeout)
+
+    def resource_templates(self, server: str, *, timeout: Optional[float] = None) -> Any:
+        """The server's resource templates (`resources/templates/list`): dicts with
+        `uriTemplate`, `name` …"""
+        return self._items("resource_templates", server, "resources/templates/list",
+                           "resourceTemplates", timeout)
+
+    def read_resource(self, server: str, uri: str, *, timeout: Optional[float] = None) -> Any:
+        """The contents of resource `uri` (`resources/read`): a list of dicts with `uri`,
+        `mimeType` and `text` (or `blob`, base64)."""
+        where = self._where("read_resource")
+        req = self._req(server, "resources/read", {"uri": uri}, where)
+        return self._call("Request", req,
+                          lambda r: list((loads(r.result_json, where) or {}).get("contents") or []), timeout)
+
+    def prompts(self, server: str, *, timeout: Optional[float] = None) -> Any:
+        """The server's prompts (`prompts/list`): dicts with `name`, `description`,
+        `arguments` …"""
+        return self._items("prompts", server, "prompts/list", "prompts", timeout)
+
+    def get_prompt(self, server: str, name: str, arguments: Optional[Mapping[str, str]] = None, *,
+                   timeout: Optional[float] = None) -> Any:
+        """Prompt `name` filled with `arguments` (`prompts/get`): the result dict,
+        `description` and `messages` (each with `role` and `content`)."""
+        params: Dict[str, Any] = {"name": name, "arguments": dict(arguments or {})}
+        return self.request(server, "prompts/get", params, timeout=timeout)
+
+
 #: Service attribute → typed API class.
 APIS = {cls._attr: cls for cls in (SettingsAPI, MemoryAPI, TextMemoryAPI, DocMemoryAPI,
-                                   KnowledgeAPI, LLMAPI)}
+                                   KnowledgeAPI, LLMAPI, McpAPI)}

@@ -1,5 +1,5 @@
 """Clients of the broker's host services (Settings, Memory, TextMemory, DocMemory,
-Knowledge, Llm, Input; proto/hearth/v1/host.proto).
+Knowledge, Llm, Input, Mcp; proto/hearth/v1/host.proto).
 
 Every rpc is a method in snake_case (`settings.get`, `settings.get_core`,
 `input.inject_text`, …) over the generated stub, carrying the plugin's token in
@@ -34,6 +34,7 @@ SERVICES = {
     "knowledge": "Knowledge",
     "llm": "Llm",
     "input": "Input",
+    "mcp": "Mcp",
 }
 
 TOKEN_METADATA = "x-hearth-token"

@@ -14,8 +14,8 @@ from types import ModuleType
 from typing import (Any, Awaitable, Callable, Dict, List, Optional, ParamSpec, Type, TypeVar,
                     Union, overload)
 
-from ._apis import (DocMemoryAPI, KnowledgeAPI, LLMAPI, MemoryAPI, SettingsAPI, TextMemoryAPI,
-                    _API)
+from ._apis import (DocMemoryAPI, KnowledgeAPI, LLMAPI, McpAPI, MemoryAPI, SettingsAPI,
+                    TextMemoryAPI, _API)
 from ._host import Connection, Host, ServiceClient
 from ._stages import Stage, StageContext, StageHookEntry, priority_number, stage_of
 from ._types import (HostError, JSONObject, Sender, StatusCode, ToolEntry, ToolInfo, progress)
@@ -97,9 +97,9 @@ class PluginSDK:
     pipeline hooks (in `start()` only); the handler gets a `hearth_plugin.StageContext`.
     `inject_text(source, channel, text)` (and `_no_memory`, `inject_interrupt_text`) and
     the typed APIs `settings()`, `memory()`, `text_memory()`, `doc_memory()`,
-    `knowledge()`, `llm()` (seed names, plain Python values) reach the broker's host
-    services; `host` (and `input()`) are the generic clients returning the wire
-    messages. Blocking in plain code, awaitable on the plugin's event loop; failures
+    `knowledge()`, `llm()` (seed names, plain Python values) and `mcp()` (MCP servers'
+    resources and prompts) reach the broker's host services; `host` (and `input()`) are
+    the generic clients returning the wire messages. Blocking in plain code, awaitable on the plugin's event loop; failures
     raise `HostError`.
     """
 
@@ -224,7 +224,7 @@ class PluginSDK:
     @property
     def host(self) -> Host:
         """All host-service clients as attributes: `sdk.host.settings`, `.memory`,
-        `.text_memory`, `.doc_memory`, `.knowledge`, `.llm`, `.input`."""
+        `.text_memory`, `.doc_memory`, `.knowledge`, `.llm`, `.input`, `.mcp`."""
         return Host(self._client, self._plugin_name)
 
     def _api(self, cls: Type[_A]) -> _A:
@@ -262,6 +262,13 @@ class PluginSDK:
         """HomeAgent `LLM()`: a `hearth_plugin.LLMAPI` (`list_sources`, `set_source`,
         `current_source`)."""
         return self._api(LLMAPI)
+
+    def mcp(self) -> McpAPI:
+        """A `hearth_plugin.McpAPI`: resources and prompts of the MCP servers the broker
+        runs as plugins (capability `mcp`): `request(server, method, params)` → the
+        result, `resources`, `resource_templates`, `read_resource(server, uri)` → contents,
+        `prompts`, `get_prompt(server, name, arguments)`."""
+        return self._api(McpAPI)
 
     def input(self) -> ServiceClient:
         """`Input` service: `inject_text`, `inject_text_no_memory`, `inject_interrupt_text`."""

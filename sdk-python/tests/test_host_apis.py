@@ -221,3 +221,54 @@ def test_errors_carry_the_status_name_and_the_broker_message(tmp_path):
         assert e.value.code == "INTERNAL" and "invalid JSON" in str(e.value)
 
     run(tmp_path, body)
+
+
+def test_mcp_requests_results_helpers_and_errors(tmp_path):
+    async def body(broker):
+        sdk = sdk_on(broker, asyncio.get_running_loop())
+        r = broker.host_replies
+        mcp = sdk.mcp()
+        assert mcp is sdk.mcp()
+        r[("Mcp", "Request")] = h.McpResponse(result_json='{"resources": [{"uri": "a://1"}]}')
+        assert await mcp.request("files", "resources/list") == {"resources": [{"uri": "a://1"}]}
+        assert last(broker, "Mcp", "Request") == h.McpRequest(server="files", method="resources/list")
+        assert await in_thread(mcp.request, "files", "prompts/list", {"cursor": "c"}) == {"resources": [{"uri": "a://1"}]}
+        assert json.loads(last(broker, "Mcp", "Request").params_json) == {"cursor": "c"}
+
+        # The listing helpers follow nextCursor over every page.
+        def pages(req):
+            cursor = json.loads(req.params_json or "{}").get("cursor")
+            page = {None: {"resources": [{"uri": "a://1"}], "nextCursor": "p2"},
+                    "p2": {"resources": [{"uri": "a://2"}]}}[cursor]
+            return h.McpResponse(result_json=json.dumps(page))
+
+        r[("Mcp", "Request")] = pages
+        assert await mcp.resources("files") == [{"uri": "a://1"}, {"uri": "a://2"}]
+        assert await in_thread(mcp.resources, "files") == [{"uri": "a://1"}, {"uri": "a://2"}]
+        r[("Mcp", "Request")] = h.McpResponse(result_json='{"resourceTemplates": [{"uriTemplate": "a://{id}"}]}')
+        assert await mcp.resource_templates("files") == [{"uriTemplate": "a://{id}"}]
+        assert last(broker, "Mcp", "Request").method == "resources/templates/list"
+        r[("Mcp", "Request")] = h.McpResponse(result_json='{"prompts": [{"name": "greet"}]}')
+        assert await mcp.prompts("files") == [{"name": "greet"}]
+        r[("Mcp", "Request")] = h.McpResponse(
+            result_json='{"contents": [{"uri": "a://1", "mimeType": "text/plain", "text": "你好"}]}')
+        assert await mcp.read_resource("files", "a://1") == [{"uri": "a://1", "mimeType": "text/plain", "text": "你好"}]
+        req = last(broker, "Mcp", "Request")
+        assert (req.method, json.loads(req.params_json)) == ("resources/read", {"uri": "a://1"})
+        got = {"description": "Greet", "messages": [{"role": "user", "content": {"type": "text", "text": "Hi, Ann"}}]}
+        r[("Mcp", "Request")] = h.McpResponse(result_json=json.dumps(got))
+        assert await in_thread(mcp.get_prompt, "files", "greet", {"name": "Ann"}) == got
+        req = last(broker, "Mcp", "Request")
+        assert (req.method, json.loads(req.params_json)) == ("prompts/get", {"name": "greet", "arguments": {"name": "Ann"}})
+        await mcp.get_prompt("files", "greet")
+        assert json.loads(last(broker, "Mcp", "Request").params_json) == {"name": "greet", "arguments": {}}
+
+        r[("Mcp", "Request")] = (grpc.StatusCode.FAILED_PRECONDITION, "MCP server files: resources/read: Unknown resource")
+        with pytest.raises(HostError) as e:
+            await mcp.read_resource("files", "a://nope")
+        assert e.value.code == "FAILED_PRECONDITION" and e.value.method == "hearth.v1.Mcp/Request"
+        assert str(e.value).startswith("plugin typed: mcp.request (hearth.v1.Mcp/Request): FAILED_PRECONDITION: ")
+        with pytest.raises(TypeError, match="mcp.request: value is not JSON"):
+            mcp.request("files", "resources/list", {"x": object()})
+
+    run(tmp_path, body)

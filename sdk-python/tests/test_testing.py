@@ -9,8 +9,8 @@ import pytest
 from fakebroker import EXAMPLES, TEST_PLUGINS
 
 from hearth_plugin import ConfigDef, MemItem, Plugin, PluginLoadError, Stage, StageContext, ToolCall, ToolResult
-from hearth_plugin.testing import (SECRET_MASK, FakeHost, InvalidArguments, NoTriggerMatched, PluginExited,
-                                   RegistrationRejected, UnknownTool, load, load_async)
+from hearth_plugin.testing import (SECRET_MASK, FakeHost, InvalidArguments, McpCall, NoTriggerMatched,
+                                   PluginExited, RegistrationRejected, UnknownTool, load, load_async)
 
 
 def write(tmp_path, source, name="main.py", manifest=None):
@@ -633,3 +633,67 @@ def test_a_module_or_a_plugin_class_as_the_target(tmp_path):
         assert t.name == "echo_lz" and t.call("echo_lz", {"text": "hi"}).content == "hi"
     with load(module.Echo) as t:                      # a Plugin subclass: instantiated
         assert t.trigger("/echo a b").replies == ["a b"]
+
+
+MCP_READER = """
+from hearth_plugin import HostError, Plugin
+
+class Reader(Plugin):
+    def name(self):
+        return "reader"
+
+    def start(self, sdk):
+        self.sdk = sdk
+        sdk.register_tool("read", {}, self.read)
+        sdk.register_tool("greet", {}, self.greet)
+        sdk.register_tool("probe", {}, self.probe)
+
+    async def read(self, args):
+        contents = await self.sdk.mcp().read_resource("files", args["uri"])
+        return contents[0]["text"]
+
+    def greet(self, args):
+        return self.sdk.mcp().get_prompt("files", "greet", {"name": args["name"]})
+
+    async def probe(self, args):
+        mcp = self.sdk.mcp()
+        try:
+            return await mcp.request(args["server"], args["method"], args.get("params"))
+        except HostError as e:
+            return {"isError": True, "content": str(e.code) + ": " + e.details}
+"""
+
+
+def test_the_fake_mcp_servers_answer_canned_resources_and_prompts(tmp_path):
+    host = FakeHost()
+    host.mcp.add_resource("files", "test://doc/1", "hello resource", name="doc1")
+    host.mcp.add_prompt("files", "greet", lambda a: f"Hello, {a['name']}!", description="Greet someone.",
+                        arguments=["name"])
+    host.mcp.set_result("files", "resources/templates/list", {"resourceTemplates": [{"uriTemplate": "test://doc/{id}"}]})
+    host.mcp.add_server("down")
+    host.mcp.set_connected("down", False)
+    path = write(tmp_path, MCP_READER, manifest={"capabilities": ["mcp"]})
+    with load(path, host=host) as t:
+        assert t.call("read", {"uri": "test://doc/1"}).content == "hello resource"
+        assert t.call("greet", {"name": "Ann"}).data == {
+            "description": "Greet someone.",
+            "messages": [{"role": "user", "content": {"type": "text", "text": "Hello, Ann!"}}]}
+        probe = lambda server, method, params=None: t.call("probe", {"server": server, "method": method, "params": params})
+        assert probe("files", "resources/list").data == {
+            "resources": [{"uri": "test://doc/1", "name": "doc1", "mimeType": "text/plain"}]}
+        assert probe("files", "prompts/list").data["prompts"] == [
+            {"name": "greet", "description": "Greet someone.", "arguments": [{"name": "name"}]}]
+        assert probe("files", "resources/templates/list").data["resourceTemplates"] == [{"uriTemplate": "test://doc/{id}"}]
+        assert probe("nope", "resources/list").error == "NOT_FOUND: no MCP plugin named nope"
+        assert probe("files", "tools/call").error.startswith("INVALID_ARGUMENT: `tools/call` is not one of resources/list")
+        assert probe("files", "resources/read", ["x"]).error == (
+            'INVALID_ARGUMENT: params of resources/read must be a JSON object, got ["x"]')
+        assert probe("down", "resources/list").error == "UNAVAILABLE: MCP server down is not connected"
+        assert probe("files", "resources/read", {"uri": "test://nope"}).error == (
+            "FAILED_PRECONDITION: MCP server files: resources/read: Unknown resource: test://nope")
+        assert host.mcp.requests[0] == McpCall("files", "resources/read", {"uri": "test://doc/1"})
+        assert [c.method for c in t.broker.host_calls][:2] == ["Request", "Request"]
+    # Without capability `mcp` (the broker's defaults do not grant it either).
+    with load(path, host=host, capabilities=["memory", "knowledge", "llm", "input"]) as t:
+        r = t.call("read", {"uri": "test://doc/1"})
+        assert not r.success and "Mcp.Request needs capability `mcp`" in r.error

@@ -368,6 +368,16 @@ async fn call(host: &Host, call: &str, a: &[Value]) -> Result<Value, Failure> {
         "knowledge.search" => to_json(host.knowledge().search(s(a, 0)?, n(a, 1)?).await?)?,
         "knowledge.add" => host.knowledge().add(s(a, 0)?, s(a, 1)?).await.map(null)?,
         "knowledge.list" => json!(host.knowledge().list().await?),
+        "mcp.request" => host.mcp().request(s(a, 0)?, s(a, 1)?, arg(a, 2)?).await?,
+        "mcp.resources" => json!(host.mcp().resources(s(a, 0)?).await?),
+        "mcp.resource_templates" => json!(host.mcp().resource_templates(s(a, 0)?).await?),
+        "mcp.read_resource" => json!(host.mcp().read_resource(s(a, 0)?, s(a, 1)?).await?),
+        "mcp.prompts" => json!(host.mcp().prompts(s(a, 0)?).await?),
+        "mcp.get_prompt" => {
+            host.mcp()
+                .get_prompt(s(a, 0)?, s(a, 1)?, arg(a, 2)?)
+                .await?
+        }
         "llm.list_sources" => json!(host.llm().list_sources().await?),
         "llm.set_source" => host.llm().set_source(s(a, 0)?).await.map(null)?,
         "llm.current_source" => json!(host.llm().current_source().await?),

@@ -1,6 +1,6 @@
 //! Typed host-service APIs with the seed's names (HomeAgent `SettingsAPI`, `MemoryAPI`,
-//! `TextMemoryAPI`, `DocMemoryAPI`, `KnowledgeAPI`, `LLMAPI`), over the generated
-//! clients of [`Host`].
+//! `TextMemoryAPI`, `DocMemoryAPI`, `KnowledgeAPI`, `LLMAPI`), plus [`Mcp`] (MCP servers'
+//! resources and prompts), over the generated clients of [`Host`].
 //!
 //! [`Host::settings`] gives a [`Settings`], [`Host::memory`] a [`Memory`], and so on.
 //! Methods are `async`, take the seed's arguments and return plain values:
@@ -14,11 +14,11 @@ use std::fmt;
 use hearth_proto::v1 as pb;
 use hearth_proto::v1::{
     doc_memory_client::DocMemoryClient, knowledge_client::KnowledgeClient, llm_client::LlmClient,
-    memory_client::MemoryClient, settings_client::SettingsClient,
+    mcp_client::McpClient, memory_client::MemoryClient, settings_client::SettingsClient,
     text_memory_client::TextMemoryClient,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::host::{Host, HostChannel};
 
@@ -798,6 +798,172 @@ impl Llm {
             self.client().current_source(pb::Empty {})
         )
         .map(|r| r.name)
+    }
+}
+
+/// The MCP methods [`Mcp::request`] may send; the broker refuses others
+/// (`INVALID_ARGUMENT`).
+pub const MCP_METHODS: &[&str] = &[
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+];
+
+/// Most pages a listing helper of [`Mcp`] follows (`nextCursor`).
+const MCP_MAX_PAGES: usize = 1000;
+
+/// Resources and prompts of the MCP servers the broker runs as plugins (`"runtime":
+/// "mcp"`), each named by its plugin name ([`Host::mcp`]; capability `mcp`). Read-only:
+/// the methods of [`MCP_METHODS`].
+///
+/// Results are MCP's JSON as [`serde_json::Value`]s, with MCP's field names (`uri`,
+/// `mimeType`, `text`, `messages`, …). The listing helpers follow `nextCursor` and return
+/// every page's items. Errors are [`HostError`]s of method `mcp.request`: `NOT_FOUND` (no
+/// MCP plugin of that name), `INVALID_ARGUMENT` (a method outside [`MCP_METHODS`], params
+/// not an object), `UNAVAILABLE` (the server is not connected), `FAILED_PRECONDITION`
+/// (the server's own error, its message in [`HostError::message`]), `PERMISSION_DENIED`
+/// (no capability `mcp`).
+#[derive(Debug, Clone)]
+pub struct Mcp {
+    pub(crate) host: Host,
+}
+
+impl Mcp {
+    /// The generated client, for wire-level calls.
+    pub fn client(&self) -> McpClient<HostChannel> {
+        self.host.mcp_client()
+    }
+
+    /// Sends `method` (one of [`MCP_METHODS`]) with `params` (a JSON object, e.g.
+    /// `json!({"uri": "…"})`; `()` or `Value::Null` = `{}`) to MCP server `server`;
+    /// returns its result object.
+    pub async fn request(
+        &self,
+        server: &str,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<Value, HostError> {
+        let params = serde_json::to_value(params).map_err(|e| {
+            HostError::new(
+                self.host.plugin(),
+                "mcp.request",
+                tonic::Code::InvalidArgument,
+                format!("params are not JSON: {e}"),
+            )
+        })?;
+        let req = pb::McpRequest {
+            server: server.into(),
+            method: method.into(),
+            params_json: if params.is_null() {
+                String::new()
+            } else {
+                params.to_string()
+            },
+        };
+        let r = rpc!(self, "mcp.request", self.client().request(req))?;
+        from_json(&self.host, "mcp.request", &r.result_json).map(|v| {
+            if v.is_null() {
+                json!({})
+            } else {
+                v
+            }
+        })
+    }
+
+    /// Every item of `key` over the pages of list method `method`.
+    async fn items(&self, server: &str, method: &str, key: &str) -> Result<Vec<Value>, HostError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MCP_MAX_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => Value::Null,
+            };
+            let mut result = self.request(server, method, params).await?;
+            match result.get_mut(key).map(Value::take) {
+                Some(Value::Array(page)) => items.extend(page),
+                None | Some(Value::Null) => {}
+                Some(_) => {
+                    return Err(HostError::new(
+                        self.host.plugin(),
+                        "mcp.request",
+                        tonic::Code::Internal,
+                        format!("{method} of MCP server {server}: no `{key}` list in the result"),
+                    ))
+                }
+            }
+            let next = match result.get("nextCursor") {
+                Some(Value::String(c)) if !c.is_empty() => c.clone(),
+                _ => break,
+            };
+            if cursor.as_deref() == Some(next.as_str()) {
+                break;
+            }
+            cursor = Some(next);
+        }
+        Ok(items)
+    }
+
+    /// The server's resources (`resources/list`): objects with `uri`, `name`,
+    /// `mimeType`, …
+    pub async fn resources(&self, server: &str) -> Result<Vec<Value>, HostError> {
+        self.items(server, "resources/list", "resources").await
+    }
+
+    /// The server's resource templates (`resources/templates/list`): objects with
+    /// `uriTemplate`, `name`, …
+    pub async fn resource_templates(&self, server: &str) -> Result<Vec<Value>, HostError> {
+        self.items(server, "resources/templates/list", "resourceTemplates")
+            .await
+    }
+
+    /// The contents of resource `uri` (`resources/read`): objects with `uri`,
+    /// `mimeType` and `text` (or `blob`, base64).
+    pub async fn read_resource(&self, server: &str, uri: &str) -> Result<Vec<Value>, HostError> {
+        let mut result = self
+            .request(server, "resources/read", json!({ "uri": uri }))
+            .await?;
+        Ok(match result.get_mut("contents").map(Value::take) {
+            Some(Value::Array(contents)) => contents,
+            _ => Vec::new(),
+        })
+    }
+
+    /// The server's prompts (`prompts/list`): objects with `name`, `description`,
+    /// `arguments`, …
+    pub async fn prompts(&self, server: &str) -> Result<Vec<Value>, HostError> {
+        self.items(server, "prompts/list", "prompts").await
+    }
+
+    /// Prompt `name` filled with `arguments` (a JSON object of strings, e.g.
+    /// `json!({"name": "Ann"})`; `()` = none) (`prompts/get`): the result, with
+    /// `description` and `messages` (each with `role` and `content`).
+    pub async fn get_prompt(
+        &self,
+        server: &str,
+        name: &str,
+        arguments: impl Serialize,
+    ) -> Result<Value, HostError> {
+        let arguments = match serde_json::to_value(arguments) {
+            Ok(Value::Null) => json!({}),
+            Ok(v) => v,
+            Err(e) => {
+                return Err(HostError::new(
+                    self.host.plugin(),
+                    "mcp.request",
+                    tonic::Code::InvalidArgument,
+                    format!("arguments are not JSON: {e}"),
+                ))
+            }
+        };
+        self.request(
+            server,
+            "prompts/get",
+            json!({ "name": name, "arguments": arguments }),
+        )
+        .await
     }
 }
 

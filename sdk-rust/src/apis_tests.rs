@@ -132,6 +132,9 @@ fake_service!(FakeLlm, llm_server::Llm, "llm", [
     set_source: pb::SourceRequest => pb::Empty,
     current_source: pb::Empty => pb::SourceRequest,
 ]);
+fake_service!(FakeMcp, mcp_server::Mcp, "mcp", [
+    request: pb::McpRequest => pb::McpResponse,
+]);
 
 /// A fake broker on TCP loopback and a `Host` of plugin `typed` talking to it.
 async fn fake() -> (Arc<Fake>, Host, tokio::task::JoinHandle<()>) {
@@ -154,7 +157,8 @@ async fn fake() -> (Arc<Fake>, Host, tokio::task::JoinHandle<()>) {
         .add_service(pb::knowledge_server::KnowledgeServer::new(FakeKnowledge(
             fake.clone(),
         )))
-        .add_service(pb::llm_server::LlmServer::new(FakeLlm(fake.clone())));
+        .add_service(pb::llm_server::LlmServer::new(FakeLlm(fake.clone())))
+        .add_service(pb::mcp_server::McpServer::new(FakeMcp(fake.clone())));
     let server = tokio::spawn(async move {
         router
             .serve_with_incoming(TcpListenerStream::new(listener))
@@ -496,5 +500,128 @@ async fn errors_carry_the_code_and_the_broker_message() {
     assert!(boxed
         .to_string()
         .starts_with("plugin typed: settings.get: INTERNAL"));
+    server.abort();
+}
+
+fn mcp_result(v: serde_json::Value) -> Result<pb::McpResponse, Status> {
+    Ok(pb::McpResponse {
+        result_json: v.to_string(),
+    })
+}
+
+#[tokio::test]
+async fn mcp_sends_methods_and_params_maps_results_and_follows_pages() {
+    let (f, host, server) = fake().await;
+    let m = host.mcp();
+    f.reply("mcp.request", |_: &pb::McpRequest| {
+        mcp_result(json!({"resources": [{"uri": "a://1"}]}))
+    });
+    assert_eq!(
+        m.request("files", "resources/list", ()).await.unwrap(),
+        json!({"resources": [{"uri": "a://1"}]})
+    );
+    let req = f.last::<pb::McpRequest>("mcp.request");
+    assert_eq!(
+        (
+            req.server.as_str(),
+            req.method.as_str(),
+            req.params_json.as_str()
+        ),
+        ("files", "resources/list", "")
+    );
+    m.request("files", "prompts/list", json!({"cursor": "c"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        f.last::<pb::McpRequest>("mcp.request").params_json,
+        r#"{"cursor":"c"}"#
+    );
+
+    // The listing helpers follow nextCursor over every page.
+    f.reply("mcp.request", |r: &pb::McpRequest| {
+        let cursor = serde_json::from_str::<serde_json::Value>(&r.params_json)
+            .ok()
+            .and_then(|p| p["cursor"].as_str().map(String::from));
+        mcp_result(match cursor.as_deref() {
+            None => json!({"resources": [{"uri": "a://1"}], "nextCursor": "p2"}),
+            _ => json!({"resources": [{"uri": "a://2"}]}),
+        })
+    });
+    assert_eq!(
+        m.resources("files").await.unwrap(),
+        vec![json!({"uri": "a://1"}), json!({"uri": "a://2"})]
+    );
+    f.reply("mcp.request", |_: &pb::McpRequest| {
+        mcp_result(json!({"resourceTemplates": [{"uriTemplate": "a://{id}"}]}))
+    });
+    assert_eq!(
+        m.resource_templates("files").await.unwrap(),
+        vec![json!({"uriTemplate": "a://{id}"})]
+    );
+    assert_eq!(
+        f.last::<pb::McpRequest>("mcp.request").method,
+        "resources/templates/list"
+    );
+    f.reply("mcp.request", |_: &pb::McpRequest| {
+        mcp_result(json!({"prompts": [{"name": "greet"}]}))
+    });
+    assert_eq!(
+        m.prompts("files").await.unwrap(),
+        vec![json!({"name": "greet"})]
+    );
+    f.reply("mcp.request", |_: &pb::McpRequest| {
+        mcp_result(
+            json!({"contents": [{"uri": "a://1", "mimeType": "text/plain", "text": "你好"}]}),
+        )
+    });
+    assert_eq!(
+        m.read_resource("files", "a://1").await.unwrap(),
+        vec![json!({"uri": "a://1", "mimeType": "text/plain", "text": "你好"})]
+    );
+    let req = f.last::<pb::McpRequest>("mcp.request");
+    assert_eq!(
+        (req.method.as_str(), req.params_json.as_str()),
+        ("resources/read", r#"{"uri":"a://1"}"#)
+    );
+    let got = json!({"description": "Greet",
+        "messages": [{"role": "user", "content": {"type": "text", "text": "Hi, Ann"}}]});
+    let reply = got.clone();
+    f.reply("mcp.request", move |_: &pb::McpRequest| {
+        mcp_result(reply.clone())
+    });
+    assert_eq!(
+        m.get_prompt("files", "greet", json!({"name": "Ann"}))
+            .await
+            .unwrap(),
+        got
+    );
+    let params: serde_json::Value =
+        serde_json::from_str(&f.last::<pb::McpRequest>("mcp.request").params_json).unwrap();
+    assert_eq!(
+        params,
+        json!({"name": "greet", "arguments": {"name": "Ann"}})
+    );
+    m.get_prompt("files", "greet", ()).await.unwrap();
+    let params: serde_json::Value =
+        serde_json::from_str(&f.last::<pb::McpRequest>("mcp.request").params_json).unwrap();
+    assert_eq!(params, json!({"name": "greet", "arguments": {}}));
+
+    f.reply(
+        "mcp.request",
+        |_: &pb::McpRequest| -> Result<pb::McpResponse, Status> {
+            Err(Status::failed_precondition(
+                "MCP server files: resources/read: Unknown resource",
+            ))
+        },
+    );
+    let e = m.read_resource("files", "a://nope").await.unwrap_err();
+    assert_eq!(
+        (e.code_name(), e.method()),
+        ("FAILED_PRECONDITION", "mcp.request")
+    );
+    assert_eq!(
+        e.to_string(),
+        "plugin typed: mcp.request: FAILED_PRECONDITION: MCP server files: resources/read: Unknown resource"
+    );
     server.abort();
 }

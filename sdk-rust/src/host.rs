@@ -1,11 +1,13 @@
-//! Host services the broker offers plugins (settings, memory, knowledge, LLM, input),
-//! as gRPC clients that share the plugin's connection and carry its token.
+//! Host services the broker offers plugins (settings, memory, knowledge, LLM, input, MCP
+//! servers' resources and prompts), as gRPC clients that share the plugin's connection
+//! and carry its token.
 
 use hearth_proto::v1 as pb;
 use hearth_proto::v1::{
     doc_memory_client::DocMemoryClient, input_client::InputClient,
-    knowledge_client::KnowledgeClient, llm_client::LlmClient, memory_client::MemoryClient,
-    settings_client::SettingsClient, text_memory_client::TextMemoryClient,
+    knowledge_client::KnowledgeClient, llm_client::LlmClient, mcp_client::McpClient,
+    memory_client::MemoryClient, settings_client::SettingsClient,
+    text_memory_client::TextMemoryClient,
 };
 use hearth_proto::{MAX_MESSAGE_BYTES, TOKEN_METADATA};
 use tonic::metadata::{Ascii, MetadataValue};
@@ -13,7 +15,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::Channel;
 
-use crate::apis::{DocMemory, HostError, Knowledge, Llm, Memory, Settings, TextMemory};
+use crate::apis::{DocMemory, HostError, Knowledge, Llm, Mcp, Memory, Settings, TextMemory};
 
 /// Adds the plugin's `x-hearth-token` to every host-service request.
 #[derive(Clone, Debug)]
@@ -38,8 +40,9 @@ pub type HostChannel = InterceptedService<Channel, TokenInterceptor>;
 /// [`CallContext::host`](crate::CallContext::host) in a handler. [`settings`](Self::settings),
 /// [`memory`](Self::memory), [`text_memory`](Self::text_memory),
 /// [`doc_memory`](Self::doc_memory), [`knowledge`](Self::knowledge) and [`llm`](Self::llm)
-/// are the typed APIs with the seed's method names; `*_client` (and `input`) are the
-/// generated tonic clients of `hearth.v1`. Every call carries the plugin's token.
+/// are the typed APIs with the seed's method names, [`mcp`](Self::mcp) reads MCP
+/// servers' resources and prompts; `*_client` (and `input`) are the generated tonic
+/// clients of `hearth.v1`. Every call carries the plugin's token.
 #[derive(Clone, Debug)]
 pub struct Host {
     channel: Channel,
@@ -110,6 +113,10 @@ impl Host {
         llm_client, LlmClient
     );
     client!(
+        /// Generated client of `Mcp`; [`mcp`](Self::mcp) is the typed API.
+        mcp_client, McpClient
+    );
+    client!(
         /// Generated client of `Input`: inject messages into the agent's input queue
         /// (see also [`inject_text`](Self::inject_text)).
         input, InputClient
@@ -144,6 +151,12 @@ impl Host {
     /// HomeAgent `LLM()`: LLM sources.
     pub fn llm(&self) -> Llm {
         Llm { host: self.clone() }
+    }
+
+    /// Resources and prompts of the MCP servers the broker runs as plugins (`"runtime":
+    /// "mcp"`; capability `mcp`).
+    pub fn mcp(&self) -> Mcp {
+        Mcp { host: self.clone() }
     }
 
     /// Queues `text` as input on `channel`, with this plugin as the source (HomeAgent

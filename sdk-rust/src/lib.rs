@@ -127,7 +127,8 @@
 //!   session loop.
 //! - `host`: [`Host`], token-carrying clients of the broker's host services.
 //! - `apis`: the typed host APIs with the seed's names ([`Settings`], [`Memory`],
-//!   [`TextMemory`], [`DocMemory`], [`Knowledge`], [`Llm`]) and [`HostError`].
+//!   [`TextMemory`], [`DocMemory`], [`Knowledge`], [`Llm`]), [`Mcp`] (MCP servers'
+//!   resources and prompts) and [`HostError`].
 //! - `transport`: dialling `unix://` and `http://` broker addresses.
 //! - `error`: [`Error`].
 //! - `testing` (feature `testing`): the test harness, the fake broker and host services.
@@ -153,8 +154,8 @@ pub use hearth_proto::v1::{Stage, StageContext};
 pub use tokio_util::sync::CancellationToken;
 
 pub use apis::{
-    code_name, ConfigDef, Doc, DocMemory, Entity, HostError, Knowledge, KnowledgeEntry, Llm,
-    Memory, Relation, Settings, TextEvent, TextMemory, Triple,
+    code_name, ConfigDef, Doc, DocMemory, Entity, HostError, Knowledge, KnowledgeEntry, Llm, Mcp,
+    Memory, Relation, Settings, TextEvent, TextMemory, Triple, MCP_METHODS,
 };
 pub use error::{BoxError, Error};
 pub use event::Event;

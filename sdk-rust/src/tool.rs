@@ -87,6 +87,7 @@ impl ToolResult {
             content: self.output,
             data_json: self.data.map(|d| d.to_string()).unwrap_or_default(),
             error,
+            content_blocks_json: String::new(),
         }
     }
 }

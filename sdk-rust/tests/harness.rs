@@ -787,6 +787,24 @@ async fn run_op(host: &Host, op: &str, a: &Value) -> Result<Value, BoxError> {
             host.llm().set_source("gpt-9").await?;
             Value::Null
         }
+        "mcp_read" => {
+            let contents = host.mcp().read_resource(&s("server"), &s("uri")).await?;
+            contents[0]["text"].clone()
+        }
+        "mcp" => {
+            let mcp = host.mcp();
+            json!({
+                "resources": mcp.resources("files").await?,
+                "templates": mcp.resource_templates("files").await?,
+                "prompts": mcp.prompts("files").await?,
+                "greet": mcp.get_prompt("files", "greet", json!({"name": "Ann"})).await?,
+            })
+        }
+        "mcp_request" => {
+            host.mcp()
+                .request(&s("server"), &s("method"), a["params"].clone())
+                .await?
+        }
         "inject" => {
             host.inject_text("qq", "hello from the plugin").await?;
             Value::Null
@@ -1101,4 +1119,91 @@ async fn a_seeded_setting_of_the_wrong_type_is_refused_once_the_def_exists() {
     );
     assert!(t.host().is_secret("api_key"));
     assert_eq!(t.host().masked_setting("api_key"), Some(json!(SECRET_MASK)));
+}
+
+#[tokio::test]
+async fn the_fake_mcp_servers_answer_canned_resources_and_prompts() {
+    let t = Harness::builder(HostUser)
+        .capabilities(["mcp"])
+        .start()
+        .await
+        .unwrap();
+    let host = t.host();
+    host.add_mcp_resource("files", "test://doc/1", "hello resource");
+    host.add_mcp_prompt("files", "greet", "Greet someone.", json!("Hello, Ann!"));
+    host.set_mcp_result(
+        "files",
+        "resources/templates/list",
+        Some(json!({"resourceTemplates": [{"uriTemplate": "test://doc/{id}", "name": "doc"}]})),
+    )
+    .unwrap();
+    assert!(host.set_mcp_result("files", "tools/call", None).is_err());
+    host.set_mcp_connected("down", false);
+
+    assert_eq!(
+        op(
+            &t,
+            json!({"op": "mcp_read", "server": "files", "uri": "test://doc/1"})
+        )
+        .await,
+        Ok(json!("hello resource"))
+    );
+    assert_eq!(
+        op(&t, json!({"op": "mcp"})).await,
+        Ok(json!({
+            "resources": [{"uri": "test://doc/1", "name": "test://doc/1", "mimeType": "text/plain"}],
+            "templates": [{"uriTemplate": "test://doc/{id}", "name": "doc"}],
+            "prompts": [{"name": "greet", "description": "Greet someone."}],
+            "greet": {"description": "Greet someone.",
+                      "messages": [{"role": "user", "content": {"type": "text", "text": "Hello, Ann!"}}]},
+        }))
+    );
+    let err = |server: &str, method: &str, params: Value| {
+        op(
+            &t,
+            json!({"op": "mcp_request", "server": server, "method": method, "params": params}),
+        )
+    };
+    assert!(err("nope", "resources/list", Value::Null)
+        .await
+        .unwrap_err()
+        .ends_with("NOT_FOUND: no MCP plugin named nope"));
+    let e = err("files", "tools/call", Value::Null).await.unwrap_err();
+    assert!(
+        e.contains("INVALID_ARGUMENT: `tools/call` is not one of resources/list"),
+        "{e}"
+    );
+    assert!(err("files", "resources/read", json!(["x"]))
+        .await
+        .unwrap_err()
+        .ends_with(
+            r#"INVALID_ARGUMENT: params of resources/read must be a JSON object, got ["x"]"#
+        ));
+    assert!(err("down", "resources/list", Value::Null)
+        .await
+        .unwrap_err()
+        .ends_with("UNAVAILABLE: MCP server down is not connected"));
+    assert!(err("files", "resources/read", json!({"uri": "test://nope"}))
+        .await
+        .unwrap_err()
+        .ends_with("FAILED_PRECONDITION: MCP server files: resources/read: Unknown resource: test://nope"));
+    let sent = host.mcp_requests();
+    assert_eq!(
+        (
+            sent[0].server.as_str(),
+            sent[0].method.as_str(),
+            &sent[0].params
+        ),
+        ("files", "resources/read", &json!({"uri": "test://doc/1"}))
+    );
+
+    // Without capability `mcp` (the broker's defaults do not grant it either).
+    host.set_capabilities(hearth_plugin::testing::DEFAULT_CAPABILITIES.iter().copied());
+    let e = op(
+        &t,
+        json!({"op": "mcp_read", "server": "files", "uri": "test://doc/1"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.contains("Mcp.Request needs capability `mcp`"), "{e}");
 }

@@ -30,11 +30,12 @@ priority = 2
 
 /// The case runner's capabilities: all but `settings_secrets` and `input_as_user`
 /// (the cases check what is refused without them).
-const ALL_CAPABILITIES: [&str; 6] = [
+const ALL_CAPABILITIES: [&str; 7] = [
     "settings_cross",
     "settings_core",
     "memory",
     "knowledge",
+    "mcp",
     "llm",
     "input",
 ];

@@ -186,8 +186,9 @@ pub async fn request(
     Ok(p.mcp().request(plugin, method, params, timeout).await?)
 }
 
-/// Calls in flight: progress token → the session call it belongs to.
-type ProgressMap = Arc<Mutex<HashMap<ProgressToken, u64>>>;
+/// Calls in flight: progress token → the session call it belongs to and the last
+/// progress value forwarded.
+type ProgressMap = Arc<Mutex<HashMap<ProgressToken, (u64, f64)>>>;
 
 /// The broker's side of one MCP connection: routes notifications.
 #[derive(Clone)]
@@ -212,16 +213,22 @@ impl ClientHandler for Handler {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let call_id = self.progress.lock().unwrap().get(&params.progress_token).copied();
-        if let Some(call_id) = call_id {
-            self.session.progress(
-                call_id,
-                ToolProgress {
-                    message: params.message.unwrap_or_default(),
-                    progress: params.progress,
-                    total: params.total.unwrap_or(0.0),
-                },
-            );
+        // rmcp handles each notification in a task of its own, so two reports close
+        // together may arrive swapped: forward only increasing values (MCP requires
+        // progress to increase), under the lock so forwarding keeps their order.
+        let mut calls = self.progress.lock().unwrap();
+        if let Some((call_id, last)) = calls.get_mut(&params.progress_token) {
+            if params.progress > *last {
+                *last = params.progress;
+                self.session.progress(
+                    *call_id,
+                    ToolProgress {
+                        message: params.message.unwrap_or_default(),
+                        progress: params.progress,
+                        total: params.total.unwrap_or(0.0),
+                    },
+                );
+            }
         }
     }
 
@@ -634,7 +641,10 @@ async fn call_tool(
     };
     let token = handle.progress_token.clone();
     let id: RequestId = handle.id.clone();
-    progress.lock().unwrap().insert(token.clone(), call_id);
+    progress
+        .lock()
+        .unwrap()
+        .insert(token.clone(), (call_id, f64::NEG_INFINITY));
     let outcome = tokio::select! {
         r = handle.await_response() => Some(r),
         reason = cancel => {

@@ -189,47 +189,67 @@ impl HearthMcp {
         "mcp:http".into()
     }
 
-    /// Asks the client to approve a `confirm` tool (elicitation, 2025 revisions);
-    /// `Err` is the refusal text when it cannot or the user did not approve.
-    async fn confirm(&self, tool: &str, ctx: &RequestContext<RoleServer>) -> Result<(), String> {
+    /// How to ask the user to approve a `confirm` tool: by an elicitation request
+    /// (2025 revisions), by an input request in the result (2026-07-28), or not at
+    /// all (the client declared no elicitation capability: the refusal text).
+    fn confirm_route(&self, tool: &str, ctx: &RequestContext<RoleServer>) -> Result<bool, String> {
         let can_ask = ctx
-            .peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.elicitation.is_some());
+            .client_capabilities()
+            .is_some_and(|c| c.elicitation.is_some());
         if !can_ask {
             return Err(format!(
                 "confirm: tool {tool} runs only once the user approved it, and this MCP client cannot ask (it did not declare the elicitation capability); this call was not run"
             ));
         }
-        let params: rmcp::model::ElicitRequestParams = serde_json::from_value(json!({
-            "mode": "form",
-            "message": format!("Run tool {tool}? It may change something (its `confirm` policy asks first)."),
-            "requestedSchema": {
-                "type": "object",
-                "properties": {"confirm": {"type": "boolean", "title": format!("Run {tool}")}},
-                "required": ["confirm"],
-            },
-        }))
-        .map_err(|e| format!("confirm: cannot build the question: {e}"))?;
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= "2026-07-28");
+        Ok(modern)
+    }
+
+    /// Asks the client to approve a `confirm` tool with an elicitation request
+    /// (2025 revisions); `Err` is the refusal text when asking failed or the user did
+    /// not approve.
+    async fn elicit(&self, tool: &str, ctx: &RequestContext<RoleServer>) -> Result<(), String> {
         let answer = ctx
             .peer
-            .create_elicitation(params)
+            .create_elicitation(confirm_question(tool)?)
             .await
             .map_err(|e| format!("confirm: asking the user failed ({e}); tool {tool} was not run"))?;
-        let accepted = matches!(answer.action, rmcp::model::ElicitationAction::Accept)
-            && answer
-                .content
-                .as_ref()
-                .and_then(|c| c.get("confirm"))
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
-        if accepted {
-            Ok(())
-        } else {
-            Err(format!("confirm: the user did not approve tool {tool}; it was not run"))
-        }
+        approved(tool, &serde_json::to_value(&answer).unwrap_or_default())
     }
 }
+
+/// The elicitation asking whether to run `tool`.
+fn confirm_question(tool: &str) -> Result<rmcp::model::ElicitRequestParams, String> {
+    serde_json::from_value(json!({
+        "mode": "form",
+        "message": format!("Run tool {tool}? It may change something (its `confirm` policy asks first)."),
+        "requestedSchema": {
+            "type": "object",
+            "properties": {"confirm": {"type": "boolean", "title": format!("Run {tool}")}},
+            "required": ["confirm"],
+        },
+    }))
+    .map_err(|e| format!("confirm: cannot build the question: {e}"))
+}
+
+/// Whether an elicitation answer (`ElicitResult` as JSON) approves running `tool`.
+fn approved(tool: &str, answer: &Value) -> Result<(), String> {
+    let accepted = answer.get("action").and_then(Value::as_str) == Some("accept")
+        && answer
+            .pointer("/content/confirm")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+    if accepted {
+        Ok(())
+    } else {
+        Err(format!("confirm: the user did not approve tool {tool}; it was not run"))
+    }
+}
+
+/// The key of Hearth's confirmation in an input request (2026-07-28).
+const CONFIRM_KEY: &str = "hearth_confirm";
 
 /// FNV-1a: a stable, non-secret key for a bearer (never logged or stored in clear).
 fn fnv(bytes: &[u8]) -> u64 {
@@ -340,6 +360,7 @@ impl ServerHandler for HearthMcp {
         let name = request.name.to_string();
         let args_json = request
             .arguments
+            .clone()
             .map(|a| Value::Object(a).to_string())
             .unwrap_or_default();
         let conversation = self.conversation(&context);
@@ -353,6 +374,12 @@ impl ServerHandler for HearthMcp {
             ..Default::default()
         };
         let token = context.meta.get_progress_token();
+        // The retry of a 2026-07-28 call that asked for confirmation carries the answer.
+        let answered = request
+            .input_responses
+            .as_ref()
+            .and_then(|r| r.get(CONFIRM_KEY))
+            .cloned();
         for attempt in 0..2 {
             let mut events = match self.shared.backend.call(call.clone()).await {
                 Ok(events) => events,
@@ -392,7 +419,28 @@ impl ServerHandler for HearthMcp {
                 }
             };
             if result.needs_confirmation && attempt == 0 {
-                if let Err(refusal) = self.confirm(&name, &context).await {
+                let asked = match (&answered, self.confirm_route(&name, &context)) {
+                    (Some(answer), _) => approved(&name, answer),
+                    (None, Err(refusal)) => Err(refusal),
+                    (None, Ok(true)) => {
+                        // 2026-07-28: ask through an input request; the client retries
+                        // the call with the answer in `inputResponses`.
+                        let question = match confirm_question(&name) {
+                            Ok(q) => q,
+                            Err(e) => return Ok(error_result(e)),
+                        };
+                        let mut requests = rmcp::model::InputRequests::new();
+                        requests.insert(
+                            CONFIRM_KEY.to_string(),
+                            rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(question)),
+                        );
+                        return Ok(CallToolResponse::InputRequired(
+                            rmcp::model::InputRequiredResult::from_input_requests(requests),
+                        ));
+                    }
+                    (None, Ok(false)) => self.elicit(&name, &context).await,
+                };
+                if let Err(refusal) = asked {
                     return Ok(error_result(refusal));
                 }
                 call.confirmed = true;

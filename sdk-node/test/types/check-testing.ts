@@ -11,6 +11,12 @@ class Echo extends Plugin {
 async function run(): Promise<void> {
   const host = new FakeHost({ llmSources: ['a', 'b'] });
   host.knowledge.add('faq', 'text');
+  host.mcp.addResource('files', 'test://doc/1', 'hello', { name: 'doc1' });
+  host.mcp.addPrompt('files', 'greet', (a) => `Hello, ${a.name}!`, { description: 'Greet', arguments: ['name'] });
+  host.mcp.setResult('files', 'resources/templates/list', { resourceTemplates: [] });
+  host.mcp.setConnected('files', true);
+  const sent: string[] = host.mcp.requests.map((c) => `${c.server} ${c.method}`);
+  void sent;
   const t: PluginHarness = await load(Echo, { host, settings: { days: 3 }, capabilities: ['memory', 'settings_core'], sender: { userId: 'ann' } });
   const r: ToolCallResult = await t.call('echo', { text: 'hi' }, { timeoutMs: 1000 });
   const ok: boolean = r.success && r.error === '' && r.progress.length === 0;

@@ -1,5 +1,5 @@
 // Compiled by test/unit.test.js with tsc --noEmit: the public types accept both styles.
-import { Plugin, Stage, HostError, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult, type ConfigDefInfo, type JsonValue, type Entity, type Doc, type KnowledgeEntry } from 'hearth-plugin';
+import { Plugin, Stage, HostError, serve, type Sender, type CallContext, type HomeAgentSdk, type LinkZoneResult, type ConfigDefInfo, type JsonValue, type Entity, type Doc, type KnowledgeEntry, type McpResourceContents, type McpPromptResult } from 'hearth-plugin';
 import { main } from 'hearth-plugin/runner';
 import { hearth } from 'hearth-plugin/gen/hearth';
 import { PluginHostService } from 'hearth-plugin/gen/services';
@@ -57,6 +57,13 @@ async function typed(sdk: HomeAgentSdk): Promise<void> {
   const docs: Doc[] = await sdk.docMemory().query('天气', 3);
   const k: KnowledgeEntry[] = await sdk.knowledge().search('q');
   const src: string = await sdk.llm().currentSource();
+  const contents: McpResourceContents[] = await sdk.mcp().readResource('files', 'test://doc/1', { timeoutMs: 500 });
+  const text: string | undefined = contents[0].text;
+  const uris: string[] = (await sdk.mcp().resources('files')).map((r) => r.uri);
+  const templates: string[] = (await sdk.mcp().resourceTemplates('files')).map((r) => r.uriTemplate);
+  const prompt: McpPromptResult = await sdk.mcp().getPrompt('files', (await sdk.mcp().prompts('files'))[0].name, { name: 'Ann' });
+  const raw: Record<string, any> = await sdk.mcp().request('files', 'resources/list', { cursor: 'c' });
+  void text; void uris; void templates; void prompt.messages[0].content.text; void raw;
   try {
     await sdk.llm().setSource('nope');
   } catch (err) {

@@ -3,10 +3,10 @@
 /**
  * The broker's host services, in memory (broker/src/grpc/host.rs, grpc/agent.rs
  * `InputService` and `LlmService`): one `FakeHost` holds the stores (settings, graph
- * memory, text memory, documents, knowledge, LLM sources, injected input) and answers
- * each host-service rpc for a calling plugin as the broker does — the same capability
- * checks (`memory`, `knowledge`, `llm`, `input`, `input_as_user`, `settings_core`,
- * `settings_cross`, `settings_secrets`), the same masking of other scopes' secrets, the
+ * memory, text memory, documents, knowledge, LLM sources, MCP servers, injected input)
+ * and answers each host-service rpc for a calling plugin as the broker does — the same
+ * capability checks (`memory`, `knowledge`, `mcp`, `llm`, `input`, `input_as_user`,
+ * `settings_core`, `settings_cross`, `settings_secrets`), the same masking of other scopes' secrets, the
  * same status codes and messages. The gRPC side (which rpc calls `answer`) is in
  * ../broker.js.
  */
@@ -16,11 +16,12 @@ const { SettingsStore, defFromWire, defToWire } = require('./settings');
 const { parse: parseJson } = require('./json');
 const { GraphMemoryStore } = require('./memory');
 const { DocMemoryStore, KnowledgeStore } = require('./search');
+const { McpStore } = require('./mcp');
 
 /** Capabilities of a plugin whose manifest names none (manifest.rs DEFAULT_CAPABILITIES). */
 const DEFAULT_CAPABILITIES = Object.freeze(['memory', 'knowledge', 'llm', 'input']);
 /** Every capability a manifest may grant (manifest.rs CAPABILITIES). */
-const CAPABILITIES = Object.freeze(['memory', 'knowledge', 'llm', 'input', 'input_as_user', 'settings_core', 'settings_cross', 'settings_secrets']);
+const CAPABILITIES = Object.freeze(['memory', 'knowledge', 'mcp', 'llm', 'input', 'input_as_user', 'settings_core', 'settings_cross', 'settings_secrets']);
 const PRIORITIES = ['background', 'message', 'interactive', 'critical'];
 
 /**
@@ -109,6 +110,8 @@ class FakeHost {
     this.docMemory = new DocMemoryStore();
     this.knowledge = new KnowledgeStore();
     this.llm = new LlmStore(opts.llmSources || []);
+    /** MCP servers' resources and prompts (the Mcp service). */
+    this.mcp = new McpStore();
     /** @type {InjectedInput[]} */
     this.injected = [];
     /** @type {Map<string, readonly string[]>} capabilities by plugin name */
@@ -341,9 +344,14 @@ const HANDLERS = {
     return { name: h.llm.current() };
   },
 
+  'mcp.request': (h, me, r) => {
+    h.admit(me, 'Mcp.Request', 'mcp');
+    return { resultJson: JSON.stringify(h.mcp.request(r.server || '', r.method || '', r.paramsJson || '')) };
+  },
+
   'input.injectText': (h, me, r) => h.inject('injectText', me, r),
   'input.injectTextNoMemory': (h, me, r) => h.inject('injectTextNoMemory', me, r),
   'input.injectInterruptText': (h, me, r) => h.inject('injectInterruptText', me, r),
 };
 
-module.exports = { FakeHost, TextMemoryStore, LlmStore, DEFAULT_CAPABILITIES, CAPABILITIES, HANDLERS };
+module.exports = { FakeHost, TextMemoryStore, LlmStore, McpStore, DEFAULT_CAPABILITIES, CAPABILITIES, HANDLERS };

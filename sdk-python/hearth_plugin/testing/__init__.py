@@ -7,7 +7,7 @@ which plays the broker's part: it checks the registration, checks a tool's argum
 against its JSON Schema before calling it, runs stage hooks through the permission
 matrix, matches triggers, and answers host-service calls from an in-memory `FakeHost`
 (settings with defs and secrets, graph memory, doc memory, text memory, knowledge, LLM
-sources, input)::
+sources, input, MCP servers' resources and prompts)::
 
     from hearth_plugin.testing import load
 
@@ -39,7 +39,7 @@ from ._harness import (DEFAULT_CAPABILITIES, AsyncPluginHarness, DroppedWrite, E
                        load_async)
 from ._jsonschema import validate as validate_arguments
 from ._store import (SECRET_MASK, DocStore, FakeHost, GraphStore, Injected, KnowledgeStore, LlmStore,
-                     SettingsStore, StoreError, TextMemoryStore)
+                     McpCall, McpStore, SettingsStore, StoreError, TextMemoryStore)
 from ._triggers import Trigger
 
 __all__ = [
@@ -51,5 +51,5 @@ __all__ = [
     "RegistrationRejected",
     "FakeBroker", "BrokerSession", "HostCall",
     "FakeHost", "SettingsStore", "GraphStore", "DocStore", "KnowledgeStore", "TextMemoryStore",
-    "LlmStore", "Injected", "StoreError", "validate_arguments",
+    "LlmStore", "McpStore", "McpCall", "Injected", "StoreError", "validate_arguments",
 ]

@@ -39,7 +39,7 @@ from ._store import FakeHost, Injected, StoreError, json_loads, json_text
 __all__ = ["ALL_CAPABILITIES", "BrokerSession", "FakeBroker", "HostCall"]
 
 #: Every capability a plugin.json may grant (`broker/src/manifest.rs`).
-ALL_CAPABILITIES = ("memory", "knowledge", "llm", "input", "input_as_user", "settings_core",
+ALL_CAPABILITIES = ("memory", "knowledge", "mcp", "llm", "input", "input_as_user", "settings_core",
                     "settings_cross", "settings_secrets")
 
 #: The capability each host-service method needs (None: none).
@@ -51,10 +51,10 @@ _NEEDS: Dict[str, Optional[str]] = {
     "Settings.GetPlugin": "settings_cross", "Settings.SetPlugin": "settings_cross",
     "Settings.ListPlugin": "settings_cross", "Settings.Dump": "settings_cross",
     "Memory.*": "memory", "TextMemory.*": "memory", "DocMemory.*": "memory",
-    "Knowledge.*": "knowledge", "Llm.*": "llm", "Input.*": "input",
+    "Knowledge.*": "knowledge", "Llm.*": "llm", "Input.*": "input", "Mcp.*": "mcp",
 }
 
-HOST_SERVICES = ("Settings", "Memory", "TextMemory", "DocMemory", "Knowledge", "Llm", "Input")
+HOST_SERVICES = ("Settings", "Memory", "TextMemory", "DocMemory", "Knowledge", "Llm", "Input", "Mcp")
 
 
 @dataclass(frozen=True)
@@ -647,6 +647,19 @@ class FakeBroker:
 
     def _Llm_CurrentSource(self, plugin: str, a: _Admission, r: Any) -> Any:
         return host_pb2.SourceRequest(name=self.host.llm.current())
+
+    # ------------------------------------------------------------------ Mcp
+
+    def _Mcp_Request(self, plugin: str, a: _Admission, r: Any) -> Any:
+        params = None
+        if r.server not in self.host.mcp.servers():
+            raise StoreError("NOT_FOUND", f"no MCP plugin named {r.server}")
+        if r.params_json.strip():
+            try:
+                params = json_loads(r.params_json)
+            except ValueError as e:
+                raise StoreError("INVALID_ARGUMENT", f"params are not JSON: {e}") from None
+        return host_pb2.McpResponse(result_json=_json(self.host.mcp.request(r.server, r.method, params)))
 
     # ------------------------------------------------------------------ Input
 

@@ -25,10 +25,10 @@ import re
 import secrets as _secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["SECRET_MASK", "StoreError", "SettingsStore", "GraphStore", "DocStore", "KnowledgeStore",
-           "TextMemoryStore", "LlmStore", "Injected", "FakeHost", "secret_by_name", "table_name",
+           "TextMemoryStore", "LlmStore", "McpStore", "McpCall", "Injected", "FakeHost", "secret_by_name", "table_name",
            "check_setting", "json_loads", "json_text"]
 
 #: What a masked secret reads as (the broker's `SECRET_MASK`).
@@ -726,6 +726,157 @@ class LlmStore:
         self.chosen = name
 
 
+#: The MCP methods the broker's Mcp service passes on (`broker/src/mcp/host.rs` READ_METHODS).
+MCP_METHODS = ("resources/list", "resources/templates/list", "resources/read", "prompts/list",
+               "prompts/get")
+
+#: A canned MCP result: a JSON object, or a callable(params) → object (raise `StoreError`
+#: to fail with that status).
+McpResult = Union[Mapping[str, Any], Callable[[Dict[str, Any]], Any]]
+
+
+@dataclass(frozen=True)
+class McpCall:
+    """One request a plugin sent through the Mcp service: the MCP plugin's name, the
+    method and its params (a dict)."""
+
+    server: str
+    method: str
+    params: Dict[str, Any]
+
+
+class _McpServer:
+    def __init__(self) -> None:
+        self.connected = True
+        self.resources: List[Dict[str, Any]] = []
+        self.contents: Dict[str, List[Dict[str, Any]]] = {}
+        self.prompts: List[Dict[str, Any]] = []
+        self.prompt_results: Dict[str, Any] = {}
+        self.results: Dict[str, McpResult] = {}
+
+
+class McpStore:
+    """MCP servers (plugins with `"runtime": "mcp"`) whose resources and prompts plugins
+    read through the Mcp service (`sdk.mcp()`, capability `mcp`), with canned answers.
+
+    Seed a server with `add_resource` / `add_prompt` (what `resources/list`,
+    `resources/read`, `prompts/list` and `prompts/get` answer), or give any method's
+    result outright with `set_result` (it takes precedence). The broker's errors:
+    NOT_FOUND for a server never added, INVALID_ARGUMENT for a method outside
+    `MCP_METHODS` or params that are not an object, UNAVAILABLE after
+    `set_connected(server, False)`, FAILED_PRECONDITION (the server's error) for an
+    unknown resource or prompt. `requests` lists what plugins sent.
+    """
+
+    def __init__(self) -> None:
+        self._servers: Dict[str, _McpServer] = {}
+        #: Requests plugins sent, in order.
+        self.requests: List[McpCall] = []
+
+    def add_server(self, server: str) -> None:
+        """Declares MCP plugin `server` (connected, nothing listed); the other seeding
+        methods declare it too."""
+        self._servers.setdefault(server, _McpServer())
+
+    def servers(self) -> List[str]:
+        """Names of the MCP servers, sorted."""
+        return sorted(self._servers)
+
+    def set_connected(self, server: str, connected: bool) -> None:
+        """A disconnected server answers UNAVAILABLE, as the broker does while it restarts."""
+        self.add_server(server)
+        self._servers[server].connected = connected
+
+    def add_resource(self, server: str, uri: str, text: str, *, name: Optional[str] = None,
+                     mime_type: str = "text/plain", description: str = "") -> None:
+        """A text resource: listed by `resources/list`, `text` read by `resources/read`."""
+        self.add_server(server)
+        s = self._servers[server]
+        entry: Dict[str, Any] = {"uri": uri, "name": name or uri, "mimeType": mime_type}
+        if description:
+            entry["description"] = description
+        s.resources = [r for r in s.resources if r["uri"] != uri] + [entry]
+        s.contents[uri] = [{"uri": uri, "mimeType": mime_type, "text": text}]
+
+    def add_prompt(self, server: str, name: str, result: Any, *, description: str = "",
+                   arguments: Iterable[Union[str, Mapping[str, Any]]] = ()) -> None:
+        """A prompt: listed by `prompts/list` (with `description` and `arguments`, names
+        or MCP argument dicts), answered by `prompts/get`. `result` is the text of one
+        user message, a list of MCP messages, a whole result dict, or a callable(arguments
+        dict) → any of these."""
+        self.add_server(server)
+        s = self._servers[server]
+        args = [{"name": a} if isinstance(a, str) else dict(a) for a in arguments]
+        entry: Dict[str, Any] = {"name": name}
+        if description:
+            entry["description"] = description
+        if args:
+            entry["arguments"] = args
+        s.prompts = [p for p in s.prompts if p["name"] != name] + [entry]
+        s.prompt_results[name] = result
+
+    def set_result(self, server: str, method: str, result: Optional[McpResult]) -> None:
+        """Answers `method` of `server` with `result` (a JSON object, or a callable(params)
+        → object) instead of the seeded resources and prompts; None removes it."""
+        if method not in MCP_METHODS:
+            raise ValueError(f"McpStore.set_result: `{method}` is not one of {', '.join(MCP_METHODS)}")
+        self.add_server(server)
+        if result is None:
+            self._servers[server].results.pop(method, None)
+        else:
+            self._servers[server].results[method] = result
+
+    def request(self, server: str, method: str, params: Any) -> Any:
+        """Answers one request as the broker's Mcp service would (`params`: the decoded
+        params, None = {}); records it in `requests`."""
+        if params is None:
+            params = {}
+        s = self._servers.get(server)
+        if s is None:
+            raise StoreError("NOT_FOUND", f"no MCP plugin named {server}")
+        if method not in MCP_METHODS:
+            raise StoreError("INVALID_ARGUMENT", f"`{method}` is not one of {', '.join(MCP_METHODS)}")
+        if not isinstance(params, dict):
+            raise StoreError("INVALID_ARGUMENT", f"params of {method} must be a JSON object, "
+                                                 f"got {json.dumps(params)}")
+        self.requests.append(McpCall(server, method, copy.deepcopy(params)))
+        if not s.connected:
+            raise StoreError("UNAVAILABLE", f"MCP server {server} is not connected")
+        canned = s.results.get(method)
+        if canned is not None:
+            return copy.deepcopy(canned(params) if callable(canned) else dict(canned))
+
+        def failed(why: str) -> StoreError:
+            return StoreError("FAILED_PRECONDITION", f"MCP server {server}: {method}: {why}")
+
+        if method == "resources/list":
+            return {"resources": copy.deepcopy(s.resources)}
+        if method == "resources/templates/list":
+            return {"resourceTemplates": []}
+        if method == "prompts/list":
+            return {"prompts": copy.deepcopy(s.prompts)}
+        if method == "resources/read":
+            uri = params.get("uri")
+            if uri not in s.contents:
+                raise failed(f"Unknown resource: {uri}")
+            return {"contents": copy.deepcopy(s.contents[str(uri)])}
+        name = params.get("name")
+        if name not in s.prompt_results:
+            raise failed(f"Unknown prompt: {name}")
+        result = s.prompt_results[str(name)]
+        if callable(result):
+            result = result(dict(params.get("arguments") or {}))
+        if isinstance(result, str):
+            result = [{"role": "user", "content": {"type": "text", "text": result}}]
+        if isinstance(result, list):
+            entry = next(p for p in s.prompts if p["name"] == name)
+            out: Dict[str, Any] = {"messages": result}
+            if entry.get("description"):
+                out["description"] = entry["description"]
+            return copy.deepcopy(out)
+        return copy.deepcopy(dict(result))
+
+
 @dataclass(frozen=True)
 class Injected:
     """One input a plugin injected (`sdk.inject_text` …), as the broker queues it:
@@ -755,5 +906,7 @@ class FakeHost:
     knowledge: KnowledgeStore = field(default_factory=KnowledgeStore)
     text_memory: TextMemoryStore = field(default_factory=TextMemoryStore)
     llm: LlmStore = field(default_factory=LlmStore)
+    #: MCP servers' resources and prompts (the Mcp service).
+    mcp: McpStore = field(default_factory=McpStore)
     #: Inputs injected by plugins, in order.
     injected: List[Injected] = field(default_factory=list)

@@ -3,7 +3,7 @@
 //! [`Harness`] serves your plugin in process — the SDK's real session code, over a real
 //! gRPC connection on a temp Unix socket — to a fake broker ([`FakeBroker`]) whose
 //! host services ([`FakeHost`]) keep settings, memory, documents and knowledge in
-//! memory and answer as the broker does. The harness then drives the plugin as the
+//! memory (and MCP servers' canned resources and prompts) and answer as the broker does. The harness then drives the plugin as the
 //! broker would:
 //!
 //! - [`Harness::call`]: a tool call, with the arguments checked against the tool's
@@ -204,7 +204,7 @@ pub use error::HarnessError;
 pub use harness::{
     DroppedWrite, EventOutcome, Harness, HarnessBuilder, HookFailure, StageOutcome, ToolOutcome,
 };
-pub use host::{FakeHost, InjectKind, Injected, ALL_CAPABILITIES, DEFAULT_CAPABILITIES};
+pub use host::{FakeHost, InjectKind, Injected, McpCall, ALL_CAPABILITIES, DEFAULT_CAPABILITIES};
 pub use registration::{HookInfo, ToolInfo};
 
 /// What a masked secret reads as (`"••••••"`), in `Settings.Dump` and for callers

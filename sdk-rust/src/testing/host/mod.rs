@@ -6,10 +6,12 @@
 //! - `settings`: core and per-plugin settings, `ConfigDef`s, secrets.
 //! - `graph`: graph memory.
 //! - `search`: DocMemory and Knowledge (a simpler ranking than the broker's bm25).
+//! - `mcp`: MCP servers with canned resources, prompts and results (the Mcp service).
 //! - `services`: the tonic services over [`FakeHost`], one per `hearth.v1` host
 //!   service, checking the token and the capabilities.
 
 mod graph;
+mod mcp;
 mod search;
 mod services;
 mod settings;
@@ -25,6 +27,7 @@ use crate::apis::{ConfigDef, Doc, Entity, KnowledgeEntry, Relation, TextEvent, T
 use crate::testing::HarnessError;
 use hearth_proto::v1::Priority;
 
+pub use mcp::McpCall;
 pub(crate) use services::add_services;
 pub(crate) use settings::SECRET_MASK;
 use settings::{Scope, Secrets, SettingsStore};
@@ -37,6 +40,7 @@ pub const DEFAULT_CAPABILITIES: &[&str] = &["memory", "knowledge", "llm", "input
 pub const ALL_CAPABILITIES: &[&str] = &[
     "memory",
     "knowledge",
+    "mcp",
     "llm",
     "input",
     "input_as_user",
@@ -92,13 +96,14 @@ pub(crate) struct State {
     pub(crate) injected: Vec<Injected>,
     pub(crate) llm_sources: Vec<String>,
     pub(crate) llm_current: Option<String>,
+    pub(crate) mcp: mcp::McpServers,
     /// Host-service methods called, in order (`Settings.Get`, …).
     pub(crate) calls: Vec<String>,
 }
 
 /// In-memory host services for one plugin: what the broker's `Settings`, `Memory`,
-/// `TextMemory`, `DocMemory`, `Knowledge`, `Llm` and `Input` services would store and
-/// answer. Cheap to clone (one shared state).
+/// `TextMemory`, `DocMemory`, `Knowledge`, `Llm`, `Input` and `Mcp` services would store
+/// and answer (MCP servers: canned, see [`add_mcp_resource`](Self::add_mcp_resource)). Cheap to clone (one shared state).
 ///
 /// A [`Harness`](super::Harness) serves one to its plugin;
 /// [`host`](super::Harness::host) gives it back to look at what the plugin stored or to
@@ -369,6 +374,66 @@ impl FakeHost {
     /// The inputs the plugin injected, in order.
     pub fn injected(&self) -> Vec<Injected> {
         self.lock().injected.clone()
+    }
+
+    // ------------------------------------------------------------ mcp
+
+    /// Declares MCP plugin `server` (connected, nothing listed) for the `Mcp` service
+    /// (`Host::mcp`); the other `*_mcp_*` seeding methods declare it too. A server never
+    /// declared answers `NOT_FOUND`, as the broker does for a name that is no MCP plugin.
+    pub fn add_mcp_server(&self, server: &str) {
+        self.lock().mcp.server(server);
+    }
+
+    /// A text resource of MCP server `server` (`text/plain`, named by its URI): listed by
+    /// `resources/list`, `text` read by `resources/read`. An unknown URI answers the
+    /// server's error, `FAILED_PRECONDITION`.
+    pub fn add_mcp_resource(&self, server: &str, uri: &str, text: &str) {
+        self.lock().mcp.add_resource(server, uri, text);
+    }
+
+    /// A prompt of MCP server `server`: listed by `prompts/list` (with `description`
+    /// unless empty), answered by `prompts/get` with `result`: a string (the text of one
+    /// user message), an array (the messages) or a whole result object. An unknown name
+    /// answers `FAILED_PRECONDITION`.
+    pub fn add_mcp_prompt(&self, server: &str, name: &str, description: &str, result: Value) {
+        self.lock()
+            .mcp
+            .add_prompt(server, name, description, result);
+    }
+
+    /// Answers `method` of MCP server `server` with `result` from now on, instead of the
+    /// seeded resources and prompts (`None` removes it), e.g. `resources/templates/list`.
+    ///
+    /// Errors: [`HarnessError::Host`] for a method the broker never passes on (not one
+    /// of [`MCP_METHODS`](crate::MCP_METHODS)).
+    pub fn set_mcp_result(
+        &self,
+        server: &str,
+        method: &str,
+        result: Option<Value>,
+    ) -> Result<(), HarnessError> {
+        if !crate::MCP_METHODS.contains(&method) {
+            return Err(HarnessError::Host {
+                detail: format!(
+                    "set_mcp_result: `{method}` is not one of {}",
+                    crate::MCP_METHODS.join(", ")
+                ),
+            });
+        }
+        self.lock().mcp.set_result(server, method, result);
+        Ok(())
+    }
+
+    /// Connects or disconnects MCP server `server`: a disconnected one answers
+    /// `UNAVAILABLE` (as while the broker restarts it).
+    pub fn set_mcp_connected(&self, server: &str, connected: bool) {
+        self.lock().mcp.server(server).connected = connected;
+    }
+
+    /// The requests the plugin sent through the `Mcp` service, in order.
+    pub fn mcp_requests(&self) -> Vec<McpCall> {
+        self.lock().mcp.requests.clone()
     }
 }
 

@@ -6,8 +6,9 @@ use std::sync::{Arc, MutexGuard};
 
 use hearth_proto::v1::{
     self as pb, doc_memory_server::DocMemoryServer, input_server::InputServer,
-    knowledge_server::KnowledgeServer, llm_server::LlmServer, memory_server::MemoryServer,
-    settings_server::SettingsServer, text_memory_server::TextMemoryServer, Priority,
+    knowledge_server::KnowledgeServer, llm_server::LlmServer, mcp_server::McpServer,
+    memory_server::MemoryServer, settings_server::SettingsServer,
+    text_memory_server::TextMemoryServer, Priority,
 };
 use hearth_proto::{MAX_MESSAGE_BYTES, TOKEN_METADATA};
 use serde_json::Value;
@@ -30,7 +31,7 @@ pub(crate) struct Services {
     token: Arc<str>,
 }
 
-/// `router` with the seven host services of `host` added, admitting `token`.
+/// `router` with the eight host services of `host` added, admitting `token`.
 pub(crate) fn add_services(router: Router, host: FakeHost, token: &str) -> Router {
     let s = Services {
         host,
@@ -52,6 +53,11 @@ pub(crate) fn add_services(router: Router, host: FakeHost, token: &str) -> Route
                 .max_encoding_message_size(max),
         )
         .add_service(LlmServer::new(s.clone()))
+        .add_service(
+            McpServer::new(s.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+        )
         .add_service(InputServer::new(s))
 }
 
@@ -502,6 +508,23 @@ impl pb::llm_server::Llm for Services {
             .or_else(|| state.llm_sources.first().cloned())
             .unwrap_or_default();
         Ok(Response::new(pb::SourceRequest { name }))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::mcp_server::Mcp for Services {
+    async fn request(
+        &self,
+        r: Request<pb::McpRequest>,
+    ) -> Result<Response<pb::McpResponse>, Status> {
+        let mut state = self.admit(&r, "Mcp.Request", Some("mcp"))?;
+        let req = r.get_ref();
+        let result = state
+            .mcp
+            .request(&req.server, &req.method, &req.params_json)?;
+        Ok(Response::new(pb::McpResponse {
+            result_json: result.to_string(),
+        }))
     }
 }
 
