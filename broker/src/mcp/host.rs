@@ -333,7 +333,7 @@ pub(crate) async fn run_session(
     };
     let running: RunningService<RoleClient, Handler> = match tokio::time::timeout(wait, connect).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Some(format!("MCP connect failed: {e}")),
+        Ok(Err(e)) => return Some(format!("MCP connect failed: {}", plain_error(&e))),
         Err(_) => {
             return Some(format!(
                 "MCP server did not answer the handshake within {} s",
@@ -509,6 +509,17 @@ pub(crate) async fn run_session(
     tokio::time::sleep(Duration::from_millis(500)).await;
     session.close(&ended);
     None
+}
+
+/// An rmcp error without the transport's Rust type name (`Transport [rmcp::…<…>]
+/// error: `), which says nothing to an operator.
+fn plain_error(e: &str) -> String {
+    match (e.find("Transport ["), e.find("] error: ")) {
+        (Some(start), Some(end)) if start < end => {
+            format!("{}{}", &e[..start], &e[end + "] error: ".len()..])
+        }
+        _ => e.to_string(),
+    }
 }
 
 /// The lifecycle for `protocol`; `legacy_before`: an earlier `auto` session fell back.

@@ -694,7 +694,8 @@ impl Plugin {
             if let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) {
                 let (stop, stopped) = oneshot::channel();
                 _mcp_stop = Some(stop);
-                self.start_mcp_session(spec, generation, Io::Stdio(stdout, stdin), stopped);
+                // Its end shows as the process's end (exit status, stderr).
+                let _ = self.start_mcp_session(spec, generation, Io::Stdio(stdout, stdin), stopped);
             }
         }
         if let Some(out) = child.stdout.take() {
@@ -827,7 +828,7 @@ impl Plugin {
         generation: u64,
         io: Io,
         stop: oneshot::Receiver<()>,
-    ) {
+    ) -> oneshot::Receiver<Option<String>> {
         let plugin = self.clone();
         let (p1, p2, p3) = (plugin.clone(), plugin.clone(), plugin.clone());
         let hooks = Hooks {
@@ -871,12 +872,19 @@ impl Plugin {
             hooks,
             stop,
         );
+        let (done, outcome) = oneshot::channel();
         tokio::spawn(async move {
-            if let Some(why) = task.await {
+            let refused = task.await;
+            if let Some(why) = &refused {
                 tracing::error!(plugin = %plugin.name, "MCP session refused: {why}");
-                let _ = plugin.control.send(Control::Refused { generation, why });
+                let _ = plugin.control.send(Control::Refused {
+                    generation,
+                    why: why.clone(),
+                });
             }
+            let _ = done.send(refused);
         });
+        outcome
     }
 
     /// Supervises a Streamable HTTP MCP server (no process): the connection is the
@@ -899,32 +907,17 @@ impl Plugin {
         tracing::info!(plugin = %name, generation, url, "connecting to MCP server");
         self.logs.started(0, &format!("{} ({url})", self.start_cause(generation)));
         let (stop, stopped) = oneshot::channel();
-        let (ended_tx, mut ended) = oneshot::channel::<()>();
-        {
-            // The session task reports its end through `hooks.ended`/`Refused`; this
-            // watcher only needs to know when it returned.
-            let plugin = self.clone();
-            let spec = spec.clone();
-            let io = Io::Http {
-                url: url.to_string(),
-                headers,
-            };
-            tokio::spawn(async move {
-                let (inner_stop, inner_stopped) = oneshot::channel();
-                plugin.start_mcp_session(&spec, generation, io, inner_stopped);
-                // Forward our stop, and notice when the session is over: it closes
-                // the instance's live session.
-                let _ = stopped.await;
-                let _ = inner_stop.send(());
-                drop(ended_tx);
-            });
-        }
+        let io = Io::Http {
+            url: url.to_string(),
+            headers,
+        };
+        // Ends with the session: Some(why) when it was refused before it registered.
+        let mut outcome = self.start_mcp_session(spec, generation, io, stopped);
         let mut stop = Some(stop);
         let startup_deadline =
             tokio::time::Instant::now() + Duration::from_secs_f64(spec.startup_timeout_s);
         let mut registered_at: Option<Instant> = None;
         let mut killed_because: Option<String> = None;
-        let mut session_over = false;
         let mut halt = |why: Option<String>, stop: &mut Option<oneshot::Sender<()>>| {
             if let Some(why) = why {
                 tracing::error!(plugin = %name, "{why}; disconnecting");
@@ -934,27 +927,16 @@ impl Plugin {
                 let _ = s.send(());
             }
         };
-        let exit = loop {
-            if session_over && stop.is_none() {
-                break "connection closed".to_string();
-            }
+        let why = loop {
             tokio::select! {
-                _ = &mut ended => {
-                    if stop.is_none() {
-                        break "connection closed".to_string();
-                    }
-                    // Cannot happen: the forwarder ends only after a stop.
-                    halt(None, &mut stop);
-                }
+                refused = &mut outcome => break refused.ok().flatten(),
                 _ = tokio::time::sleep_until(startup_deadline), if registered_at.is_none() && stop.is_some() => {
                     halt(Some(format!("did not register within {} s", spec.startup_timeout_s)), &mut stop);
                 }
                 cmd = cmds.recv() => match cmd {
                     Some(ProcCmd::Registered) => registered_at = Some(Instant::now()),
-                    Some(ProcCmd::SessionEnded) => {
-                        session_over = true;
-                        halt(None, &mut stop);
-                    }
+                    // The session task ends on its own; `outcome` follows.
+                    Some(ProcCmd::SessionEnded) => {}
                     Some(ProcCmd::Hung(silent)) => {
                         halt(Some(format!("answered no ping for {} ms (hung)", silent.as_millis())), &mut stop);
                     }
@@ -968,10 +950,13 @@ impl Plugin {
                 },
             }
         };
-        // A refused session (connect failed) never sends SessionEnded: it ends here
-        // once the forwarder saw the stop; the refusal reason is in the log.
         ProcessEnd {
-            exit,
+            exit: match (why, stop.is_none()) {
+                // e.g. "MCP connect failed: … error sending request for url (…)"
+                (Some(why), _) => why,
+                (None, true) => "disconnected".into(),
+                (None, false) => "connection closed".into(),
+            },
             killed_because,
             uptime: registered_at.map(|t| t.elapsed()),
             why: None,
