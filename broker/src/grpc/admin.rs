@@ -400,6 +400,14 @@ impl Admin for AdminService {
                     _ = tx.closed() => return,
                 }
             };
+            // Progress reported before the result may still be queued (select! picks
+            // the finished call at random): send it first.
+            while let Ok(p) = progress_rx.try_recv() {
+                let event = CallToolEvent { event: Some(call_tool_event::Event::Progress(p)) };
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
             let _ = tx
                 .send(outcome.map(|r| CallToolEvent {
                     event: Some(call_tool_event::Event::Result(r)),

@@ -208,28 +208,12 @@ impl ClientHandler for Handler {
         )
     }
 
+    // Progress is delivered by [`ProgressTap`] as it is read, in the server's order.
     async fn on_progress(
         &self,
-        params: ProgressNotificationParam,
+        _params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        // rmcp handles each notification in a task of its own, so two reports close
-        // together may arrive swapped: forward only increasing values (MCP requires
-        // progress to increase), under the lock so forwarding keeps their order.
-        let mut calls = self.progress.lock().unwrap();
-        if let Some((call_id, last)) = calls.get_mut(&params.progress_token) {
-            if params.progress > *last {
-                *last = params.progress;
-                self.session.progress(
-                    *call_id,
-                    ToolProgress {
-                        message: params.message.unwrap_or_default(),
-                        progress: params.progress,
-                        total: params.total.unwrap_or(0.0),
-                    },
-                );
-            }
-        }
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -255,6 +239,63 @@ impl ClientHandler for Handler {
         self.logs
             .note("mcp-log", format!("[{level}{logger}] {text}"), 0);
         tracing::debug!(plugin = %self.plugin, "MCP log: {text}");
+    }
+}
+
+impl Handler {
+    /// Hands one progress notification to its call (see [`ProgressTap`]).
+    fn deliver_progress(&self, params: ProgressNotificationParam) {
+        // Forward only increasing values (MCP requires progress to increase).
+        let mut calls = self.progress.lock().unwrap();
+        if let Some((call_id, last)) = calls.get_mut(&params.progress_token) {
+            if params.progress > *last {
+                *last = params.progress;
+                self.session.progress(
+                    *call_id,
+                    ToolProgress {
+                        message: params.message.unwrap_or_default(),
+                        progress: params.progress,
+                        total: params.total.unwrap_or(0.0),
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// A transport that hands progress notifications to their calls as they are read,
+/// before the messages after them: rmcp runs each notification handler in a task of
+/// its own, so the result of a call could overtake the progress sent before it (and
+/// the progress be dropped, its call being over).
+struct ProgressTap<T> {
+    inner: T,
+    handler: Handler,
+}
+
+impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient>
+    for ProgressTap<T>
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
+        let msg = self.inner.receive().await?;
+        if let rmcp::model::JsonRpcMessage::Notification(n) = &msg {
+            if let ServerNotification::ProgressNotification(p) = &n.notification {
+                self.handler.deliver_progress(p.params.clone());
+            }
+        }
+        Some(msg)
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 
@@ -314,18 +355,27 @@ pub(crate) async fn run_session(
     let wait = Duration::from_secs_f64(spec.startup_timeout_s);
     let connect = async {
         match io {
-            Io::Stdio(stdout, stdin) => handler
-                .clone()
-                .serve_with_lifecycle((stdout, stdin), mode)
-                .await
-                .map_err(|e| e.to_string()),
-            Io::Http { url, headers } => {
-                let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
-                    http_config(&url, &headers)?,
-                );
+            Io::Stdio(stdout, stdin) => {
+                let inner = rmcp::transport::IntoTransport::<
+                    RoleClient,
+                    std::io::Error,
+                    rmcp::transport::async_rw::TransportAdapterAsyncRW,
+                >::into_transport((stdout, stdin));
+                let tap = ProgressTap { inner, handler: handler.clone() };
                 handler
                     .clone()
-                    .serve_with_lifecycle(transport, mode)
+                    .serve_with_lifecycle(tap, mode)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Io::Http { url, headers } => {
+                let inner = rmcp::transport::StreamableHttpClientTransport::from_config(
+                    http_config(&url, &headers)?,
+                );
+                let tap = ProgressTap { inner, handler: handler.clone() };
+                handler
+                    .clone()
+                    .serve_with_lifecycle(tap, mode)
                     .await
                     .map_err(|e| e.to_string())
             }
@@ -383,6 +433,9 @@ pub(crate) async fn run_session(
         s.peer = Some((generation, peer.clone()));
     }
     let sdk = format!("mcp {server_name} {server_version} (protocol {protocol})");
+    // Registering is a sign of life: the heartbeat counts from here, not from the
+    // spawn (the time to start is the startup timeout's business).
+    session.pong();
     if !(hooks.publish)(&session, sdk.trim()) {
         link.state.lock().unwrap().peer = None;
         return None;
@@ -644,8 +697,14 @@ async fn call_tool(
         .await
     {
         Ok(h) => h,
+        // The connection is going (the process dying): the session's close reason
+        // (its exit status) fails the call.
+        Err(rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)) => {
+            let _ = done.send(call_id);
+            return;
+        }
         Err(e) => {
-            session.complete(Reply::Tool(fail(format!("MCP tools/call {tool}: {e}"))));
+            session.complete(Reply::Tool(fail(format!("MCP tools/call {tool}: {}", plain_error(&e.to_string())))));
             let _ = done.send(call_id);
             return;
         }
