@@ -968,7 +968,10 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                println!("{:<24} {:<16} {:<22} DESCRIPTION", "NAME", "PLUGIN", "HINTS");
+                println!(
+                    "{:<24} {:<16} {:<22} DESCRIPTION",
+                    "NAME", "PLUGIN", "HINTS"
+                );
                 let out = Printer::stdout();
                 for t in &tools {
                     let first = t.description.lines().next().unwrap_or("");

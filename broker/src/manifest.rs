@@ -699,7 +699,10 @@ fn mcp_spec(
             ("protocol", raw.protocol.is_some()),
         ];
         if let Some((key, _)) = set.iter().find(|(_, on)| *on) {
-            return Err((key, "is for MCP servers only: add \"runtime\": \"mcp\"".into()));
+            return Err((
+                key,
+                "is for MCP servers only: add \"runtime\": \"mcp\"".into(),
+            ));
         }
         return Ok(None);
     }

@@ -478,9 +478,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             let token = mcp_token(&data_dir.join(MCP_TOKEN_FILE))?;
             let admin = AdminService::new(router.clone(), sources.clone(), admin_token.clone())
                 .with_policies(agent.policies());
-            let app = crate::mcp::serve::http_router(admin, admin_token.clone().into(), token.into())
-                .await
-                .map_err(|s| anyhow::anyhow!("--mcp-listen: {}", s.message()))?;
+            let app =
+                crate::mcp::serve::http_router(admin, admin_token.clone().into(), token.into())
+                    .await
+                    .map_err(|s| anyhow::anyhow!("--mcp-listen: {}", s.message()))?;
             let tcp = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("--mcp-listen: binding {addr}"))?;

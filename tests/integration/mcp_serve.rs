@@ -911,7 +911,10 @@ async fn policies_count_per_session_and_confirm_asks_the_client() {
     }
     // Only the accepted calls ever reached the plugin (it numbers its runs).
     confirmed_runs.sort_unstable();
-    assert_eq!(confirmed_runs, (1..=CLIENTS.len() as u32).collect::<Vec<_>>());
+    assert_eq!(
+        confirmed_runs,
+        (1..=CLIENTS.len() as u32).collect::<Vec<_>>()
+    );
 }
 
 /// A chat turn in which the LLM calls an MCP server's tool (`runtime: mcp`) through

@@ -2,6 +2,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hearth_proto::v1::admin_server::Admin;
+use hearth_proto::v1::{
+    call_tool_event, CallToolEvent, ListMcpServersRequest, ListMcpServersResponse,
+    McpRequestMessage, McpResponseMessage, McpServerInfo, ToolsChanged, WatchToolsRequest,
+};
 use hearth_proto::v1::{AttachTokenRequest, AttachTokenResponse};
 use hearth_proto::v1::{
     CallToolRequest, CallToolResponse, ListPluginsRequest, ListPluginsResponse, ListToolsRequest,
@@ -10,18 +14,14 @@ use hearth_proto::v1::{
     RestartPluginResponse, Sender, ToolInfo, UnloadPluginRequest, UnloadPluginResponse,
 };
 use hearth_proto::v1::{ListSourcesRequest, ListSourcesResponse, SourceInfo, UseSourceRequest};
-use hearth_proto::v1::{
-    call_tool_event, CallToolEvent, ListMcpServersRequest, ListMcpServersResponse,
-    McpRequestMessage, McpResponseMessage, McpServerInfo, ToolsChanged, WatchToolsRequest,
-};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::llm::SourcePool;
 use tonic::{Request, Response, Status};
 
 use crate::error::CallError;
-use crate::pipeline::policy::{Admission, Policies, Refusal};
 use crate::manifest::McpTransport;
+use crate::pipeline::policy::{Admission, Policies, Refusal};
 use crate::router::ToolRouter;
 use crate::supervisor::session::ProgressSink;
 use crate::supervisor::{PluginSnapshot, Supervisor};
@@ -99,7 +99,13 @@ impl AdminService {
             return Ok(None);
         };
         self.policies
-            .admit_outside(&req.name, ai, &req.user_id, &req.conversation, req.confirmed)
+            .admit_outside(
+                &req.name,
+                ai,
+                &req.user_id,
+                &req.conversation,
+                req.confirmed,
+            )
             .map(Some)
             .map_err(|refusal| {
                 Box::new(CallToolResponse {
@@ -403,7 +409,9 @@ impl Admin for AdminService {
             // Progress reported before the result may still be queued (select! picks
             // the finished call at random): send it first.
             while let Ok(p) = progress_rx.try_recv() {
-                let event = CallToolEvent { event: Some(call_tool_event::Event::Progress(p)) };
+                let event = CallToolEvent {
+                    event: Some(call_tool_event::Event::Progress(p)),
+                };
                 if tx.send(Ok(event)).await.is_err() {
                     return;
                 }
@@ -488,7 +496,9 @@ impl Admin for AdminService {
     ) -> Result<Response<McpResponseMessage>, Status> {
         self.authorize(&request)?;
         let req = request.into_inner();
-        let result = crate::mcp::host::request(&self.supervisor, &req.plugin, &req.method, &req.params_json).await?;
+        let result =
+            crate::mcp::host::request(&self.supervisor, &req.plugin, &req.method, &req.params_json)
+                .await?;
         Ok(Response::new(McpResponseMessage {
             result_json: result.to_string(),
         }))

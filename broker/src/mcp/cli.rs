@@ -98,7 +98,11 @@ pub async fn run(data_dir: &Path, command: McpCommand) -> anyhow::Result<ExitCod
             for r in resources["resources"].as_array().into_iter().flatten() {
                 row(r, "uri");
             }
-            for t in templates["resourceTemplates"].as_array().into_iter().flatten() {
+            for t in templates["resourceTemplates"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 row(t, "uriTemplate");
             }
             Ok(ExitCode::SUCCESS)
@@ -144,7 +148,11 @@ pub async fn run(data_dir: &Path, command: McpCommand) -> anyhow::Result<ExitCod
                         .flatten()
                         .map(|a| {
                             let n = a["name"].as_str().unwrap_or("?");
-                            if a["required"].as_bool() == Some(true) { n.to_string() } else { format!("[{n}]") }
+                            if a["required"].as_bool() == Some(true) {
+                                n.to_string()
+                            } else {
+                                format!("[{n}]")
+                            }
                         })
                         .collect();
                     println!(
@@ -192,11 +200,21 @@ fn row(r: &Value, uri_key: &str) {
         r[uri_key].as_str().unwrap_or(""),
         r["name"].as_str().unwrap_or(""),
         r["mimeType"].as_str().unwrap_or("-"),
-        r["description"].as_str().unwrap_or("").lines().next().unwrap_or("")
+        r["description"]
+            .as_str()
+            .unwrap_or("")
+            .lines()
+            .next()
+            .unwrap_or("")
     );
 }
 
-async fn request(conn: &mut AdminConn, server: &str, method: &str, params: Value) -> anyhow::Result<Value> {
+async fn request(
+    conn: &mut AdminConn,
+    server: &str,
+    method: &str,
+    params: Value,
+) -> anyhow::Result<Value> {
     let req = conn.with_token(McpRequestMessage {
         plugin: server.to_string(),
         method: method.into(),
@@ -208,7 +226,8 @@ async fn request(conn: &mut AdminConn, server: &str, method: &str, params: Value
         .await
         .map_err(|s| anyhow!("{}", s.message()))?
         .into_inner();
-    serde_json::from_str(&r.result_json).with_context(|| format!("{method}: the result is not JSON"))
+    serde_json::from_str(&r.result_json)
+        .with_context(|| format!("{method}: the result is not JSON"))
 }
 
 async fn list(data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
@@ -223,7 +242,11 @@ async fn list(data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
         .servers;
     let state = |s: i32| {
         PluginState::try_from(s)
-            .map(|s| s.as_str_name().trim_start_matches("PLUGIN_STATE_").to_lowercase())
+            .map(|s| {
+                s.as_str_name()
+                    .trim_start_matches("PLUGIN_STATE_")
+                    .to_lowercase()
+            })
             .unwrap_or_else(|_| "unknown".into())
     };
     if json {
@@ -250,7 +273,11 @@ async fn list(data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "{:<16} {:<9} {:<11} {:<10} {:<24} {:>5}  {}",
             s.plugin,
             s.transport,
-            if s.protocol_version.is_empty() { "-" } else { &s.protocol_version },
+            if s.protocol_version.is_empty() {
+                "-"
+            } else {
+                &s.protocol_version
+            },
             state(s.state),
             format!("{} {}", s.server_name, s.server_version).trim(),
             s.tools.len(),
@@ -260,8 +287,14 @@ async fn list(data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn import(data_dir: &Path, file: &Path, force: bool, dry_run: bool) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+async fn import(
+    data_dir: &Path,
+    file: &Path,
+    force: bool,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let plan = crate::mcp::import::parse(&text, file)?;
     for w in &plan.warnings {
         eprintln!("warning: {w}");
@@ -270,7 +303,10 @@ async fn import(data_dir: &Path, file: &Path, force: bool, dry_run: bool) -> any
         eprintln!("skipped: {s}");
     }
     if plan.servers.is_empty() {
-        return Err(anyhow!("{}: no MCP server could be imported", file.display()));
+        return Err(anyhow!(
+            "{}: no MCP server could be imported",
+            file.display()
+        ));
     }
     let plugins = data_dir.join("plugins");
     if dry_run {
@@ -278,16 +314,29 @@ async fn import(data_dir: &Path, file: &Path, force: bool, dry_run: bool) -> any
             println!("{}/plugin.json:", plugins.join(&s.name).display());
             println!("{}", serde_json::to_string_pretty(&s.manifest)?);
         }
-        return Ok(if plan.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        return Ok(if plan.skipped.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
     }
     let written = crate::mcp::import::write(&plan, &plugins, force)?;
     for (s, dir) in plan.servers.iter().zip(&written) {
-        println!("imported {} as plugin {} ({})", s.server, s.name, dir.display());
+        println!(
+            "imported {} as plugin {} ({})",
+            s.server,
+            s.name,
+            dir.display()
+        );
     }
     // A running broker loads them now; without one they load at its next start.
     let Ok(mut conn) = AdminConn::connect(data_dir).await else {
         println!("no broker running: `hearth run` will load them");
-        return Ok(if plan.skipped.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        return Ok(if plan.skipped.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
     };
     let mut failed = !plan.skipped.is_empty();
     let req = conn.with_token(hearth_proto::v1::ListPluginsRequest {});
@@ -304,13 +353,21 @@ async fn import(data_dir: &Path, file: &Path, force: bool, dry_run: bool) -> any
     for (s, dir) in plan.servers.iter().zip(&written) {
         // Already loaded (a re-import with --force): reload it with the new manifest.
         let outcome = if loaded.contains(&s.name) {
-            let req = conn.with_token(hearth_proto::v1::ReloadPluginRequest { name: s.name.clone() });
-            conn.client().reload_plugin(req).await.map(|r| r.into_inner().plugin)
+            let req = conn.with_token(hearth_proto::v1::ReloadPluginRequest {
+                name: s.name.clone(),
+            });
+            conn.client()
+                .reload_plugin(req)
+                .await
+                .map(|r| r.into_inner().plugin)
         } else {
             let req = conn.with_token(LoadPluginRequest {
                 path: dir.display().to_string(),
             });
-            conn.client().load_plugin(req).await.map(|r| r.into_inner().plugin)
+            conn.client()
+                .load_plugin(req)
+                .await
+                .map(|r| r.into_inner().plugin)
         };
         match outcome {
             Ok(p) => {
@@ -323,5 +380,9 @@ async fn import(data_dir: &Path, file: &Path, force: bool, dry_run: bool) -> any
             }
         }
     }
-    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -38,7 +38,10 @@ pub fn tool_name(prefix: &str, name: &str) -> String {
 /// The registry specs of an MCP server's `tools` (each a `tools/list` entry as JSON),
 /// and the map from registry name back to the server's own name. A tool without
 /// `name` or `inputSchema` object is skipped with the reason in the third value.
-pub fn tool_specs(tools: &[Value], mcp: &McpSpec) -> (Vec<ToolSpec>, HashMap<String, String>, Vec<String>) {
+pub fn tool_specs(
+    tools: &[Value],
+    mcp: &McpSpec,
+) -> (Vec<ToolSpec>, HashMap<String, String>, Vec<String>) {
     let mut specs = Vec::with_capacity(tools.len());
     let mut names = HashMap::with_capacity(tools.len());
     let mut skipped = Vec::new();
@@ -50,7 +53,9 @@ pub fn tool_specs(tools: &[Value], mcp: &McpSpec) -> (Vec<ToolSpec>, HashMap<Str
         let schema = match tool.get("inputSchema") {
             Some(s @ Value::Object(_)) => s.to_string(),
             _ => {
-                skipped.push(format!("tool `{name}`: inputSchema is missing or not an object"));
+                skipped.push(format!(
+                    "tool `{name}`: inputSchema is missing or not an object"
+                ));
                 continue;
             }
         };
@@ -66,7 +71,13 @@ pub fn tool_specs(tools: &[Value], mcp: &McpSpec) -> (Vec<ToolSpec>, HashMap<Str
             .and_then(Value::as_str)
             .filter(|d| !d.trim().is_empty())
             .map(str::to_string)
-            .unwrap_or_else(|| if title.is_empty() { name.to_string() } else { title.clone() });
+            .unwrap_or_else(|| {
+                if title.is_empty() {
+                    name.to_string()
+                } else {
+                    title.clone()
+                }
+            });
         let annotations = tool.get("annotations").map(|a| {
             let hint = |key: &str| a.get(key).and_then(Value::as_bool);
             ToolAnnotations {
@@ -76,10 +87,11 @@ pub fn tool_specs(tools: &[Value], mcp: &McpSpec) -> (Vec<ToolSpec>, HashMap<Str
                 open_world_hint: hint("openWorldHint"),
             }
         });
-        let ai_tool = (mcp.confirm_destructive && is_destructive(annotations.as_ref())).then(|| AiTool {
-            confirm: true,
-            ..Default::default()
-        });
+        let ai_tool =
+            (mcp.confirm_destructive && is_destructive(annotations.as_ref())).then(|| AiTool {
+                confirm: true,
+                ..Default::default()
+            });
         names.insert(registered.clone(), name.to_string());
         specs.push(ToolSpec {
             name: registered,
@@ -123,7 +135,13 @@ pub fn tool_result(call_id: u64, result: &Value) -> ToolResult {
     let mut rich = false;
     for block in &blocks {
         match block.get("type").and_then(Value::as_str) {
-            Some("text") => lines.push(block.get("text").and_then(Value::as_str).unwrap_or_default().to_string()),
+            Some("text") => lines.push(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
             kind => {
                 rich = true;
                 lines.push(describe_block(kind.unwrap_or("?"), block));
@@ -136,18 +154,29 @@ pub fn tool_result(call_id: u64, result: &Value) -> ToolResult {
         .filter(|v| !v.is_null())
         .map(Value::to_string)
         .unwrap_or_default();
-    let failed = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
+    let failed = result
+        .get("isError")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     ToolResult {
         call_id,
         success: !failed,
         content: if failed { String::new() } else { text.clone() },
         data_json: structured,
         error: if failed {
-            if text.is_empty() { "the MCP server reported an error without text".into() } else { text }
+            if text.is_empty() {
+                "the MCP server reported an error without text".into()
+            } else {
+                text
+            }
         } else {
             String::new()
         },
-        content_blocks_json: if rich { Value::Array(blocks).to_string() } else { String::new() },
+        content_blocks_json: if rich {
+            Value::Array(blocks).to_string()
+        } else {
+            String::new()
+        },
     }
 }
 
@@ -161,7 +190,15 @@ fn describe_block(kind: &str, block: &Value) -> String {
         }
         "resource_link" => {
             let name = s("name");
-            format!("[resource link {}{}]", s("uri"), if name.is_empty() { String::new() } else { format!(" ({name})") })
+            format!(
+                "[resource link {}{}]",
+                s("uri"),
+                if name.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({name})")
+                }
+            )
         }
         "resource" => {
             let r = block.get("resource").cloned().unwrap_or_default();
@@ -180,7 +217,13 @@ fn describe_block(kind: &str, block: &Value) -> String {
 /// A Hearth result as the JSON of an MCP `CallToolResult`: `content_blocks_json` when
 /// present, else one text block; `data_json` (an object, or any value for 2026
 /// clients) as `structuredContent`; a failure as `isError` with its text.
-pub fn call_result(success: bool, content: &str, data_json: &str, error: &str, blocks_json: &str) -> Value {
+pub fn call_result(
+    success: bool,
+    content: &str,
+    data_json: &str,
+    error: &str,
+    blocks_json: &str,
+) -> Value {
     if !success {
         return serde_json::json!({
             "content": [{"type": "text", "text": error}],
@@ -206,7 +249,10 @@ mod tests {
 
     fn spec(prefix: &str, confirm_destructive: bool) -> McpSpec {
         McpSpec {
-            transport: McpTransport::Http { url: "http://x/mcp".into(), headers: Default::default() },
+            transport: McpTransport::Http {
+                url: "http://x/mcp".into(),
+                headers: Default::default(),
+            },
             tool_prefix: prefix.into(),
             confirm_destructive,
             protocol: McpProtocol::Auto,
@@ -240,7 +286,10 @@ mod tests {
         assert!(specs[0].ai_tool.is_none());
         assert_eq!(specs[1].name, "p_rm_all");
         assert_eq!(specs[1].description, "rm.all");
-        assert!(specs[1].ai_tool.as_ref().unwrap().confirm, "confirm_destructive maps destructiveHint to confirm");
+        assert!(
+            specs[1].ai_tool.as_ref().unwrap().confirm,
+            "confirm_destructive maps destructiveHint to confirm"
+        );
         assert_eq!(names["p_rm_all"], "rm.all");
         let (specs, _, _) = tool_specs(&tools, &spec("", false));
         assert!(specs[1].ai_tool.is_none());
@@ -248,18 +297,36 @@ mod tests {
 
     #[test]
     fn results_map_text_structured_rich_and_errors() {
-        let r = tool_result(7, &json!({"content": [{"type": "text", "text": "5"}], "structuredContent": {"total": 5}}));
+        let r = tool_result(
+            7,
+            &json!({"content": [{"type": "text", "text": "5"}], "structuredContent": {"total": 5}}),
+        );
         assert!(r.success);
-        assert_eq!((r.content.as_str(), r.data_json.as_str()), ("5", r#"{"total":5}"#));
+        assert_eq!(
+            (r.content.as_str(), r.data_json.as_str()),
+            ("5", r#"{"total":5}"#)
+        );
         assert!(r.content_blocks_json.is_empty());
-        let r = tool_result(7, &json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"},
-                                                   {"type": "resource_link", "uri": "test://doc/1", "name": "doc1"}]}));
-        assert_eq!(r.content, "[image image/png, 3 bytes]\n[resource link test://doc/1 (doc1)]");
+        let r = tool_result(
+            7,
+            &json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"},
+                                                   {"type": "resource_link", "uri": "test://doc/1", "name": "doc1"}]}),
+        );
+        assert_eq!(
+            r.content,
+            "[image image/png, 3 bytes]\n[resource link test://doc/1 (doc1)]"
+        );
         assert!(r.content_blocks_json.contains("resource_link"));
-        let r = tool_result(7, &json!({"content": [{"type": "text", "text": "nope"}], "isError": true}));
+        let r = tool_result(
+            7,
+            &json!({"content": [{"type": "text", "text": "nope"}], "isError": true}),
+        );
         assert!(!r.success);
         assert_eq!(r.error, "nope");
         let back = call_result(true, "5", r#"{"total":5}"#, "", "");
-        assert_eq!(back, json!({"content": [{"type": "text", "text": "5"}], "isError": false, "structuredContent": {"total": 5}}));
+        assert_eq!(
+            back,
+            json!({"content": [{"type": "text", "text": "5"}], "isError": false, "structuredContent": {"total": 5}})
+        );
     }
 }

@@ -23,8 +23,8 @@ use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
     ClientCapabilities, ClientConfig, ClientNotification, ClientRequest, Implementation,
-    PingRequest, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion, RequestId, ServerNotification, ServerResult, SubscriptionFilter,
+    PingRequest, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
+    ServerNotification, ServerResult, SubscriptionFilter,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, Peer, PeerRequestOptions,
@@ -142,9 +142,16 @@ impl McpLink {
                 "params of {method} must be a JSON object, got {params}"
             )));
         }
-        let peer = self.state.lock().unwrap().peer.clone().map(|(_, p)| p).ok_or_else(|| {
-            McpRequestError::Unavailable(format!("MCP server {plugin} is not connected"))
-        })?;
+        let peer = self
+            .state
+            .lock()
+            .unwrap()
+            .peer
+            .clone()
+            .map(|(_, p)| p)
+            .ok_or_else(|| {
+                McpRequestError::Unavailable(format!("MCP server {plugin} is not connected"))
+            })?;
         let request: ClientRequest = serde_json::from_value(serde_json::json!({
             "method": method,
             "params": params,
@@ -235,7 +242,11 @@ impl ClientHandler for Handler {
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
-        let logger = params.logger.as_deref().map(|l| format!(" {l}")).unwrap_or_default();
+        let logger = params
+            .logger
+            .as_deref()
+            .map(|l| format!(" {l}"))
+            .unwrap_or_default();
         self.logs
             .note("mcp-log", format!("[{level}{logger}] {text}"), 0);
         tracing::debug!(plugin = %self.plugin, "MCP log: {text}");
@@ -312,11 +323,15 @@ pub(crate) enum Io {
     },
 }
 
+/// Publishes a registered session (with its `sdk` line); false when the instance was
+/// replaced meanwhile.
+pub(crate) type PublishHook = Box<dyn Fn(&Arc<Session>, &str) -> bool + Send + Sync>;
+
 /// How the supervisor hears about the session (the same events a gRPC session
 /// reports from its handshake task).
 pub(crate) struct Hooks {
     /// Publishes the registered session; false when the instance was replaced.
-    pub publish: Box<dyn Fn(&Arc<Session>, &str) -> bool + Send + Sync>,
+    pub publish: PublishHook,
     /// Whether the instance may still register.
     pub wants: Box<dyn Fn() -> bool + Send + Sync>,
     /// The session ended (after registering): `unpublish` and `SessionEnded`.
@@ -361,7 +376,10 @@ pub(crate) async fn run_session(
                     std::io::Error,
                     rmcp::transport::async_rw::TransportAdapterAsyncRW,
                 >::into_transport((stdout, stdin));
-                let tap = ProgressTap { inner, handler: handler.clone() };
+                let tap = ProgressTap {
+                    inner,
+                    handler: handler.clone(),
+                };
                 handler
                     .clone()
                     .serve_with_lifecycle(tap, mode)
@@ -372,7 +390,10 @@ pub(crate) async fn run_session(
                 let inner = rmcp::transport::StreamableHttpClientTransport::from_config(
                     http_config(&url, &headers)?,
                 );
-                let tap = ProgressTap { inner, handler: handler.clone() };
+                let tap = ProgressTap {
+                    inner,
+                    handler: handler.clone(),
+                };
                 handler
                     .clone()
                     .serve_with_lifecycle(tap, mode)
@@ -381,16 +402,17 @@ pub(crate) async fn run_session(
             }
         }
     };
-    let running: RunningService<RoleClient, Handler> = match tokio::time::timeout(wait, connect).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Some(format!("MCP connect failed: {}", plain_error(&e))),
-        Err(_) => {
-            return Some(format!(
-                "MCP server did not answer the handshake within {} s",
-                spec.startup_timeout_s
-            ))
-        }
-    };
+    let running: RunningService<RoleClient, Handler> =
+        match tokio::time::timeout(wait, connect).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Some(format!("MCP connect failed: {}", plain_error(&e))),
+            Err(_) => {
+                return Some(format!(
+                    "MCP server did not answer the handshake within {} s",
+                    spec.startup_timeout_s
+                ))
+            }
+        };
     let peer = running.peer().clone();
     let info = peer.peer_info();
     let protocol = info
@@ -399,11 +421,21 @@ pub(crate) async fn run_session(
         .unwrap_or_default();
     let (server_name, server_version, resources, prompts, list_changed_cap) = match &info {
         Some(i) => (
-            i.server_info.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
-            i.server_info.as_ref().map(|s| s.version.clone()).unwrap_or_default(),
+            i.server_info
+                .as_ref()
+                .map(|s| s.name.clone())
+                .unwrap_or_default(),
+            i.server_info
+                .as_ref()
+                .map(|s| s.version.clone())
+                .unwrap_or_default(),
             i.capabilities.resources.is_some(),
             i.capabilities.prompts.is_some(),
-            i.capabilities.tools.as_ref().and_then(|t| t.list_changed).unwrap_or(false),
+            i.capabilities
+                .tools
+                .as_ref()
+                .and_then(|t| t.list_changed)
+                .unwrap_or(false),
         ),
         None => Default::default(),
     };
@@ -414,10 +446,17 @@ pub(crate) async fn run_session(
     let tools = match first {
         Ok(Ok(tools)) => tools,
         Ok(Err(e)) => return Some(format!("MCP tools/list failed: {e}")),
-        Err(_) => return Some(format!("MCP tools/list gave no answer within {} s", spec.startup_timeout_s)),
+        Err(_) => {
+            return Some(format!(
+                "MCP tools/list gave no answer within {} s",
+                spec.startup_timeout_s
+            ))
+        }
     };
     if !(hooks.wants)() {
-        return Some(format!("plugin {name}: this process was replaced before it registered"));
+        return Some(format!(
+            "plugin {name}: this process was replaced before it registered"
+        ));
     }
     let accepted = register(&name, &mcp, &tools, &registry, &names);
     {
@@ -604,16 +643,16 @@ fn http_config(
     for (k, v) in headers {
         if k.eq_ignore_ascii_case("authorization") {
             // rmcp sends `Authorization: Bearer <token>` itself from `auth_header`.
-            match v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")) {
-                Some(token) => {
-                    auth = Some(token.trim().to_string());
-                    continue;
-                }
-                None => {}
+            if let Some(token) = v
+                .strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+            {
+                auth = Some(token.trim().to_string());
+                continue;
             }
         }
-        let name = http::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|e| format!("header `{k}`: {e}"))?;
+        let name =
+            http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
         let value = http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
         custom.insert(name, value);
     }
@@ -679,7 +718,9 @@ async fn call_tool(
         Ok(Value::Object(map)) => Some(map),
         Ok(_) | Err(_) if args_json.trim().is_empty() => None,
         Ok(other) => {
-            session.complete(Reply::Tool(fail(format!("arguments must be an object, got {other}"))));
+            session.complete(Reply::Tool(fail(format!(
+                "arguments must be an object, got {other}"
+            ))));
             let _ = done.send(call_id);
             return;
         }
@@ -704,7 +745,10 @@ async fn call_tool(
             return;
         }
         Err(e) => {
-            session.complete(Reply::Tool(fail(format!("MCP tools/call {tool}: {}", plain_error(&e.to_string())))));
+            session.complete(Reply::Tool(fail(format!(
+                "MCP tools/call {tool}: {}",
+                plain_error(&e.to_string())
+            ))));
             let _ = done.send(call_id);
             return;
         }

@@ -104,13 +104,28 @@ mod tests {
     fn references_resolve_from_env_defaults_and_settings() {
         let env = |k: &str| (k == "TOKEN").then(|| "abc".to_string());
         let settings = BTreeMap::from([("api_key".to_string(), "s3cret".to_string())]);
-        assert_eq!(resolve("Bearer ${env:TOKEN}", &env, &settings).unwrap(), "Bearer abc");
+        assert_eq!(
+            resolve("Bearer ${env:TOKEN}", &env, &settings).unwrap(),
+            "Bearer abc"
+        );
         assert_eq!(resolve("${env:NOPE:-d}/x", &env, &settings).unwrap(), "d/x");
-        assert_eq!(resolve("k=${setting:api_key}", &env, &settings).unwrap(), "k=s3cret");
-        assert!(resolve("${env:NOPE}", &env, &settings).unwrap_err().contains("NOPE is not set"));
-        assert!(resolve("${setting:other}", &env, &settings).unwrap_err().contains("`other` is not set"));
-        assert!(resolve("${input:pat}", &env, &settings).unwrap_err().contains("not a reference"));
+        assert_eq!(
+            resolve("k=${setting:api_key}", &env, &settings).unwrap(),
+            "k=s3cret"
+        );
+        assert!(resolve("${env:NOPE}", &env, &settings)
+            .unwrap_err()
+            .contains("NOPE is not set"));
+        assert!(resolve("${setting:other}", &env, &settings)
+            .unwrap_err()
+            .contains("`other` is not set"));
+        assert!(resolve("${input:pat}", &env, &settings)
+            .unwrap_err()
+            .contains("not a reference"));
         assert!(resolve("${env:X", &env, &settings).is_err());
-        assert_eq!(setting_refs([&"a ${setting:x} ${setting:y}".to_string()]), vec!["x", "y"]);
+        assert_eq!(
+            setting_refs([&"a ${setting:x} ${setting:y}".to_string()]),
+            vec!["x", "y"]
+        );
     }
 }

@@ -44,7 +44,7 @@ use crate::grpc::AdminService;
 #[derive(Clone)]
 pub enum Backend {
     /// The running broker, over its Admin service (`hearth mcp serve`).
-    Remote(AdminConn),
+    Remote(Box<AdminConn>),
     /// This broker's Admin service in process (`--mcp-listen`), with its token.
     Local(AdminService, Arc<str>),
 }
@@ -64,7 +64,8 @@ impl Backend {
     fn local_request<T>(token: &str, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         if let Ok(v) = token.parse() {
-            r.metadata_mut().insert(hearth_proto::ADMIN_TOKEN_METADATA, v);
+            r.metadata_mut()
+                .insert(hearth_proto::ADMIN_TOKEN_METADATA, v);
         }
         r
     }
@@ -73,22 +74,32 @@ impl Backend {
         let req = hearth_proto::v1::ListToolsRequest {};
         Ok(match self {
             Backend::Remote(conn) => {
-                let mut conn = conn.clone();
+                let mut conn = (**conn).clone();
                 let r = conn.with_token(req);
                 conn.client().list_tools(r).await?.into_inner().tools
             }
             Backend::Local(svc, token) => {
-                svc.list_tools(Self::local_request(token, req)).await?.into_inner().tools
+                svc.list_tools(Self::local_request(token, req))
+                    .await?
+                    .into_inner()
+                    .tools
             }
         })
     }
 
-    async fn call(&self, req: HearthCall) -> Result<Events<hearth_proto::v1::CallToolEvent>, Status> {
+    async fn call(
+        &self,
+        req: HearthCall,
+    ) -> Result<Events<hearth_proto::v1::CallToolEvent>, Status> {
         Ok(match self {
             Backend::Remote(conn) => {
-                let mut conn = conn.clone();
+                let mut conn = (**conn).clone();
                 let r = conn.with_token(req);
-                conn.client().call_tool_stream(r).await?.into_inner().boxed()
+                conn.client()
+                    .call_tool_stream(r)
+                    .await?
+                    .into_inner()
+                    .boxed()
             }
             Backend::Local(svc, token) => svc
                 .call_tool_stream(Self::local_request(token, req))
@@ -102,7 +113,7 @@ impl Backend {
         let req = hearth_proto::v1::WatchToolsRequest {};
         Ok(match self {
             Backend::Remote(conn) => {
-                let mut conn = conn.clone();
+                let mut conn = (**conn).clone();
                 let r = conn.with_token(req);
                 conn.client().watch_tools(r).await?.into_inner().boxed()
             }
@@ -215,7 +226,9 @@ impl HearthMcp {
             .peer
             .create_elicitation(confirm_question(tool)?)
             .await
-            .map_err(|e| format!("confirm: asking the user failed ({e}); tool {tool} was not run"))?;
+            .map_err(|e| {
+                format!("confirm: asking the user failed ({e}); tool {tool} was not run")
+            })?;
         approved(tool, &serde_json::to_value(&answer).unwrap_or_default())
     }
 }
@@ -244,7 +257,9 @@ fn approved(tool: &str, answer: &Value) -> Result<(), String> {
     if accepted {
         Ok(())
     } else {
-        Err(format!("confirm: the user did not approve tool {tool}; it was not run"))
+        Err(format!(
+            "confirm: the user did not approve tool {tool}; it was not run"
+        ))
     }
 }
 
@@ -295,7 +310,9 @@ fn internal(e: Status) -> ErrorData {
 }
 
 fn error_result(text: String) -> CallToolResponse {
-    CallToolResponse::Complete(CallToolResult::error(vec![rmcp::model::ContentBlock::text(text)]))
+    CallToolResponse::Complete(CallToolResult::error(vec![
+        rmcp::model::ContentBlock::text(text),
+    ]))
 }
 
 impl ServerHandler for HearthMcp {
@@ -316,7 +333,10 @@ impl ServerHandler for HearthMcp {
         self.shared.peers.lock().unwrap().push(context.peer);
     }
 
-    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
         requested
             .tools_list_changed
             .unwrap_or(false)
@@ -384,7 +404,10 @@ impl ServerHandler for HearthMcp {
             let mut events = match self.shared.backend.call(call.clone()).await {
                 Ok(events) => events,
                 Err(s) if s.code() == tonic::Code::NotFound => {
-                    return Err(ErrorData::invalid_params(format!("unknown tool `{name}`"), None))
+                    return Err(ErrorData::invalid_params(
+                        format!("unknown tool `{name}`"),
+                        None,
+                    ))
                 }
                 Err(s) => return Ok(error_result(s.message().to_string())),
             };
@@ -401,7 +424,8 @@ impl ServerHandler for HearthMcp {
                     Some(Ok(e)) => match e.event {
                         Some(call_tool_event::Event::Progress(p)) => {
                             if let Some(token) = &token {
-                                let mut note = ProgressNotificationParam::new(token.clone(), p.progress);
+                                let mut note =
+                                    ProgressNotificationParam::new(token.clone(), p.progress);
                                 if p.total > 0.0 {
                                     note = note.with_total(p.total);
                                 }
@@ -415,7 +439,11 @@ impl ServerHandler for HearthMcp {
                         None => {}
                     },
                     Some(Err(s)) => return Ok(error_result(s.message().to_string())),
-                    None => return Ok(error_result(format!("tool {name}: the broker closed the call without a result"))),
+                    None => {
+                        return Ok(error_result(format!(
+                            "tool {name}: the broker closed the call without a result"
+                        )))
+                    }
                 }
             };
             if result.needs_confirmation && attempt == 0 {
@@ -432,7 +460,9 @@ impl ServerHandler for HearthMcp {
                         let mut requests = rmcp::model::InputRequests::new();
                         requests.insert(
                             CONFIRM_KEY.to_string(),
-                            rmcp::model::InputRequest::Elicitation(rmcp::model::ElicitRequest::new(question)),
+                            rmcp::model::InputRequest::Elicitation(
+                                rmcp::model::ElicitRequest::new(question),
+                            ),
                         );
                         return Ok(CallToolResponse::InputRequired(
                             rmcp::model::InputRequiredResult::from_input_requests(requests),
@@ -470,7 +500,7 @@ impl ServerHandler for HearthMcp {
 pub async fn serve_stdio(data_dir: &std::path::Path) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let conn = AdminConn::connect(data_dir).await?;
-    let handler = HearthMcp::new(Backend::Remote(conn), true)
+    let handler = HearthMcp::new(Backend::Remote(Box::new(conn)), true)
         .await
         .map_err(|s| anyhow::anyhow!("watching the broker's tools: {}", s.message()))?;
     let service = handler
@@ -485,7 +515,11 @@ pub async fn serve_stdio(data_dir: &std::path::Path) -> anyhow::Result<()> {
 /// each request checked against the bearer `token` (401 otherwise, with
 /// `WWW-Authenticate: Bearer`); DNS-rebinding protection keeps to loopback host
 /// names unless `allowed_hosts` widens it.
-pub async fn http_router(admin: AdminService, admin_token: Arc<str>, token: Arc<str>) -> Result<axum::Router, Status> {
+pub async fn http_router(
+    admin: AdminService,
+    admin_token: Arc<str>,
+    token: Arc<str>,
+) -> Result<axum::Router, Status> {
     use rmcp::transport::streamable_http_server::{
         session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
     };
@@ -510,7 +544,9 @@ pub async fn http_router(admin: AdminService, admin_token: Arc<str>, token: Arc<
                 axum::response::Response::builder()
                     .status(http::StatusCode::UNAUTHORIZED)
                     .header(http::header::WWW_AUTHENTICATE, "Bearer")
-                    .body(axum::body::Body::from("missing or wrong bearer token (see <data_dir>/mcp.token)\n"))
+                    .body(axum::body::Body::from(
+                        "missing or wrong bearer token (see <data_dir>/mcp.token)\n",
+                    ))
                     .unwrap()
             }
         }

@@ -34,7 +34,14 @@ pub struct Policies {
     next_confirm: AtomicU64,
     /// Calls per tool of conversations outside the agent (an MCP session, a bearer),
     /// for `max_calls`; at most [`MAX_OUTSIDE_CONVERSATIONS`], the oldest forgotten.
-    outside: Mutex<(HashMap<String, HashMap<String, u32>>, std::collections::VecDeque<String>)>,
+    outside: Mutex<Outside>,
+}
+
+/// Per-tool call counts of conversations outside the agent, oldest first in `order`.
+#[derive(Debug, Default)]
+struct Outside {
+    counts: HashMap<String, HashMap<String, u32>>,
+    order: std::collections::VecDeque<String>,
 }
 
 /// How many outside conversations [`Policies::admit_alone`] remembers counts for.
@@ -158,7 +165,7 @@ impl Policies {
                 .map_err(Refusal::Policy);
         }
         let mut guard = self.outside.lock().unwrap();
-        let (counts, order) = &mut *guard;
+        let Outside { counts, order } = &mut *guard;
         if !counts.contains_key(conversation) {
             if order.len() >= MAX_OUTSIDE_CONVERSATIONS {
                 if let Some(oldest) = order.pop_front() {

@@ -695,7 +695,7 @@ impl Plugin {
                 let (stop, stopped) = oneshot::channel();
                 _mcp_stop = Some(stop);
                 // Its end shows as the process's end (exit status, stderr).
-                let _ = self.start_mcp_session(spec, generation, Io::Stdio(stdout, stdin), stopped);
+                drop(self.start_mcp_session(spec, generation, Io::Stdio(stdout, stdin), stopped));
             }
         }
         if let Some(out) = child.stdout.take() {
@@ -789,10 +789,9 @@ impl Plugin {
         let keys = crate::mcp::setting_refs(spec.env.values().chain(headers.values()));
         let mut settings = std::collections::BTreeMap::new();
         if !keys.is_empty() {
-            let store = config
-                .settings
-                .get()
-                .ok_or("`${setting:…}` needs the settings store, which this broker has not opened")?;
+            let store = config.settings.get().ok_or(
+                "`${setting:…}` needs the settings store, which this broker has not opened",
+            )?;
             let scope = crate::storage::Scope::Plugin(self.name.clone());
             for key in keys {
                 match store.get(&scope, &key).await {
@@ -899,13 +898,15 @@ impl Plugin {
     ) -> ProcessEnd {
         let name = &self.name;
         let headers = match spec.mcp.as_ref().map(|m| &m.transport) {
-            Some(McpTransport::Http { headers, .. }) => {
-                headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-            }
+            Some(McpTransport::Http { headers, .. }) => headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             _ => Vec::new(),
         };
         tracing::info!(plugin = %name, generation, url, "connecting to MCP server");
-        self.logs.started(0, &format!("{} ({url})", self.start_cause(generation)));
+        self.logs
+            .started(0, &format!("{} ({url})", self.start_cause(generation)));
         let (stop, stopped) = oneshot::channel();
         let io = Io::Http {
             url: url.to_string(),

@@ -311,7 +311,11 @@ pub fn prepare(
         if let Some(crate::manifest::McpTransport::Stdio { args, .. }) =
             spec.mcp.as_ref().map(|m| &m.transport)
         {
-            for arg in args.iter().map(Path::new).filter(|p| p.is_absolute() && p.exists()) {
+            for arg in args
+                .iter()
+                .map(Path::new)
+                .filter(|p| p.is_absolute() && p.exists())
+            {
                 grants.add_except(arg, &protected_paths, arg.is_dir(), true);
             }
         }
