@@ -13,6 +13,7 @@ mod host;
 mod inject;
 mod mcp;
 mod mcp_host_service;
+mod mcp_import;
 mod mcp_serve;
 mod memory;
 mod security;

@@ -350,7 +350,8 @@ async fn import(
         .into_iter()
         .map(|p| p.name)
         .collect();
-    for (s, dir) in plan.servers.iter().zip(&written) {
+    for s in &plan.servers {
+        let dir = plugins.join(&s.name);
         // Already loaded (a re-import with --force): reload it with the new manifest.
         let outcome = if loaded.contains(&s.name) {
             let req = conn.with_token(hearth_proto::v1::ReloadPluginRequest {
