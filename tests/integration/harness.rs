@@ -13,6 +13,16 @@ use hearth_proto::v1::{
 use serde_json::{json, Value};
 
 /// Repository root.
+/// `tests/plugins/mcp/<file>` as an absolute path (the MCP fixtures written with the
+/// official SDKs).
+pub fn mcp_fixture(file: &str) -> String {
+    repo()
+        .join("tests/plugins/mcp")
+        .join(file)
+        .display()
+        .to_string()
+}
+
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -350,6 +360,20 @@ impl Broker {
     }
 
     /// The status of `name`.
+    /// The broker's MCP plugins (`Admin.ListMcpServers`).
+    pub async fn mcp_servers(&mut self) -> Vec<hearth_proto::v1::McpServerInfo> {
+        let req = self
+            .admin
+            .with_token(hearth_proto::v1::ListMcpServersRequest {});
+        self.admin
+            .client()
+            .list_mcp_servers(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .servers
+    }
+
     pub async fn plugin(&mut self, name: &str) -> PluginStatus {
         self.plugins()
             .await

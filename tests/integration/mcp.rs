@@ -12,23 +12,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hearth_proto::v1::{
-    call_tool_event, CallToolRequest, CallToolResponse, ListMcpServersRequest, McpRequestMessage,
-    McpServerInfo, PluginState, ToolInfo, ToolProgress, WatchToolsRequest,
+    call_tool_event, CallToolRequest, CallToolResponse, McpRequestMessage, McpServerInfo,
+    PluginState, ToolInfo, ToolProgress, WatchToolsRequest,
 };
 use serde_json::{json, Value};
 
-use crate::harness::{alive, python, repo, Broker, PluginDir};
+use crate::harness::{alive, mcp_fixture as server, python, Broker, PluginDir};
 
 /// Generous guard for things that take well under a second when all is well.
 const LONG: Duration = Duration::from_secs(30);
-
-fn server(file: &str) -> String {
-    repo()
-        .join("tests/plugins/mcp")
-        .join(file)
-        .display()
-        .to_string()
-}
 
 /// The stdio command of the Python (`py`) or TypeScript (`ts`) test server.
 fn command(lang: &str) -> Vec<String> {
@@ -168,20 +160,11 @@ async fn tool_info(b: &mut Broker, name: &str) -> ToolInfo {
 }
 
 async fn mcp_server(b: &mut Broker, plugin: &str) -> McpServerInfo {
-    let req = b.admin.with_token(ListMcpServersRequest {});
-    let servers = b
-        .admin
-        .client()
-        .list_mcp_servers(req)
+    b.mcp_servers()
         .await
-        .unwrap()
-        .into_inner()
-        .servers;
-    servers
-        .iter()
+        .into_iter()
         .find(|s| s.plugin == plugin)
-        .cloned()
-        .unwrap_or_else(|| panic!("no MCP server {plugin} in {servers:?}"))
+        .unwrap_or_else(|| panic!("no MCP plugin {plugin}"))
 }
 
 async fn mcp_request(

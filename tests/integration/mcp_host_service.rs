@@ -6,15 +6,7 @@
 
 use serde_json::{json, Value};
 
-use crate::harness::{python, repo, Broker, PluginDir};
-
-fn fixture(file: &str) -> String {
-    repo()
-        .join("tests/plugins/mcp")
-        .join(file)
-        .display()
-        .to_string()
-}
+use crate::harness::{mcp_fixture as fixture, python, Broker, PluginDir};
 
 /// The MCP server `pymcp` (stdio): resource `test://doc/1` ("hello resource"), prompt
 /// `greet(name)`.

@@ -4,17 +4,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use hearth_proto::v1::ListMcpServersRequest;
 use serde_json::json;
 
-use crate::harness::{python, repo, Broker};
-
-fn server() -> String {
-    repo()
-        .join("tests/plugins/mcp/py_server.py")
-        .display()
-        .to_string()
-}
+use crate::harness::{mcp_fixture, python, Broker};
 
 /// A Cursor-style file: a stdio server whose env comes from the broker's environment,
 /// one whose variable the broker does not have, and a legacy SSE server Hearth cannot
@@ -22,9 +14,9 @@ fn server() -> String {
 fn cursor_file(dir: &std::path::Path) -> std::path::PathBuf {
     let file = dir.join("mcp.json");
     let v = json!({"mcpServers": {
-        "Py Tools": {"command": python(), "args": [server()],
+        "Py Tools": {"command": python(), "args": [mcp_fixture("py_server.py")],
                      "env": {"MCP_TEST_EVENTS": "${env:IMPORT_EVENTS}"}},
-        "unset": {"command": python(), "args": [server()],
+        "unset": {"command": python(), "args": [mcp_fixture("py_server.py")],
                   "env": {"X": "${HEARTH_TEST_NEVER_SET}"}},
         "old": {"type": "sse", "url": "https://example.invalid/sse"},
     }});
@@ -130,7 +122,7 @@ async fn import_writes_private_folders_and_a_running_broker_loads_them() {
 async fn mcp_json_in_the_data_dir_is_loaded_at_start() {
     // Claude Desktop's format, as `<data_dir>/mcp.json`.
     let config = json!({"mcpServers": {
-        "desk": {"command": python(), "args": [server()]},
+        "desk": {"command": python(), "args": [mcp_fixture("py_server.py")]},
         "broken": {"command": "/nonexistent/mcp-server"},
     }})
     .to_string();
@@ -141,15 +133,7 @@ async fn mcp_json_in_the_data_dir_is_loaded_at_start() {
         .await
         .unwrap();
     assert!(r.success && r.content == "from mcp.json", "{r:?}");
-    let req = b.admin.with_token(ListMcpServersRequest {});
-    let servers = b
-        .admin
-        .client()
-        .list_mcp_servers(req)
-        .await
-        .unwrap()
-        .into_inner()
-        .servers;
+    let servers = b.mcp_servers().await;
     let names: Vec<_> = servers.iter().map(|s| s.plugin.as_str()).collect();
     assert!(
         names.contains(&"desk") && names.contains(&"broken"),

@@ -19,7 +19,9 @@ use hearth_proto::v1::chat_event::Event;
 use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
-use crate::harness::{final_of, node_echo, py_echo, python, repo, stress, Broker, PluginDir};
+use crate::harness::{
+    final_of, mcp_fixture as mcp_file, node_echo, py_echo, python, repo, stress, Broker, PluginDir,
+};
 
 /// Generous guard for a client run (each takes a few seconds when all is well).
 const LONG: Duration = Duration::from_secs(90);
@@ -29,14 +31,6 @@ const LATEST: &str = "2026-07-28";
 
 // ---------------------------------------------------------------------------------
 // Fixtures
-
-fn mcp_file(file: &str) -> String {
-    repo()
-        .join("tests/plugins/mcp")
-        .join(file)
-        .display()
-        .to_string()
-}
 
 /// The third-party MCP server tests/plugins/mcp/py_server.py as plugin `pymcp`
 /// (tools `py_add`, `py_slow`, `py_wait`, …).

@@ -269,7 +269,9 @@ async fn progress_extends_a_call_up_to_max_total() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn big_results_and_many_tools_work_in_every_language() {
-    let mut b = Broker::start(each_lang("many_tools", json!({}))).await;
+    // 2000 tools to register: allow a busy CI machine the time (this is not a startup
+    // test).
+    let mut b = Broker::start(each_lang("many_tools", json!({"startup_timeout_s": 30}))).await;
     let tools = b.tools().await;
     for l in LANGS {
         let name = format!("{l}x");

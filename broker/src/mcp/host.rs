@@ -376,29 +376,13 @@ pub(crate) async fn run_session(
                     std::io::Error,
                     rmcp::transport::async_rw::TransportAdapterAsyncRW,
                 >::into_transport((stdout, stdin));
-                let tap = ProgressTap {
-                    inner,
-                    handler: handler.clone(),
-                };
-                handler
-                    .clone()
-                    .serve_with_lifecycle(tap, mode)
-                    .await
-                    .map_err(|e| e.to_string())
+                serve(&handler, inner, mode).await
             }
             Io::Http { url, headers } => {
                 let inner = rmcp::transport::StreamableHttpClientTransport::from_config(
                     http_config(&url, &headers)?,
                 );
-                let tap = ProgressTap {
-                    inner,
-                    handler: handler.clone(),
-                };
-                handler
-                    .clone()
-                    .serve_with_lifecycle(tap, mode)
-                    .await
-                    .map_err(|e| e.to_string())
+                serve(&handler, inner, mode).await
             }
         }
     };
@@ -601,6 +585,27 @@ pub(crate) async fn run_session(
     tokio::time::sleep(Duration::from_millis(500)).await;
     session.close(&ended);
     None
+}
+
+/// Starts the MCP client session of `handler` over `inner` (with progress read in
+/// order, see [`ProgressTap`]).
+async fn serve<T>(
+    handler: &Handler,
+    inner: T,
+    mode: ClientLifecycleMode,
+) -> Result<RunningService<RoleClient, Handler>, String>
+where
+    T: rmcp::transport::Transport<RoleClient> + Send + 'static,
+{
+    let tap = ProgressTap {
+        inner,
+        handler: handler.clone(),
+    };
+    handler
+        .clone()
+        .serve_with_lifecycle(tap, mode)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// An rmcp error without the transport's Rust type name (`Transport [rmcp::…<…>]

@@ -265,6 +265,16 @@ pub(crate) struct ProcessEnd {
 }
 
 impl ProcessEnd {
+    /// The end of a process that could not be started (`exit` says why).
+    fn never_started(exit: String) -> ProcessEnd {
+        ProcessEnd {
+            exit,
+            killed_because: None,
+            uptime: None,
+            why: None,
+        }
+    }
+
     /// "exited with exit status 1", "did not register within 2 s (signal 9 (SIGKILL))".
     fn reason(&self) -> String {
         match &self.killed_because {
@@ -629,12 +639,7 @@ impl Plugin {
                 }
                 Err(e) => {
                     tracing::error!(plugin = %name, "{e}");
-                    return ProcessEnd {
-                        exit: format!("cannot start: {e}"),
-                        killed_because: None,
-                        uptime: None,
-                        why: None,
-                    };
+                    return ProcessEnd::never_started(format!("cannot start: {e}"));
                 }
             }
         } else {
@@ -672,12 +677,7 @@ impl Plugin {
             }
             Err(e) => {
                 tracing::error!(plugin = %name, "{e}");
-                return ProcessEnd {
-                    exit: format!("spawn failed: {e}"),
-                    killed_because: None,
-                    uptime: None,
-                    why: None,
-                };
+                return ProcessEnd::never_started(format!("spawn failed: {e}"));
             }
         };
         let pid = child.id().unwrap_or(0);
