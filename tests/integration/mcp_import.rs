@@ -65,6 +65,9 @@ async fn import_writes_private_folders_and_a_running_broker_loads_them() {
     // variable is not set in the broker's environment, and it says so); a second
     // import needs --force and then reloads them.
     let mut b = Broker::spawn_with_env(vec![], &[], &[], &[("IMPORT_EVENTS", "/dev/null")]).await;
+    // (Past its own scan of the plugins folder: the import is what loads them.)
+    b.wait_log("broker ready", std::time::Duration::from_secs(30))
+        .await;
     let (code, stdout, stderr) = b.cli(&["mcp", "import", file.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(

@@ -353,22 +353,30 @@ async fn import(
     for s in &plan.servers {
         let dir = plugins.join(&s.name);
         // Already loaded (a re-import with --force): reload it with the new manifest.
-        let outcome = if loaded.contains(&s.name) {
+        let reload = |conn: &AdminConn| {
+            let mut conn = conn.clone();
             let req = conn.with_token(hearth_proto::v1::ReloadPluginRequest {
                 name: s.name.clone(),
             });
-            conn.client()
-                .reload_plugin(req)
-                .await
-                .map(|r| r.into_inner().plugin)
+            async move {
+                conn.client()
+                    .reload_plugin(req)
+                    .await
+                    .map(|r| r.into_inner().plugin)
+            }
+        };
+        let outcome = if loaded.contains(&s.name) {
+            reload(&conn).await
         } else {
             let req = conn.with_token(LoadPluginRequest {
                 path: dir.display().to_string(),
             });
-            conn.client()
-                .load_plugin(req)
-                .await
-                .map(|r| r.into_inner().plugin)
+            match conn.client().load_plugin(req).await {
+                // A broker that was starting found the new folder itself meanwhile:
+                // restart that one with this manifest.
+                Err(e) if e.message().contains("is already used by") => reload(&conn).await,
+                other => other.map(|r| r.into_inner().plugin),
+            }
         };
         match outcome {
             Ok(p) => {

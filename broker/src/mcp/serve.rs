@@ -435,7 +435,13 @@ impl ServerHandler for HearthMcp {
                                 let _ = context.peer.notify_progress(note).await;
                             }
                         }
-                        Some(call_tool_event::Event::Result(r)) => break r,
+                        Some(call_tool_event::Event::Result(r)) => {
+                            // Read the stream to its end (its trailers): a stream dropped
+                            // early is reset, and enough resets make the HTTP/2
+                            // connection to the broker go away with every call on it.
+                            while let Some(Ok(_)) = events.next().await {}
+                            break r;
+                        }
                         None => {}
                     },
                     Some(Err(s)) => return Ok(error_result(s.message().to_string())),
@@ -504,7 +510,9 @@ pub async fn serve_stdio(data_dir: &std::path::Path) -> anyhow::Result<()> {
         .await
         .map_err(|s| anyhow::anyhow!("watching the broker's tools: {}", s.message()))?;
     let service = handler
-        .serve(rmcp::transport::stdio())
+        // Non-blocking pipes on the reactor (MCP clients start us with FIFOs), not
+        // the blocking pool's hand-off per read and write.
+        .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(|e| anyhow::anyhow!("MCP session: {e}"))?;
     service.waiting().await?;
