@@ -128,6 +128,17 @@ fn build(plugin: &str, spec: &ToolSpec) -> Result<Tool, String> {
     })
 }
 
+/// Whether two registrations of a tool say the same to callers (LLM, MCP clients).
+fn same_tool(a: &Tool, b: &Tool) -> bool {
+    a.description == b.description
+        && a.schema.schema() == b.schema.schema()
+        && a.ai_tool == b.ai_tool
+        && a.serial == b.serial
+        && a.title == b.title
+        && a.output_schema == b.output_schema
+        && a.annotations == b.annotations
+}
+
 /// A registered stage hook (HomeAgent `RegisterStage` / `RegisterStageOwnTools`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hook {
@@ -353,10 +364,21 @@ impl Registry {
             out.accepted.clear();
             return out;
         }
+        // A restart that registers the same tools changes nothing: no new revision, so
+        // watchers (MCP clients) are not told of a change that did not happen.
+        let old = tools.values().filter(|t| t.plugin == plugin).count();
+        let unchanged = old == fresh.len()
+            && fresh.iter().all(|(name, t)| {
+                tools
+                    .get(name)
+                    .is_some_and(|o| o.plugin == plugin && same_tool(o, t))
+            });
         tools.retain(|_, t| t.plugin != plugin);
         tools.extend(fresh);
         drop(tools);
-        self.invalidate(true, false, false);
+        if !unchanged {
+            self.invalidate(true, false, false);
+        }
         out
     }
 
@@ -479,6 +501,29 @@ mod tests {
             parameters_json: params.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_revision_moves_only_when_the_tools_change() {
+        let r = Registry::default();
+        let rev = r.watch_tools();
+        let obj = r#"{"type":"object"}"#;
+        r.replace_plugin_tools("p", &[spec("a", obj), spec("b", obj)], false);
+        let first = *rev.borrow();
+        assert!(first > 0);
+        // A restart registering the same tools: no change to tell anyone about.
+        r.replace_plugin_tools("p", &[spec("b", obj), spec("a", obj)], false);
+        assert_eq!(*rev.borrow(), first);
+        // A changed description, a tool more or less, a new title: each is a change.
+        let mut b = spec("b", obj);
+        b.title = "B".into();
+        r.replace_plugin_tools("p", &[spec("a", obj), b.clone()], false);
+        assert_eq!(*rev.borrow(), first + 1);
+        r.replace_plugin_tools("p", &[spec("a", obj)], false);
+        assert_eq!(*rev.borrow(), first + 2);
+        r.remove_plugin("p");
+        assert_eq!(*rev.borrow(), first + 3);
+        assert!(r.list().is_empty());
     }
 
     #[test]
