@@ -341,6 +341,12 @@ class AsyncPluginHarness:
         got = asyncio.ensure_future(broker.next_session(timeout=self.timeout))
         done, _ = await asyncio.wait({got, self._task}, return_when=asyncio.FIRST_COMPLETED)
         if got not in done:
+            # A plugin that attached and ended at once: the broker's side of that session
+            # may still be on its way; give it a moment before saying it never attached.
+            await asyncio.wait({got}, timeout=1.0)
+            if got.done() and not got.cancelled() and got.exception() is None:
+                done = {got}
+        if got not in done:
             got.cancel()
             self.exit_code = self._task.result()
             raise PluginExited(f"plugin {name}: the session ended before it attached "
