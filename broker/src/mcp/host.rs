@@ -215,13 +215,8 @@ impl ClientHandler for Handler {
         )
     }
 
-    // Progress is delivered by [`ProgressTap`] as it is read, in the server's order.
-    async fn on_progress(
-        &self,
-        _params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-    }
+    // Progress is not handled here but by [`ProgressTap`], as the transport reads it, in
+    // the server's order.
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.relist.notify_one();
