@@ -244,6 +244,7 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                 }
             }
             Event::ConfirmRequest(_) => {}
+            Event::ToolCallProgress(_) => {}
         }
     }
     Ok(ok)
@@ -276,6 +277,9 @@ fn event_json(e: &Event) -> serde_json::Value {
         Event::Queued(q) => {
             json!({"type": "queued", "ahead": q.ahead, "conversation": q.conversation})
         }
+        Event::ToolCallProgress(p) => json!({"type": "tool_call_progress", "call_id": p.call_id,
+            "tool": p.tool, "plugin": p.plugin, "message": p.message, "progress": p.progress,
+            "total": p.total}),
     }
 }
 

@@ -43,6 +43,16 @@ pub struct Cli {
     /// characters are shown escaped (`\x1b`, `\u{202e}`) when the output is a terminal.
     #[arg(long, global = true)]
     pub raw: bool,
+    /// Log lines on stderr: `text` (for people) or `json` (one JSON object per line, with
+    /// plugin, tool, call_id, conversation and trace_id fields where they apply).
+    #[arg(
+        long,
+        global = true,
+        env = "HEARTH_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::observe::logs::LogFormat::Text
+    )]
+    pub log_format: crate::observe::logs::LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -64,6 +74,11 @@ pub enum Command {
         /// with the token from `<data_dir>/mcp.token`.
         #[arg(long, value_name = "ADDR")]
         mcp_listen: Option<std::net::SocketAddr>,
+        /// Serve the operator's HTTP endpoints on this loopback address, e.g.
+        /// 127.0.0.1:9090: Prometheus metrics at /metrics, /healthz and /readyz (no token),
+        /// and the admin page at / (login with the token from `<data_dir>/admin.token`).
+        #[arg(long, value_name = "ADDR")]
+        http_listen: Option<std::net::SocketAddr>,
         /// Milliseconds a plugin gets after `Shutdown` before SIGTERM.
         #[arg(long, default_value_t = 2000, value_name = "MS")]
         shutdown_grace_ms: u64,
@@ -306,15 +321,7 @@ pub enum ToolsCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::term::set_raw(cli.raw);
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HEARTH_LOG")
-        // rmcp logs every notification at info; its warnings are what operators need.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .fmt_fields(crate::term::EscapedFields)
-        .init();
+    crate::observe::logs::init(cli.log_format);
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Dev(args) => crate::dev::dev_command(args),
@@ -372,6 +379,7 @@ pub fn main() -> ExitCode {
             plugins,
             listen,
             mcp_listen,
+            http_listen,
             shutdown_grace_ms,
             restart_wait_ms,
             drain_timeout_ms,
@@ -390,6 +398,7 @@ pub fn main() -> ExitCode {
                     plugin_paths: Vec::new(),
                     listen,
                     mcp_listen,
+                    http_listen,
                     shutdown_grace: Duration::from_millis(shutdown_grace_ms),
                     restart_wait: Duration::from_millis(restart_wait_ms),
                     drain_timeout: Duration::from_millis(drain_timeout_ms),

@@ -190,6 +190,7 @@ fn inner_loop(
         }
         crate::server::run(crate::server::RunOptions {
             mcp_listen: None,
+            http_listen: None,
             data_dir: data_dir.clone(),
             plugin_dirs: Vec::new(),
             plugin_paths: vec![dir.clone()],

@@ -44,6 +44,9 @@
 //! - [`scaffold`]: `hearth new` — a plugin folder per language and style, with a test.
 //! - [`dev`]: `hearth dev` — the plugin author's inner loop, and `hearth dev llm-server`
 //!   (the scripted LLM server of crate `hearth-scripted`, for offline tests and demos).
+//! - [`observe`]: what operators see — Prometheus metrics, OpenTelemetry traces
+//!   (GenAI conventions), gRPC health and `/healthz`/`/readyz`, JSON logs, the
+//!   `--http-listen` server and its admin page.
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
 pub mod adapters;
@@ -58,6 +61,7 @@ pub mod grpc;
 pub mod llm;
 pub mod manifest;
 pub mod mcp;
+pub mod observe;
 pub mod pipeline;
 pub mod registry;
 pub mod router;
@@ -70,3 +74,7 @@ pub mod supervisor;
 pub mod term;
 pub mod triggers;
 pub mod watch;
+
+/// The commit this binary was built from (12 hex digits), or `unknown` outside a git checkout; `HEARTH_COMMIT` at build
+/// time overrides it.
+pub const BUILD_COMMIT: &str = env!("HEARTH_BUILD_COMMIT");

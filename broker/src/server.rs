@@ -64,6 +64,9 @@ pub struct RunOptions {
     /// Optional TCP loopback address to serve every tool over MCP (Streamable HTTP at
     /// `/mcp`, bearer token in `<data_dir>/mcp.token`).
     pub mcp_listen: Option<std::net::SocketAddr>,
+    /// Optional TCP loopback address for `/metrics`, `/healthz`, `/readyz` and the admin
+    /// page; metrics are recorded only when it is set.
+    pub http_listen: Option<std::net::SocketAddr>,
     /// Grace between `Shutdown` and SIGTERM.
     pub shutdown_grace: Duration,
     /// How long calls wait for a restarting plugin.
@@ -83,6 +86,7 @@ struct Started {
     router: Arc<ToolRouter>,
     sources: Arc<SourcePool>,
     host: HostServices,
+    settings: Settings,
 }
 
 /// Loads adapters, LLM sources, storage and stage hooks, and starts the agent.
@@ -115,6 +119,7 @@ async fn start_agent(
         .await
         .context("opening the knowledge folder")?;
     let settings = Settings::new(db.clone());
+    let settings_handle = settings.clone();
     supervisor.set_settings(settings.clone());
     let host = HostServices::new(
         supervisor.clone(),
@@ -147,6 +152,7 @@ async fn start_agent(
         router,
         sources,
         host,
+        settings: settings_handle,
     })
 }
 
@@ -341,6 +347,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             bail!("--listen {addr}: only loopback addresses are served (remote plugins need TLS, which is not built yet)");
         }
     }
+    if let Some(addr) = opts.http_listen {
+        if !addr.ip().is_loopback() {
+            bail!("--http-listen {addr}: only loopback addresses are served (put a TLS proxy in front for others)");
+        }
+    }
     // Everything the broker creates is its own (0600 files, 0700 folders); plugins
     // start with the operator's umask.
     // SAFETY: umask only swaps the process's file mode mask.
@@ -354,6 +365,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     crate::supervisor::process::set_plugin_umask(operator_umask as u32);
     let data_dir = std::path::absolute(&opts.data_dir)?;
     prepare_data_dir(&data_dir, &opts.plugin_dirs)?;
+    let http_tcp = match opts.http_listen {
+        Some(addr) => Some(crate::observe::http::bind(addr).await?),
+        None => None,
+    };
     let tcp = match opts.listen {
         Some(addr) => Some(
             TcpListener::bind(addr)
@@ -400,12 +415,24 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         registry,
     ));
 
+    match crate::observe::trace::init() {
+        Some(Ok(line)) => tracing::info!("{line}"),
+        Some(Err(e)) => tracing::error!("{e}; traces are not exported"),
+        None => {}
+    }
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let readiness = crate::observe::health::Readiness::new(health_reporter).await;
     let Started {
         agent,
         router,
         sources,
         host,
+        settings,
     } = start_agent(&data_dir, &opts, supervisor.clone()).await?;
+    readiness.storage_open(sources.clone());
+    if opts.http_listen.is_some() {
+        crate::observe::metrics::enable(supervisor.clone(), Some(agent.clone()));
+    }
 
     let stop = CancellationToken::new();
     // Every service checks its token in an interceptor, on the request headers, before
@@ -420,6 +447,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             // Every waiting chat is a stream: allow as many as conversations can queue
             // (hyper's default is 200 per connection).
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+            // grpc.health.v1.Health: no token, as load balancers and orchestrators
+            // expect; it reveals only the serving status.
+            .add_service(health_service.clone())
             // A refused session is answered after the plugin's handshake writes
             // (grpc::session_gate: grpcio would report INTERNAL instead).
             .add_service(SessionGate::new(InterceptedService::new(
@@ -499,6 +529,34 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         }
     };
 
+    let http_server = match http_tcp {
+        None => None,
+        Some(tcp) => {
+            let state = Arc::new(crate::observe::http::HttpState {
+                readiness: readiness.clone(),
+                supervisor: supervisor.clone(),
+                admin: AdminService::new(router.clone(), sources.clone(), admin_token.clone())
+                    .with_policies(agent.policies()),
+                agent: agent.clone(),
+                sources: sources.clone(),
+                settings: settings.clone(),
+                data_dir: data_dir.clone(),
+                admin_token: admin_token.clone().into(),
+            });
+            let app = crate::observe::http::router(state);
+            tracing::info!(
+                "HTTP listening on http://{}: /metrics, /healthz, /readyz, admin page at /",
+                tcp.local_addr()?
+            );
+            let http_stop = stop.clone();
+            Some(tokio::spawn(async move {
+                axum::serve(tcp, app)
+                    .with_graceful_shutdown(http_stop.cancelled_owned())
+                    .await
+            }))
+        }
+    };
+
     let mut roots = vec![data_dir.join("plugins")];
     roots.extend(mcp_json_root(&data_dir));
     roots.extend(opts.plugin_dirs.iter().cloned());
@@ -512,6 +570,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     for dir in &dirs {
         let _ = supervisor.load(dir);
     }
+    readiness.loaded().await;
     tracing::info!(
         "broker ready: {} found",
         crate::term::count(dirs.len(), "plugin dir", "plugin dirs")
@@ -524,6 +583,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     };
 
     stop_signal().await;
+    // Balancers stop routing here, before anything drains.
+    readiness.stopping().await;
     // Running turns finish (or are cancelled after the grace) while plugins still run
     // and clients are still connected to receive their final events.
     agent.shutdown(opts.drain_timeout).await;
@@ -536,15 +597,17 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             _ => {}
         }
     }
-    if let Some(s) = mcp_server {
+    for (what, s) in [("MCP server", mcp_server), ("HTTP server", http_server)] {
+        let Some(s) = s else { continue };
         match tokio::time::timeout(Duration::from_secs(3), s).await {
-            Ok(Ok(Err(e))) => tracing::warn!("MCP server: {e}"),
-            Err(_) => tracing::warn!("MCP server did not drain within 3 s"),
+            Ok(Ok(Err(e))) => tracing::warn!("{what}: {e}"),
+            Err(_) => tracing::warn!("{what} did not drain within 3 s"),
             _ => {}
         }
     }
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(data_dir.join(ADMIN_TOKEN_FILE));
+    let _ = tokio::task::spawn_blocking(crate::observe::trace::shutdown).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -484,6 +484,8 @@ export namespace hearth {
             argsJson?: (string|null);
             sender?: (hearth.v1.ISender|null);
             timeoutMs?: (number|null);
+            traceparent?: (string|null);
+            tracestate?: (string|null);
         }
 
         class InvokeTool implements IInvokeTool {
@@ -493,6 +495,8 @@ export namespace hearth {
             public argsJson: string;
             public sender?: (hearth.v1.ISender|null);
             public timeoutMs: number;
+            public traceparent: string;
+            public tracestate: string;
             public static create(properties?: hearth.v1.IInvokeTool): hearth.v1.InvokeTool;
             public static encode(message: hearth.v1.IInvokeTool, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.InvokeTool;
@@ -526,6 +530,8 @@ export namespace hearth {
             callId?: (number|Long|null);
             message?: (string|null);
             fraction?: (number|null);
+            progress?: (number|null);
+            total?: (number|null);
         }
 
         class Progress implements IProgress {
@@ -533,6 +539,8 @@ export namespace hearth {
             public callId: (number|Long);
             public message: string;
             public fraction: number;
+            public progress: number;
+            public total: number;
             public static create(properties?: hearth.v1.IProgress): hearth.v1.Progress;
             public static encode(message: hearth.v1.IProgress, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.Progress;
@@ -703,6 +711,8 @@ export namespace hearth {
             hookId?: (string|null);
             context?: (hearth.v1.IStageContext|null);
             timeoutMs?: (number|null);
+            traceparent?: (string|null);
+            tracestate?: (string|null);
         }
 
         class RunStage implements IRunStage {
@@ -712,6 +722,8 @@ export namespace hearth {
             public hookId: string;
             public context?: (hearth.v1.IStageContext|null);
             public timeoutMs: number;
+            public traceparent: string;
+            public tracestate: string;
             public static create(properties?: hearth.v1.IRunStage): hearth.v1.RunStage;
             public static encode(message: hearth.v1.IRunStage, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.RunStage;
@@ -742,6 +754,8 @@ export namespace hearth {
             sender?: (hearth.v1.ISender|null);
             trigger?: (hearth.v1.ITrigger|null);
             timeoutMs?: (number|null);
+            traceparent?: (string|null);
+            tracestate?: (string|null);
         }
 
         class HandleEvent implements IHandleEvent {
@@ -752,6 +766,8 @@ export namespace hearth {
             public sender?: (hearth.v1.ISender|null);
             public trigger?: (hearth.v1.ITrigger|null);
             public timeoutMs: number;
+            public traceparent: string;
+            public tracestate: string;
             public static create(properties?: hearth.v1.IHandleEvent): hearth.v1.HandleEvent;
             public static encode(message: hearth.v1.IHandleEvent, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.HandleEvent;
@@ -2168,6 +2184,7 @@ export namespace hearth {
             shortCircuit?: (hearth.v1.IShortCircuit|null);
             interrupted?: (hearth.v1.IInterrupted|null);
             queued?: (hearth.v1.IQueued|null);
+            toolCallProgress?: (hearth.v1.IToolCallProgress|null);
         }
 
         class ChatEvent implements IChatEvent {
@@ -2181,7 +2198,8 @@ export namespace hearth {
             public shortCircuit?: (hearth.v1.IShortCircuit|null);
             public interrupted?: (hearth.v1.IInterrupted|null);
             public queued?: (hearth.v1.IQueued|null);
-            public event?: ("textDelta"|"toolCallStarted"|"toolCallFinished"|"confirmRequest"|"final"|"pluginReply"|"shortCircuit"|"interrupted"|"queued");
+            public toolCallProgress?: (hearth.v1.IToolCallProgress|null);
+            public event?: ("textDelta"|"toolCallStarted"|"toolCallFinished"|"confirmRequest"|"final"|"pluginReply"|"shortCircuit"|"interrupted"|"queued"|"toolCallProgress");
             public static create(properties?: hearth.v1.IChatEvent): hearth.v1.ChatEvent;
             public static encode(message: hearth.v1.IChatEvent, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ChatEvent;
@@ -2310,6 +2328,29 @@ export namespace hearth {
             public static create(properties?: hearth.v1.IToolCallStarted): hearth.v1.ToolCallStarted;
             public static encode(message: hearth.v1.IToolCallStarted, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolCallStarted;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IToolCallProgress {
+            callId?: (string|null);
+            tool?: (string|null);
+            plugin?: (string|null);
+            message?: (string|null);
+            progress?: (number|null);
+            total?: (number|null);
+        }
+
+        class ToolCallProgress implements IToolCallProgress {
+            constructor(properties?: hearth.v1.IToolCallProgress);
+            public callId: string;
+            public tool: string;
+            public plugin: string;
+            public message: string;
+            public progress: number;
+            public total: number;
+            public static create(properties?: hearth.v1.IToolCallProgress): hearth.v1.ToolCallProgress;
+            public static encode(message: hearth.v1.IToolCallProgress, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolCallProgress;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 

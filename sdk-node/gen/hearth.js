@@ -2366,6 +2366,8 @@ $root.hearth = (function() {
             InvokeTool.prototype.argsJson = "";
             InvokeTool.prototype.sender = null;
             InvokeTool.prototype.timeoutMs = 0;
+            InvokeTool.prototype.traceparent = "";
+            InvokeTool.prototype.tracestate = "";
 
             InvokeTool.create = function create(properties) {
                 return new InvokeTool(properties);
@@ -2388,6 +2390,10 @@ $root.hearth = (function() {
                     $root.hearth.v1.Sender.encode(message.sender, writer.uint32(34).fork(), q + 1).ldelim();
                 if (message.timeoutMs != null && Object.hasOwnProperty.call(message, "timeoutMs"))
                     writer.uint32(40).uint32(message.timeoutMs);
+                if (message.traceparent != null && Object.hasOwnProperty.call(message, "traceparent"))
+                    writer.uint32(50).string(message.traceparent);
+                if (message.tracestate != null && Object.hasOwnProperty.call(message, "tracestate"))
+                    writer.uint32(58).string(message.tracestate);
                 return writer;
             };
 
@@ -2432,6 +2438,14 @@ $root.hearth = (function() {
                         }
                     case 5: {
                             message.timeoutMs = reader.uint32();
+                            break;
+                        }
+                    case 6: {
+                            message.traceparent = reader.string();
+                            break;
+                        }
+                    case 7: {
+                            message.tracestate = reader.string();
                             break;
                         }
                     default:
@@ -2581,6 +2595,8 @@ $root.hearth = (function() {
             Progress.prototype.callId = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
             Progress.prototype.message = "";
             Progress.prototype.fraction = 0;
+            Progress.prototype.progress = 0;
+            Progress.prototype.total = 0;
 
             Progress.create = function create(properties) {
                 return new Progress(properties);
@@ -2599,6 +2615,10 @@ $root.hearth = (function() {
                     writer.uint32(18).string(message.message);
                 if (message.fraction != null && Object.hasOwnProperty.call(message, "fraction"))
                     writer.uint32(25).double(message.fraction);
+                if (message.progress != null && Object.hasOwnProperty.call(message, "progress"))
+                    writer.uint32(33).double(message.progress);
+                if (message.total != null && Object.hasOwnProperty.call(message, "total"))
+                    writer.uint32(41).double(message.total);
                 return writer;
             };
 
@@ -2635,6 +2655,14 @@ $root.hearth = (function() {
                         }
                     case 3: {
                             message.fraction = reader.double();
+                            break;
+                        }
+                    case 4: {
+                            message.progress = reader.double();
+                            break;
+                        }
+                    case 5: {
+                            message.total = reader.double();
                             break;
                         }
                     default:
@@ -3528,6 +3556,8 @@ $root.hearth = (function() {
             RunStage.prototype.hookId = "";
             RunStage.prototype.context = null;
             RunStage.prototype.timeoutMs = 0;
+            RunStage.prototype.traceparent = "";
+            RunStage.prototype.tracestate = "";
 
             RunStage.create = function create(properties) {
                 return new RunStage(properties);
@@ -3550,6 +3580,10 @@ $root.hearth = (function() {
                     $root.hearth.v1.StageContext.encode(message.context, writer.uint32(34).fork(), q + 1).ldelim();
                 if (message.timeoutMs != null && Object.hasOwnProperty.call(message, "timeoutMs"))
                     writer.uint32(40).uint32(message.timeoutMs);
+                if (message.traceparent != null && Object.hasOwnProperty.call(message, "traceparent"))
+                    writer.uint32(50).string(message.traceparent);
+                if (message.tracestate != null && Object.hasOwnProperty.call(message, "tracestate"))
+                    writer.uint32(58).string(message.tracestate);
                 return writer;
             };
 
@@ -3594,6 +3628,14 @@ $root.hearth = (function() {
                         }
                     case 5: {
                             message.timeoutMs = reader.uint32();
+                            break;
+                        }
+                    case 6: {
+                            message.traceparent = reader.string();
+                            break;
+                        }
+                    case 7: {
+                            message.tracestate = reader.string();
                             break;
                         }
                     default:
@@ -3726,6 +3768,8 @@ $root.hearth = (function() {
             HandleEvent.prototype.sender = null;
             HandleEvent.prototype.trigger = null;
             HandleEvent.prototype.timeoutMs = 0;
+            HandleEvent.prototype.traceparent = "";
+            HandleEvent.prototype.tracestate = "";
 
             HandleEvent.create = function create(properties) {
                 return new HandleEvent(properties);
@@ -3751,6 +3795,10 @@ $root.hearth = (function() {
                     $root.hearth.v1.Trigger.encode(message.trigger, writer.uint32(42).fork(), q + 1).ldelim();
                 if (message.timeoutMs != null && Object.hasOwnProperty.call(message, "timeoutMs"))
                     writer.uint32(48).uint32(message.timeoutMs);
+                if (message.traceparent != null && Object.hasOwnProperty.call(message, "traceparent"))
+                    writer.uint32(58).string(message.traceparent);
+                if (message.tracestate != null && Object.hasOwnProperty.call(message, "tracestate"))
+                    writer.uint32(66).string(message.tracestate);
                 return writer;
             };
 
@@ -3801,6 +3849,14 @@ $root.hearth = (function() {
                         }
                     case 6: {
                             message.timeoutMs = reader.uint32();
+                            break;
+                        }
+                    case 7: {
+                            message.traceparent = reader.string();
+                            break;
+                        }
+                    case 8: {
+                            message.tracestate = reader.string();
                             break;
                         }
                     default:
@@ -10354,11 +10410,12 @@ $root.hearth = (function() {
             ChatEvent.prototype.shortCircuit = null;
             ChatEvent.prototype.interrupted = null;
             ChatEvent.prototype.queued = null;
+            ChatEvent.prototype.toolCallProgress = null;
 
             var $oneOfFields;
 
             Object.defineProperty(ChatEvent.prototype, "event", {
-                get: $util.oneOfGetter($oneOfFields = ["textDelta", "toolCallStarted", "toolCallFinished", "confirmRequest", "final", "pluginReply", "shortCircuit", "interrupted", "queued"]),
+                get: $util.oneOfGetter($oneOfFields = ["textDelta", "toolCallStarted", "toolCallFinished", "confirmRequest", "final", "pluginReply", "shortCircuit", "interrupted", "queued", "toolCallProgress"]),
                 set: $util.oneOfSetter($oneOfFields)
             });
 
@@ -10391,6 +10448,8 @@ $root.hearth = (function() {
                     $root.hearth.v1.Interrupted.encode(message.interrupted, writer.uint32(66).fork(), q + 1).ldelim();
                 if (message.queued != null && Object.hasOwnProperty.call(message, "queued"))
                     $root.hearth.v1.Queued.encode(message.queued, writer.uint32(74).fork(), q + 1).ldelim();
+                if (message.toolCallProgress != null && Object.hasOwnProperty.call(message, "toolCallProgress"))
+                    $root.hearth.v1.ToolCallProgress.encode(message.toolCallProgress, writer.uint32(82).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -10451,6 +10510,10 @@ $root.hearth = (function() {
                         }
                     case 9: {
                             message.queued = $root.hearth.v1.Queued.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    case 10: {
+                            message.toolCallProgress = $root.hearth.v1.ToolCallProgress.decode(reader, reader.uint32(), undefined, long + 1);
                             break;
                         }
                     default:
@@ -11132,6 +11195,118 @@ $root.hearth = (function() {
             };
 
             return ToolCallStarted;
+        })();
+
+        v1.ToolCallProgress = (function() {
+
+            function ToolCallProgress(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            ToolCallProgress.prototype.callId = "";
+            ToolCallProgress.prototype.tool = "";
+            ToolCallProgress.prototype.plugin = "";
+            ToolCallProgress.prototype.message = "";
+            ToolCallProgress.prototype.progress = 0;
+            ToolCallProgress.prototype.total = 0;
+
+            ToolCallProgress.create = function create(properties) {
+                return new ToolCallProgress(properties);
+            };
+
+            ToolCallProgress.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.callId != null && Object.hasOwnProperty.call(message, "callId"))
+                    writer.uint32(10).string(message.callId);
+                if (message.tool != null && Object.hasOwnProperty.call(message, "tool"))
+                    writer.uint32(18).string(message.tool);
+                if (message.plugin != null && Object.hasOwnProperty.call(message, "plugin"))
+                    writer.uint32(26).string(message.plugin);
+                if (message.message != null && Object.hasOwnProperty.call(message, "message"))
+                    writer.uint32(34).string(message.message);
+                if (message.progress != null && Object.hasOwnProperty.call(message, "progress"))
+                    writer.uint32(41).double(message.progress);
+                if (message.total != null && Object.hasOwnProperty.call(message, "total"))
+                    writer.uint32(49).double(message.total);
+                return writer;
+            };
+
+            ToolCallProgress.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.ToolCallProgress();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.callId = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.tool = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.plugin = reader.string();
+                            break;
+                        }
+                    case 4: {
+                            message.message = reader.string();
+                            break;
+                        }
+                    case 5: {
+                            message.progress = reader.double();
+                            break;
+                        }
+                    case 6: {
+                            message.total = reader.double();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            ToolCallProgress.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.ToolCallProgress";
+            };
+
+            return ToolCallProgress;
         })();
 
         v1.ToolCallFinished = (function() {

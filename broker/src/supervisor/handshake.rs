@@ -322,14 +322,24 @@ impl Supervisor {
             PluginMsg::Reply(r) => session.event_text(r.call_id, r.text),
             PluginMsg::EventDone(r) => session.complete(Reply::Event(r)),
             PluginMsg::Pong(_) => session.pong(),
-            PluginMsg::Progress(p) => session.progress(
-                p.call_id,
-                hearth_proto::v1::ToolProgress {
-                    message: p.message,
-                    progress: p.fraction.max(0.0),
-                    total: if p.fraction >= 0.0 { 1.0 } else { 0.0 },
-                },
-            ),
+            PluginMsg::Progress(p) => {
+                // A count ("3 of 10") when the plugin sent one, else its fraction of 1.
+                let (progress, total) = if p.progress > 0.0 || p.total > 0.0 {
+                    (p.progress.max(0.0), p.total.max(0.0))
+                } else if p.fraction >= 0.0 {
+                    (p.fraction, 1.0)
+                } else {
+                    (0.0, 0.0)
+                };
+                session.progress(
+                    p.call_id,
+                    hearth_proto::v1::ToolProgress {
+                        message: p.message,
+                        progress,
+                        total,
+                    },
+                )
+            }
             PluginMsg::RegisterTool(r) => {
                 let name = r.tool.as_ref().map(|t| t.name.clone()).unwrap_or_default();
                 let outcome = match &r.tool {

@@ -223,6 +223,7 @@ impl Session {
         progress: Option<ProgressSink>,
     ) -> Result<ToolResult, InvokeError> {
         let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let (traceparent, tracestate) = crate::observe::trace::current_w3c();
         let build = |call_id| {
             Msg::InvokeTool(InvokeTool {
                 call_id,
@@ -230,6 +231,8 @@ impl Session {
                 args_json,
                 sender,
                 timeout_ms,
+                traceparent,
+                tracestate,
             })
         };
         let what = Target::Tool(tool.into());
@@ -258,6 +261,7 @@ impl Session {
             hook_id: hook_id.into(),
         };
         let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let (traceparent, tracestate) = crate::observe::trace::current_w3c();
         let build = |call_id| {
             Msg::RunStage(RunStage {
                 call_id,
@@ -265,6 +269,8 @@ impl Session {
                 hook_id: hook_id.into(),
                 context: Some(context),
                 timeout_ms,
+                traceparent,
+                tracestate,
             })
         };
         match self
@@ -297,6 +303,7 @@ impl Session {
                 .unwrap_or_default(),
         };
         event.timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        (event.traceparent, event.tracestate) = crate::observe::trace::current_w3c();
         let build = |call_id| {
             event.call_id = call_id;
             Msg::HandleEvent(event)

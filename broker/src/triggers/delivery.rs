@@ -73,6 +73,7 @@ pub async fn deliver_all(
             sender: Some(sender.clone()),
             trigger: Some(m.trigger),
             timeout_ms: 0,
+            ..Default::default()
         };
         let call = router.handle_event(&plugin, ev, tx);
         let mut texts = Vec::new();

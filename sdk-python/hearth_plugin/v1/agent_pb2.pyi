@@ -24,7 +24,7 @@ class ChatRequest(_message.Message):
     def __init__(self, message: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., channel: _Optional[str] = ..., no_memory: _Optional[bool] = ..., priority: _Optional[_Union[_plugin_pb2.Priority, str]] = ...) -> None: ...
 
 class ChatEvent(_message.Message):
-    __slots__ = ("text_delta", "tool_call_started", "tool_call_finished", "confirm_request", "final", "plugin_reply", "short_circuit", "interrupted", "queued")
+    __slots__ = ("text_delta", "tool_call_started", "tool_call_finished", "confirm_request", "final", "plugin_reply", "short_circuit", "interrupted", "queued", "tool_call_progress")
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class ChatEvent(_message.Message):
     SHORT_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
     INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     text_delta: TextDelta
     tool_call_started: ToolCallStarted
     tool_call_finished: ToolCallFinished
@@ -43,7 +44,8 @@ class ChatEvent(_message.Message):
     short_circuit: ShortCircuit
     interrupted: Interrupted
     queued: Queued
-    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ..., short_circuit: _Optional[_Union[ShortCircuit, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ...) -> None: ...
+    tool_call_progress: ToolCallProgress
+    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ..., short_circuit: _Optional[_Union[ShortCircuit, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., tool_call_progress: _Optional[_Union[ToolCallProgress, _Mapping]] = ...) -> None: ...
 
 class Queued(_message.Message):
     __slots__ = ("ahead", "conversation")
@@ -120,6 +122,22 @@ class ToolCallStarted(_message.Message):
     plugin: str
     args_json: str
     def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., plugin: _Optional[str] = ..., args_json: _Optional[str] = ...) -> None: ...
+
+class ToolCallProgress(_message.Message):
+    __slots__ = ("call_id", "tool", "plugin", "message", "progress", "total")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    tool: str
+    plugin: str
+    message: str
+    progress: float
+    total: float
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., plugin: _Optional[str] = ..., message: _Optional[str] = ..., progress: _Optional[float] = ..., total: _Optional[float] = ...) -> None: ...
 
 class ToolCallFinished(_message.Message):
     __slots__ = ("call_id", "tool", "success", "content", "error", "elapsed_us", "plugin", "denied_by")

@@ -352,18 +352,22 @@ class Sender(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., channel: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class InvokeTool(_message.Message):
-    __slots__ = ("call_id", "tool", "args_json", "sender", "timeout_ms")
+    __slots__ = ("call_id", "tool", "args_json", "sender", "timeout_ms", "traceparent", "tracestate")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     tool: str
     args_json: str
     sender: Sender
     timeout_ms: int
-    def __init__(self, call_id: _Optional[int] = ..., tool: _Optional[str] = ..., args_json: _Optional[str] = ..., sender: _Optional[_Union[Sender, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, call_id: _Optional[int] = ..., tool: _Optional[str] = ..., args_json: _Optional[str] = ..., sender: _Optional[_Union[Sender, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
     __slots__ = ("call_id", "success", "content", "data_json", "error", "content_blocks_json")
@@ -382,14 +386,18 @@ class ToolResult(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., success: _Optional[bool] = ..., content: _Optional[str] = ..., data_json: _Optional[str] = ..., error: _Optional[str] = ..., content_blocks_json: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("call_id", "message", "fraction")
+    __slots__ = ("call_id", "message", "fraction", "progress", "total")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FRACTION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     message: str
     fraction: float
-    def __init__(self, call_id: _Optional[int] = ..., message: _Optional[str] = ..., fraction: _Optional[float] = ...) -> None: ...
+    progress: float
+    total: float
+    def __init__(self, call_id: _Optional[int] = ..., message: _Optional[str] = ..., fraction: _Optional[float] = ..., progress: _Optional[float] = ..., total: _Optional[float] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("call_id", "reason")
@@ -501,18 +509,22 @@ class StageContext(_message.Message):
     def __init__(self, raw_message: _Optional[str] = ..., user_id: _Optional[str] = ..., group_id: _Optional[str] = ..., context_msgs_json: _Optional[str] = ..., llm_text: _Optional[str] = ..., reasoning_content: _Optional[str] = ..., token_usage: _Optional[_Mapping[str, int]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallInfo, _Mapping]]] = ..., tool_results: _Optional[_Iterable[_Union[ToolResultInfo, _Mapping]]] = ..., final_text: _Optional[str] = ..., response: _Optional[str] = ..., phase: _Optional[_Union[Stage, str]] = ..., memory: _Optional[_Iterable[_Union[MemItem, _Mapping]]] = ..., no_memory: _Optional[bool] = ..., extra_json: _Optional[str] = ...) -> None: ...
 
 class RunStage(_message.Message):
-    __slots__ = ("call_id", "stage", "hook_id", "context", "timeout_ms")
+    __slots__ = ("call_id", "stage", "hook_id", "context", "timeout_ms", "traceparent", "tracestate")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     HOOK_ID_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     stage: Stage
     hook_id: str
     context: StageContext
     timeout_ms: int
-    def __init__(self, call_id: _Optional[int] = ..., stage: _Optional[_Union[Stage, str]] = ..., hook_id: _Optional[str] = ..., context: _Optional[_Union[StageContext, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, call_id: _Optional[int] = ..., stage: _Optional[_Union[Stage, str]] = ..., hook_id: _Optional[str] = ..., context: _Optional[_Union[StageContext, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class StageResult(_message.Message):
     __slots__ = ("call_id", "context", "error")
@@ -525,20 +537,24 @@ class StageResult(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., context: _Optional[_Union[StageContext, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class HandleEvent(_message.Message):
-    __slots__ = ("call_id", "message", "params", "sender", "trigger", "timeout_ms")
+    __slots__ = ("call_id", "message", "params", "sender", "trigger", "timeout_ms", "traceparent", "tracestate")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     message: str
     params: _containers.RepeatedScalarFieldContainer[str]
     sender: Sender
     trigger: Trigger
     timeout_ms: int
-    def __init__(self, call_id: _Optional[int] = ..., message: _Optional[str] = ..., params: _Optional[_Iterable[str]] = ..., sender: _Optional[_Union[Sender, _Mapping]] = ..., trigger: _Optional[_Union[Trigger, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, call_id: _Optional[int] = ..., message: _Optional[str] = ..., params: _Optional[_Iterable[str]] = ..., sender: _Optional[_Union[Sender, _Mapping]] = ..., trigger: _Optional[_Union[Trigger, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class Reply(_message.Message):
     __slots__ = ("call_id", "text")

@@ -1,0 +1,266 @@
+//! OpenTelemetry traces following the GenAI semantic conventions, exported over OTLP.
+//!
+//! **On** only when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! is set (or `OTEL_TRACES_EXPORTER=otlp`), unless `OTEL_SDK_DISABLED=true` or
+//! `OTEL_TRACES_EXPORTER=none`. The OTLP crate reads the other standard variables itself:
+//! `…_PROTOCOL` (`http/protobuf`, the default, or `grpc`), `…_HEADERS`, `…_TIMEOUT`,
+//! `…_COMPRESSION`; the SDK reads `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+//! `OTEL_TRACES_SAMPLER[_ARG]` and `OTEL_BSP_*`. **Off**, every helper here is one
+//! `OnceLock::get` and returns `None`: no span, no attribute built, no bytes on the wire.
+//!
+//! Spans (names in [`super::names`]):
+//! - `invoke_agent` per turn (INTERNAL), parent: the caller's `traceparent` metadata;
+//! - `chat {model}` per LLM request (CLIENT), one per failover attempt;
+//! - `execute_tool {tool}` per tool call (INTERNAL) — from the agent, `Admin.CallTool`
+//!   and the MCP server;
+//! - `hook {stage}` per stage hook (INTERNAL); `event {plugin}` per trigger delivery.
+//!
+//! The context of the span a plugin request belongs to travels in `InvokeTool`,
+//! `RunStage` and `HandleEvent` as W3C `traceparent`/`tracestate` ([`current_w3c`]),
+//! made current for a future with [`opentelemetry::context::FutureExt::with_context`].
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+
+struct Tracing {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+}
+
+static TRACING: OnceLock<Tracing> = OnceLock::new();
+
+/// Default export queue when `OTEL_BSP_MAX_QUEUE_SIZE` is unset: the SDK's 2048 drops
+/// spans in bursts at the thousands of tool calls per second a broker serves.
+const DEFAULT_QUEUE: usize = 65_536;
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Whether the standard variables ask for OTLP trace export (see the module docs).
+pub fn wanted() -> bool {
+    if env("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return false;
+    }
+    match env("OTEL_TRACES_EXPORTER").map(|v| v.trim().to_ascii_lowercase()) {
+        Some(v) if v == "none" => false,
+        Some(v) if v.split(',').any(|e| e.trim() == "otlp") => true,
+        Some(v) => {
+            tracing::warn!("OTEL_TRACES_EXPORTER={v}: only `otlp` and `none` are supported; traces are not exported");
+            false
+        }
+        None => {
+            env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
+                || env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+        }
+    }
+}
+
+/// Starts the exporter when [`wanted`]; must run inside the tokio runtime (the gRPC
+/// exporter's channel binds to it). Returns a one-line description for the log, or the
+/// reason it could not start (tracing then stays off; the broker runs on).
+pub fn init() -> Option<Result<String, String>> {
+    if !wanted() {
+        return None;
+    }
+    Some(build())
+}
+
+fn build() -> Result<String, String> {
+    use opentelemetry::trace::TracerProvider as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .build()
+        .map_err(|e| format!("OTLP trace exporter: {e}"))?;
+    let mut batch = opentelemetry_sdk::trace::BatchConfigBuilder::default();
+    if env("OTEL_BSP_MAX_QUEUE_SIZE").is_none() {
+        batch = batch.with_max_queue_size(DEFAULT_QUEUE);
+    }
+    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
+        .with_batch_config(batch.build())
+        .build();
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    let named = env("OTEL_SERVICE_NAME").is_some()
+        || env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+    if !named {
+        resource = resource.with_service_name("hearth");
+    }
+    let resource = resource
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .build();
+    let service = resource
+        .get(&opentelemetry::Key::new("service.name"))
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource)
+        .build();
+    let tracer = provider.tracer_with_scope(
+        opentelemetry::InstrumentationScope::builder("hearth")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build(),
+    );
+    let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        .unwrap_or_else(|| "http/protobuf".into());
+    let endpoint = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        .unwrap_or_else(|| "(default)".into());
+    let _ = TRACING.set(Tracing { provider, tracer });
+    Ok(format!(
+        "tracing: OTLP {protocol} → {endpoint} (service.name={service})"
+    ))
+}
+
+/// Whether spans are recorded.
+pub fn enabled() -> bool {
+    TRACING.get().is_some()
+}
+
+/// Exports what is queued and stops the exporter (blocking; run it off the runtime's
+/// workers, e.g. in `spawn_blocking`).
+pub fn shutdown() {
+    if let Some(t) = TRACING.get() {
+        if let Err(e) = t.provider.shutdown() {
+            tracing::warn!("tracing: flushing spans at stop: {e}");
+        }
+    }
+}
+
+/// A started span and the context that holds it. Ends when [`Span::end`] is called or
+/// it is dropped.
+#[derive(Debug)]
+pub struct Span {
+    cx: Context,
+}
+
+impl Span {
+    /// The context to run children in (`fut.with_context(span.context().clone())`).
+    pub fn context(&self) -> &Context {
+        &self.cx
+    }
+
+    /// Sets one attribute.
+    pub fn set(&self, kv: KeyValue) {
+        self.cx.span().set_attribute(kv);
+    }
+
+    /// Marks the span failed: status Error with `description`, and `error.type`.
+    pub fn fail(&self, error_type: &str, description: impl Into<Cow<'static, str>>) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new(
+            super::names::ERROR_TYPE,
+            error_type.to_string(),
+        ));
+        span.set_status(Status::error(description));
+    }
+
+    /// The trace id, 32 hex digits (for log lines).
+    pub fn trace_id(&self) -> String {
+        self.cx.span().span_context().trace_id().to_string()
+    }
+
+    /// Ends the span now.
+    pub fn end(self) {}
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        self.cx.span().end();
+    }
+}
+
+/// Starts a span named `name` of `kind` with `attributes`, as a child of `parent` (else
+/// of the current context); `None` when tracing is off.
+pub fn start(
+    name: impl Into<Cow<'static, str>>,
+    kind: SpanKind,
+    parent: Option<&Context>,
+    attributes: impl FnOnce() -> Vec<KeyValue>,
+) -> Option<Span> {
+    let t = TRACING.get()?;
+    let current;
+    let parent = match parent {
+        Some(p) => p,
+        None => {
+            current = Context::current();
+            &current
+        }
+    };
+    let span = t
+        .tracer
+        .span_builder(name)
+        .with_kind(kind)
+        .with_attributes(attributes())
+        .start_with_context(&t.tracer, parent);
+    Some(Span {
+        cx: parent.with_span(span),
+    })
+}
+
+/// The W3C `traceparent` and `tracestate` of the current context's span, for a plugin
+/// request; empty strings when tracing is off or there is no span.
+pub fn current_w3c() -> (String, String) {
+    if TRACING.get().is_none() {
+        return (String::new(), String::new());
+    }
+    let cx = Context::current();
+    if !cx.span().span_context().is_valid() {
+        return (String::new(), String::new());
+    }
+    let mut carrier: HashMap<String, String> = HashMap::with_capacity(2);
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    (
+        carrier.remove("traceparent").unwrap_or_default(),
+        carrier.remove("tracestate").unwrap_or_default(),
+    )
+}
+
+/// The trace id of the current span (32 hex), for log fields; `None` when off.
+pub fn current_trace_id() -> Option<String> {
+    TRACING.get()?;
+    let cx = Context::current();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| sc.trace_id().to_string())
+}
+
+/// The remote parent a caller sent (`traceparent`/`tracestate` in gRPC metadata or MCP
+/// `_meta`); `None` when off or absent or malformed.
+pub fn extract(get: impl Fn(&str) -> Option<String>) -> Option<Context> {
+    TRACING.get()?;
+    struct Carrier([String; 2]);
+    impl Extractor for Carrier {
+        fn get(&self, key: &str) -> Option<&str> {
+            let v = match key {
+                "traceparent" => &self.0[0],
+                "tracestate" => &self.0[1],
+                _ => return None,
+            };
+            (!v.is_empty()).then_some(v.as_str())
+        }
+        fn keys(&self) -> Vec<&str> {
+            vec!["traceparent", "tracestate"]
+        }
+    }
+    let carrier = Carrier([
+        get("traceparent").unwrap_or_default(),
+        get("tracestate").unwrap_or_default(),
+    ]);
+    if carrier.0[0].is_empty() {
+        return None;
+    }
+    let cx = TraceContextPropagator::new().extract(&carrier);
+    cx.span().span_context().is_valid().then_some(cx)
+}
+
+/// [`extract`] from gRPC request metadata.
+pub fn from_metadata(md: &tonic::metadata::MetadataMap) -> Option<Context> {
+    extract(|k| md.get(k).and_then(|v| v.to_str().ok()).map(str::to_string))
+}
