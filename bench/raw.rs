@@ -383,6 +383,7 @@ impl Attached {
             hook_id: self.hook_id.clone(),
             context: Some(context.clone()),
             timeout_ms: 5000,
+            ..Default::default()
         });
         let started = Instant::now();
         match self.round_trip(msg).await {
@@ -402,6 +403,7 @@ impl Attached {
             args_json: args_json.into(),
             sender: None,
             timeout_ms: 5000,
+            ..Default::default()
         });
         let started = Instant::now();
         match self.round_trip(msg).await {

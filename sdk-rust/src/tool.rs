@@ -257,6 +257,7 @@ impl CallContext {
                 call_id: self.call_id,
                 message: message.into(),
                 fraction: fraction.unwrap_or(-1.0),
+                ..Default::default()
             })),
         })
         .is_ok()

@@ -807,6 +807,7 @@ async fn stage_hooks_register_run_and_fail_by_hook_id() {
             hook_id: hook.into(),
             context: Some(context),
             timeout_ms: 1000,
+            ..Default::default()
         })
     };
     let stage_result = |m: Out| match m {

@@ -739,6 +739,7 @@ impl Harness {
                         args_json: args.to_string(),
                         sender: Some(sender),
                         timeout_ms,
+                        ..Default::default()
                     })
                 },
             )
@@ -778,6 +779,7 @@ impl Harness {
                     hook_id: hook.hook_id.clone(),
                     context: Some(ctx),
                     timeout_ms,
+                    ..Default::default()
                 })
             })
             .await;
@@ -1017,6 +1019,7 @@ impl Harness {
                         sender: Some(sender),
                         trigger: Some(wire),
                         timeout_ms,
+                        ..Default::default()
                     })
                 },
             )
