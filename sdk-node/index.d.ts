@@ -286,8 +286,43 @@ export interface McpAPI {
   getPrompt(server: string, name: string, args?: Record<string, string>, opts?: HostCallOptions): Promise<McpPromptResult>;
 }
 
+/**
+ * An OpenTelemetry `Context` (`import('@opentelemetry/api').Context`), typed
+ * structurally so this package's types need no `@opentelemetry/api`.
+ */
+export interface OtelContext {
+  getValue(key: symbol): unknown;
+  setValue(key: symbol, value: unknown): OtelContext;
+  deleteValue(key: symbol): OtelContext;
+}
+
+/**
+ * The W3C trace context of the broker span a call belongs to. Empty strings when the
+ * broker does not trace. With `@opentelemetry/api` installed (an optional peer
+ * dependency) the handler already runs inside `otelContext`: spans it starts are
+ * children of the broker's span.
+ */
+export interface TraceFields {
+  /** `"00-<trace id>-<span id>-<flags>"` as the broker sent it, or `''`. */
+  traceparent: string;
+  /** The W3C `tracestate` as the broker sent it, or `''`. */
+  tracestate: string;
+  /** The broker's span as the parent context, for explicit use (`tracer.startSpan(name, {}, ctx.otelContext)`); undefined without `@opentelemetry/api` or a valid `traceparent`. */
+  otelContext: OtelContext | undefined;
+}
+
+/**
+ * Progress as counts: `{progress: 3, total: 10}` is "3 of 10" (`total` 0 or absent
+ * when unknown). `fraction` (0..1) defaults to progress / total when the total is known.
+ */
+export interface ProgressCounts {
+  progress?: number;
+  total?: number;
+  fraction?: number;
+}
+
 /** Per-call context given to every tool handler. */
-export interface CallContext {
+export interface CallContext extends TraceFields {
   /** Aborted when the broker sends Cancel (timeout or caller gone) or the session ends. */
   signal: AbortSignal;
   /** The call id as decimal text (the wire value is echoed exactly). */
@@ -297,8 +332,12 @@ export interface CallContext {
   sender: Sender;
   /** Milliseconds before the broker times the call out. */
   timeoutMs: number;
-  /** Reports progress (extends the call's timeout, bounded). `fraction` 0..1 when known. */
-  progress(message: string, fraction?: number): void;
+  /**
+   * Reports progress (extends the call's timeout, bounded): `fraction` 0..1 when known,
+   * or counts (`ctx.progress('page 3', {progress: 3, total: 10})`), which the broker
+   * passes on to callers as they are (MCP `progress` / `total`).
+   */
+  progress(message: string, fraction?: number | ProgressCounts): void;
   /** Host services (settings, memory, knowledge, LLM, input, MCP). */
   readonly host: Host;
 }
@@ -479,7 +518,7 @@ export declare class Plugin {
   /** Runs one call of the tool named `metadata.name`. */
   executeTool(sender: Sender, args: any, ctx: CallContext): Promise<LinkZoneResult | unknown>;
   /** Handles a message that matched one of the plugin's triggers (inject mode). */
-  handleEvent?(sender: EventSender, ctx: { signal: AbortSignal; callId: string }): Promise<void> | void;
+  handleEvent?(sender: EventSender, ctx: EventContext): Promise<void> | void;
   /** HomeAgent-style registration; the default does nothing. */
   start(sdk: HomeAgentSdk): void | Promise<void>;
   /** Called on Shutdown (and when the broker goes away). */
@@ -588,7 +627,21 @@ export interface StageContext {
  * A stage hook: change `ctx` in place (or return a new context object). A throw is
  * reported to the broker, which logs it and continues without this hook's writes.
  */
-export type StageHandler = (ctx: StageContext, info: { signal: AbortSignal; callId: string; stage: StageName; hookId: string }) => void | StageContext | Promise<void | StageContext>;
+export type StageHandler = (ctx: StageContext, info: StageCallInfo) => void | StageContext | Promise<void | StageContext>;
+
+/** The second argument of a stage hook: cancellation, call id, stage and hook, trace context. */
+export interface StageCallInfo extends TraceFields {
+  signal: AbortSignal;
+  callId: string;
+  stage: StageName;
+  hookId: string;
+}
+
+/** The second argument of `handleEvent`: cancellation, call id, trace context. */
+export interface EventContext extends TraceFields {
+  signal: AbortSignal;
+  callId: string;
+}
 
 /** Options of {@link serve}. */
 export interface ServeOptions {

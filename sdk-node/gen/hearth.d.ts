@@ -1111,6 +1111,7 @@ export namespace hearth {
             text?: (string|null);
             unixMs?: (number|Long|null);
             pid?: (number|null);
+            generation?: (number|Long|null);
         }
 
         class LogLine implements ILogLine {
@@ -1120,6 +1121,7 @@ export namespace hearth {
             public text: string;
             public unixMs: (number|Long);
             public pid: number;
+            public generation: (number|Long);
             public static create(properties?: hearth.v1.ILogLine): hearth.v1.LogLine;
             public static encode(message: hearth.v1.ILogLine, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.LogLine;

@@ -5392,6 +5392,7 @@ $root.hearth = (function() {
             LogLine.prototype.text = "";
             LogLine.prototype.unixMs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
             LogLine.prototype.pid = 0;
+            LogLine.prototype.generation = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
 
             LogLine.create = function create(properties) {
                 return new LogLine(properties);
@@ -5414,6 +5415,8 @@ $root.hearth = (function() {
                     writer.uint32(32).uint64(message.unixMs);
                 if (message.pid != null && Object.hasOwnProperty.call(message, "pid"))
                     writer.uint32(40).uint32(message.pid);
+                if (message.generation != null && Object.hasOwnProperty.call(message, "generation"))
+                    writer.uint32(48).uint64(message.generation);
                 return writer;
             };
 
@@ -5458,6 +5461,10 @@ $root.hearth = (function() {
                         }
                     case 5: {
                             message.pid = reader.uint32();
+                            break;
+                        }
+                    case 6: {
+                            message.generation = reader.uint64();
                             break;
                         }
                     default:

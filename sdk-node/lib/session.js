@@ -18,16 +18,41 @@ const { Plugin, pluginLabel } = require('./plugin');
 const spec = require('./spec');
 const results = require('./results');
 const stages = require('./stages');
+const trace = require('./trace');
 const { resolveToken } = require('./token');
 const { version: SDK_VERSION } = require('../package.json');
 
 const v1 = hearth.v1;
 const PROTOCOL_VERSION = '1.0.0';
 const SDK_NAME = 'hearth-plugin-node';
-const FEATURES = ['cancel', 'progress'];
+const FEATURES = ['cancel', 'progress', 'trace'];
 const MAX_MESSAGE = 64 * 1024 * 1024;
 const ATTACH_PATH = '/hearth.v1.PluginHost/Attach';
 const EXIT = Object.freeze({ OK: 0, FAILED: 1, CONFIG: 2, REJECTED: 3 });
+
+/**
+ * The Progress fields of `ctx.progress(message, how)`: `how` is a fraction (0..1;
+ * negative or absent when unknown) or `{progress, total, fraction}` counts ("3 of 10":
+ * `{progress: 3, total: 10}`; the fraction is derived from them unless given).
+ * @param {number | {fraction?: number, progress?: number, total?: number} | null | undefined} how
+ * @returns {{fraction: number, progress: number, total: number}}
+ */
+function progressFields(how) {
+  if (how == null) return { fraction: -1, progress: 0, total: 0 };
+  if (typeof how !== 'object') return { fraction: Number(how), progress: 0, total: 0 };
+  const count = (/** @type {unknown} */ v, /** @type {string} */ name) => {
+    if (v == null) return 0;
+    const n = Number(v);
+    if (!Number.isFinite(n)) throw new TypeError(`ctx.progress(): ${name} must be a finite number, got ${String(v)}`);
+    return n;
+  };
+  const progress = count(how.progress, 'progress');
+  const total = count(how.total, 'total');
+  let fraction = -1;
+  if (how.fraction != null) fraction = Number(how.fraction);
+  else if (total > 0 && how.progress != null) fraction = Math.min(Math.max(progress / total, 0), 1);
+  return { fraction, progress, total };
+}
 
 /**
  * HEARTH_ADDR → a grpc-js target: `unix:///abs` and `unix:/abs` as is,
@@ -504,10 +529,11 @@ class Session {
       tool: inv.tool,
       sender,
       timeoutMs: inv.timeoutMs,
+      ...trace.traceFields(inv),
       get host() { return session.host; },
-      /** @param {string} message @param {number} [fraction] */
-      progress: (message, fraction) => {
-        if (!ac.signal.aborted) this.send({ progress: { callId: inv.callId, message: String(message == null ? '' : message), fraction: fraction == null ? -1 : fraction } });
+      /** @param {string} message @param {number | {fraction?: number, progress?: number, total?: number} | null} [how] */
+      progress: (message, how) => {
+        if (!ac.signal.aborted) this.send({ progress: { callId: inv.callId, message: String(message == null ? '' : message), ...progressFields(how) } });
       },
     };
     Promise.resolve()
@@ -519,7 +545,7 @@ class Session {
         } catch (e) {
           throw new SyntaxError(`tool ${inv.tool}: args_json is not valid JSON: ${/** @type {Error} */ (e).message}`);
         }
-        return tool.invoke(args, sender, ctx);
+        return trace.runIn(ctx.otelContext, () => tool.invoke(args, sender, ctx));
       })
       .then((v) => /** @type {ToolEntry} */ (tool).map(v))
       .catch((e) => {
@@ -568,7 +594,8 @@ class Session {
     Promise.resolve()
       .then(() => {
         if (typeof this.instance.handleEvent !== 'function') throw new Error(`plugin ${this.name} has no handleEvent`);
-        return this.instance.handleEvent(sender, { signal: ac.signal, callId: key });
+        const info = { signal: ac.signal, callId: key, ...trace.traceFields(ev) };
+        return trace.runIn(info.otelContext, () => this.instance.handleEvent(sender, info));
       })
       .then(() => '', (e) => {
         if (!ac.signal.aborted) this.log(`handleEvent (call ${key}) failed: ${results.errorText(e)}`);
@@ -592,7 +619,8 @@ class Session {
       .then(() => {
         if (!hook) throw new Error(`plugin ${this.name} has no stage hook ${rs.hookId}`);
         const ctx = stages.fromWire(wireCtx);
-        return Promise.resolve(hook.handler(ctx, { signal: ac.signal, callId: key, stage: stages.STAGES[rs.stage - 1], hookId: rs.hookId }))
+        const info = { signal: ac.signal, callId: key, stage: stages.STAGES[rs.stage - 1], hookId: rs.hookId, ...trace.traceFields(rs) };
+        return Promise.resolve(trace.runIn(info.otelContext, () => hook.handler(ctx, info)))
           .then((ret) => stages.toWire(ret && typeof ret === 'object' ? ret : ctx));
       })
       .then((context) => ({ context, error: '' }), (e) => {

@@ -27,7 +27,7 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.equal(p.hello.protocolVersion, '1.0.0');
     assert.equal(p.hello.sdk, 'hearth-plugin-node');
     assert.equal(p.hello.sdkVersion, require('../package.json').version);
-    assert.deepEqual(p.hello.features, ['cancel', 'progress']);
+    assert.deepEqual(p.hello.features, ['cancel', 'progress', 'trace']);
     assert.equal(p.hello.pid, p.proc.proc.pid);
   });
 

@@ -117,7 +117,7 @@ describe('testing: a LinkZone class', () => {
     assert.deepEqual([thrown.success, thrown.error], [false, 'RangeError: bad x']);
     assert.ok(t.logs.some((l) => l.includes('tool echo (call') && l.includes('RangeError: bad x')), t.logs.join('\n'));
     const p = await t.call('echo', { text: 'x', mode: 'progress' });
-    assert.deepEqual(p.progress, [{ message: 'half', fraction: 0.5 }, { message: 'almost', fraction: null }]);
+    assert.deepEqual(p.progress, [{ message: 'half', fraction: 0.5, progress: 0, total: 0 }, { message: 'almost', fraction: null, progress: 0, total: 0 }]);
   });
 
   it('checks arguments against the schema first, in the broker\'s words', async () => {

@@ -47,6 +47,13 @@ const parse = (text, empty) => {
 };
 
 /**
+ * The trace fields a call's options ask for (`{traceparent, tracestate}`, as a tracing
+ * broker sends them), or none.
+ * @param {{traceparent?: string, tracestate?: string}} opts
+ */
+const traceOf = (opts) => ({ traceparent: opts.traceparent || '', tracestate: opts.tracestate || '' });
+
+/**
  * A decoded wire StageContext (or the SDK's encoding of a handler object) → the plain
  * wire shape permissions.js works on.
  * @param {any} c
@@ -667,11 +674,13 @@ class PluginHarness {
     if (violation) throw new InvalidArgumentsError(this.name, name, violation.path.join('.'), schema.violationText(violation));
     const timeoutMs = opts.timeoutMs || (tool.aiTool && tool.aiTool.timeout > 0 ? tool.aiTool.timeout * 1000 : this.callTimeoutMs);
     const sender = { ...this.sender, ...(opts.sender || {}) };
-    /** @type {Array<{message: string, fraction: number | null}>} */
+    /** @type {Array<{message: string, fraction: number | null, progress: number, total: number}>} */
     const progress = [];
-    return this.exchange(`tool ${name}`, (callId) => ({ invokeTool: { callId, tool: name, argsJson: text, sender, timeoutMs } }), timeoutMs, opts.signal, (m, settle, touch) => {
+    const traced = traceOf(opts);
+    return this.exchange(`tool ${name}`, (callId) => ({ invokeTool: { callId, tool: name, argsJson: text, sender, timeoutMs, ...traced } }), timeoutMs, opts.signal, (m, settle, touch) => {
       if (m.msg === 'progress') {
-        progress.push({ message: m.progress.message, fraction: m.progress.fraction < 0 ? null : m.progress.fraction });
+        const p = m.progress;
+        progress.push({ message: p.message, fraction: p.fraction < 0 ? null : p.fraction, progress: p.progress || 0, total: p.total || 0 });
         touch();
       } else if (m.msg === 'toolResult') {
         const r = m.toolResult;
@@ -704,7 +713,7 @@ class PluginHarness {
     const timeoutMs = opts.timeoutMs || this.callTimeoutMs;
     /** @type {string[]} */
     const replies = [];
-    return this.exchange(`event handler of \`${m.trigger.pattern}\``, (callId) => ({ handleEvent: { callId, message, params: m.params, sender, trigger: m.trigger, timeoutMs } }), timeoutMs, opts.signal, (msg, settle) => {
+    return this.exchange(`event handler of \`${m.trigger.pattern}\``, (callId) => ({ handleEvent: { callId, message, params: m.params, sender, trigger: m.trigger, timeoutMs, ...traceOf(opts) } }), timeoutMs, opts.signal, (msg, settle) => {
       if (msg.msg === 'reply') replies.push(msg.reply.text);
       else if (msg.msg === 'eventDone') settle({ replies, error: msg.eventDone.error || '', params: [...m.params], trigger: { type: m.trigger.type, pattern: m.trigger.pattern } });
     });
@@ -736,7 +745,7 @@ class PluginHarness {
     const timeoutMs = opts.timeoutMs || HOOK_TIMEOUT_MS;
     /** @type {import('./index').StageRun} */
     const run = { stage: name, context: handlerContext(current), ran: [], dropped: [], errors: [], shortCircuit: null };
-    const callHook = (/** @type {any} */ h, /** @type {any} */ sent) => this.exchange(`stage hook ${h.hookId}`, (callId) => ({ runStage: { callId, stage: n, hookId: h.hookId, context: sent, timeoutMs } }), timeoutMs, opts.signal,
+    const callHook = (/** @type {any} */ h, /** @type {any} */ sent) => this.exchange(`stage hook ${h.hookId}`, (callId) => ({ runStage: { callId, stage: n, hookId: h.hookId, context: sent, timeoutMs, ...traceOf(opts) } }), timeoutMs, opts.signal,
       (/** @type {any} */ m, /** @type {(v: any) => void} */ settle) => { if (m.msg === 'stageResult') settle(m.stageResult); },
       () => ({ error: `timed out after ${timeoutMs} ms`, context: null }));
     /** @param {any} h @param {any} r @param {any} seen */

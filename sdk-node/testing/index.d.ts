@@ -206,6 +206,9 @@ export interface CallOptions {
   timeoutMs?: number;
   /** Aborting it sends `Cancel` and rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** W3C trace context sent with the call, as a tracing broker sends it (default none). */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** A tool's result as the broker receives it. */
@@ -217,8 +220,8 @@ export interface ToolCallResult {
   data: unknown;
   /** Error text when `success` is false ("<Name>: <message>" for a throw), else ''. */
   error: string;
-  /** `ctx.progress()` reports, in order (`fraction` null when not given). */
-  progress: Array<{ message: string; fraction: number | null }>;
+  /** `ctx.progress()` reports, in order (`fraction` null when not given; `progress` / `total` the counts, 0 when not given). */
+  progress: Array<{ message: string; fraction: number | null; progress: number; total: number }>;
 }
 
 /** Options of {@link PluginHarness.event}. */
@@ -233,6 +236,9 @@ export interface EventOptions {
   event?: string;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** W3C trace context sent with the event (default none). */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** What `handleEvent` did. */
@@ -298,6 +304,9 @@ export interface StageOptions {
   /** Per hook; default 5 s (the broker's). A hook past it counts as failed. */
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** W3C trace context sent with each RunStage (default none). */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** What running one stage's hooks did. */

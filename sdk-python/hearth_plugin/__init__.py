@@ -29,15 +29,15 @@ from ._env import ConfigError
 from ._plugin import Plugin, PluginSDK, StageHandler, Target, ToolHandler, tool
 from ._stages import MemItem, Stage, StageContext, ToolCall, ToolResult
 from ._types import (JSON, ArgumentError, HostError, JSONObject, PluginLoadError, Sender,
-                     StatusCode, progress)
+                     StatusCode, current_trace_context, progress)
 
 __all__ = ["ArgumentError", "ConfigDef", "ConfigError", "Doc", "DocMemoryAPI", "Entity", "HostError",
            "JSON", "JSONObject", "KnowledgeAPI", "KnowledgeEntry", "LLMAPI", "MCP_METHODS", "McpAPI",
            "MemItem", "MemoryAPI",
            "Plugin", "PluginLoadError", "PluginSDK", "Relation", "Sender", "SettingsAPI", "Stage",
            "StageContext", "StageHandler", "StatusCode", "Target", "TextEvent", "TextMemoryAPI",
-           "ToolCall", "ToolHandler", "ToolResult", "Triple", "progress", "run", "serve", "tool",
-           "__version__"]
+           "ToolCall", "ToolHandler", "ToolResult", "Triple", "current_trace_context", "progress", "run",
+           "serve", "tool", "__version__"]
 
 
 def run(target: Target = None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -28,7 +29,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, AsyncIterator, Callable, Dict, Optional, Set, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import grpc
 import grpc.aio
@@ -41,7 +42,7 @@ from ._loader import LoadedPlugin, load, resolve
 from ._plugin import Target
 from ._result import Outcome, from_exception, from_linkzone, from_value, to_json
 from ._stages import STAGES, StageContext, StageHookEntry, from_wire, to_wire
-from ._types import ArgumentError, CallContext, PluginLoadError, Sender, ToolEntry, current_call
+from ._types import ArgumentError, CallContext, PluginLoadError, Sender, ToolEntry, current_call, current_trace
 from .v1 import plugin_pb2 as pb
 from .v1 import plugin_pb2_grpc as pb_grpc
 
@@ -51,7 +52,7 @@ __all__ = ["EXIT_LOAD_ERROR", "EXIT_OK", "EXIT_REJECTED", "EXIT_STREAM_ERROR", "
 
 PROTOCOL_VERSION = "1.0.0"
 SDK_NAME = "hearth-plugin-python"
-FEATURES = ("cancel", "progress")
+FEATURES = ("cancel", "progress", "trace")
 _MIB = 1024 * 1024
 # Bytes a ToolResult message adds around its strings: field tags, length varints, call_id,
 # the PluginMessage wrapper (generous).
@@ -110,6 +111,58 @@ async def call_handler(fn: Callable[..., Any], *args: Any,
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+# OpenTelemetry, imported on the first traced call (importing it costs ~20 ms, a fifth of
+# a plugin's start-up, and most sessions are never traced): None = not tried yet, False
+# = not installed, else (the opentelemetry.context module, a W3C propagator, opentelemetry.trace).
+_otel: Any = None
+
+
+def _load_otel() -> Any:
+    global _otel
+    if _otel is None:
+        try:
+            from opentelemetry import context as otel_context
+            from opentelemetry import trace as otel_trace
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+            _otel = (otel_context, TraceContextTextMapPropagator(), otel_trace)
+        except Exception:  # ImportError, or a broken install: tracing is optional
+            _otel = False
+    return _otel
+
+
+@contextlib.contextmanager
+def trace_scope(traceparent: str, tracestate: str) -> Iterator[None]:
+    """Run the block as part of the broker's trace: `current_trace_context()` returns
+    the pair, and when `opentelemetry-api` is installed the extracted context is the
+    current OpenTelemetry context (spans started in the block, or in a plain handler's
+    thread — `call_handler` copies context variables — are children of the broker's
+    span). The W3C propagator is used directly, so OTEL_PROPAGATORS cannot turn it off.
+    A malformed `traceparent` gives no OpenTelemetry context; never an error."""
+    if not traceparent:
+        yield
+        return
+    var_token = current_trace.set((traceparent, tracestate))
+    otel_token = None
+    otel = _load_otel()
+    if otel:
+        otel_context, propagator, otel_trace = otel
+        try:
+            carrier = {"traceparent": traceparent}
+            if tracestate:
+                carrier["tracestate"] = tracestate
+            ctx = propagator.extract(carrier)
+            if otel_trace.get_current_span(ctx).get_span_context().is_valid:
+                otel_token = otel_context.attach(ctx)
+        except Exception:
+            otel_token = None
+    try:
+        yield
+    finally:
+        if otel_token is not None:
+            otel[0].detach(otel_token)
+        current_trace.reset(var_token)
 
 
 def _opt_float(v: Any, field: str) -> float:
@@ -231,9 +284,11 @@ def result_message(call_id: int, tool: str, outcome: Outcome) -> pb.PluginMessag
         return pb.PluginMessage(tool_result=pb.ToolResult(call_id=call_id, success=False, error=err))
 
 
-def _sender(msg: pb.Sender, **extra: Any) -> Sender:
+def _sender(msg: pb.Sender, call: Any, **extra: Any) -> Sender:
+    """The Sender of a call message (InvokeTool / HandleEvent), with its trace context."""
     return Sender(user_id=msg.user_id, group_id=msg.group_id, channel=msg.channel,
-                  session_id=msg.session_id, **extra)
+                  session_id=msg.session_id, traceparent=call.traceparent,
+                  tracestate=call.tracestate, **extra)
 
 
 class Session:
@@ -292,9 +347,10 @@ class Session:
 
     # ---------------------------------------------------------------- calls
 
-    def _send_progress(self, call_id: int, message: str, fraction: float) -> None:
-        self.send_any(pb.PluginMessage(progress=pb.Progress(call_id=call_id, message=message,
-                                                            fraction=fraction)))
+    def _send_progress(self, call_id: int, message: str, fraction: float, done: float,
+                       total: float) -> None:
+        self.send_any(pb.PluginMessage(progress=pb.Progress(
+            call_id=call_id, message=message, fraction=fraction, progress=done, total=total)))
 
     async def _run_tool(self, inv: pb.InvokeTool) -> None:
         key = ("tool", inv.call_id)
@@ -310,18 +366,20 @@ class Session:
                     raise ValueError(f"args_json is not JSON: {e}") from None
                 if not isinstance(args, dict):
                     raise TypeError(f"arguments must be a JSON object, got {type(args).__name__}")
-                sender = _sender(inv.sender)
-                current_call.set(CallContext(inv.call_id, inv.tool, self._send_progress))
+                sender = _sender(inv.sender, inv)
+                current_call.set(CallContext(inv.call_id, inv.tool, self._send_progress,
+                                             inv.traceparent, inv.tracestate))
                 pool = self.pools.handlers
-                if entry.kind == "linkzone":
-                    outcome = from_linkzone(await call_handler(entry.func, sender, args, executor=pool))
-                elif entry.kind == "kwargs":
-                    kwargs = entry.bind(args) if entry.bind is not None else dict(args)
-                    if entry.sender_param:
-                        kwargs[entry.sender_param] = sender
-                    outcome = from_value(await call_handler(entry.func, executor=pool, **kwargs))
-                else:
-                    outcome = from_value(await call_handler(entry.func, args, executor=pool))
+                with trace_scope(inv.traceparent, inv.tracestate):
+                    if entry.kind == "linkzone":
+                        outcome = from_linkzone(await call_handler(entry.func, sender, args, executor=pool))
+                    elif entry.kind == "kwargs":
+                        kwargs = entry.bind(args) if entry.bind is not None else dict(args)
+                        if entry.sender_param:
+                            kwargs[entry.sender_param] = sender
+                        outcome = from_value(await call_handler(entry.func, executor=pool, **kwargs))
+                    else:
+                        outcome = from_value(await call_handler(entry.func, args, executor=pool))
         except asyncio.CancelledError:
             self.tasks.pop(key, None)
             return  # cancelled by the broker (or shutdown): nothing is sent
@@ -347,8 +405,9 @@ class Session:
         try:
             if not self.a.has_event_handler:
                 raise NotImplementedError(f"plugin {self.name} has no handle_event")
-            sender = _sender(ev.sender, message=ev.message, params=list(ev.params), reply=reply)
-            await call_handler(self.a.plugin.handle_event, sender, executor=self.pools.handlers)
+            sender = _sender(ev.sender, ev, message=ev.message, params=list(ev.params), reply=reply)
+            with trace_scope(ev.traceparent, ev.tracestate):
+                await call_handler(self.a.plugin.handle_event, sender, executor=self.pools.handlers)
         except asyncio.CancelledError:
             self.tasks.pop(key, None)
             return
@@ -374,8 +433,10 @@ class Session:
             if hook is None:
                 raise LookupError(f"plugin {self.name} has no stage hook {rs.hook_id!r}")
             ctx = from_wire(rs.context)
-            ret = (await hook.handler(ctx) if is_async
-                   else await call_handler(hook.handler, ctx, executor=self.pools.handlers))
+            ctx.traceparent, ctx.tracestate = rs.traceparent, rs.tracestate
+            with trace_scope(rs.traceparent, rs.tracestate):
+                ret = (await hook.handler(ctx) if is_async
+                       else await call_handler(hook.handler, ctx, executor=self.pools.handlers))
             context = to_wire(ret if isinstance(ret, StageContext) else ctx)
         except asyncio.CancelledError:
             self.tasks.pop(key, None)

@@ -157,6 +157,8 @@ class StageContext(_Record):
     (list of `ToolCall`), `tool_results` (list of `ToolResult`), `final_text`,
     `response` (None, or a string that short-circuits the pipeline to after_output),
     `phase` (the `Stage`), `memory` (list of `MemItem`), `no_memory`, `extra` (dict).
+    Read only, not part of the context sent back: `traceparent` / `tracestate`, the W3C
+    trace context of the broker's span for this hook run ("" when it does not trace).
 
     The handler changes it in place (or returns a new `StageContext`); the context goes
     back to the broker, which keeps only what the stage may write. The JSON-shaped
@@ -169,7 +171,8 @@ class StageContext(_Record):
                "response", "phase", "memory", "no_memory", "extra")
     __slots__ = ("raw_message", "user_id", "group_id", "_context_msgs", "llm_text",
                  "reasoning_content", "_token_usage", "_tool_calls", "_tool_results", "final_text",
-                 "response", "phase", "_memory", "no_memory", "_extra", "_wire")
+                 "response", "phase", "_memory", "no_memory", "_extra", "_wire", "traceparent",
+                 "tracestate")
 
     def __init__(self, raw_message: str = "", user_id: str = "", group_id: str = "",
                  context_msgs: Optional[List[Dict[str, Any]]] = None, llm_text: str = "",
@@ -179,6 +182,8 @@ class StageContext(_Record):
                  response: Optional[str] = None, phase: Any = "", memory: Optional[List[MemItem]] = None,
                  no_memory: bool = False, extra: Optional[Dict[str, Any]] = None) -> None:
         self._wire: Any = None
+        self.traceparent = ""
+        self.tracestate = ""
         self.raw_message = raw_message
         self.user_id = user_id
         self.group_id = group_id
@@ -268,6 +273,7 @@ def from_wire(c: Any) -> StageContext:
     the handler first uses them."""
     ctx = StageContext.__new__(StageContext)
     ctx._wire = c
+    ctx.traceparent = ctx.tracestate = ""
     ctx.raw_message = c.raw_message
     ctx.user_id = c.user_id
     ctx.group_id = c.group_id

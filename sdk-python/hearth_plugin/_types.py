@@ -1,5 +1,5 @@
 """Types every other module shares: `HostError`, `Sender`, `ToolInfo`, `ToolEntry`, the
-current call behind `progress()`, and the JSON aliases.
+current call behind `progress()` and `current_trace_context()`, and the JSON aliases.
 
 This module imports nothing of ours, so any module may import it without a cycle
 (the loader, the runtime, the schema code, the host clients and the test harness all
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextvars
 import json
-from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Tuple, Union
 
 __all__ = ["JSON", "JSONObject", "ArgumentError", "HostError", "PluginLoadError", "StatusCode",
-           "Sender", "ToolInfo", "ToolEntry", "CallContext", "current_call", "progress", "to_json"]
+           "Sender", "ToolInfo", "ToolEntry", "CallContext", "current_call", "current_trace",
+           "current_trace_context", "progress", "to_json"]
 
 #: Any JSON value as Python builds it from JSON text.
 JSON = Union[None, bool, int, float, str, List["JSON"], Dict[str, "JSON"]]
@@ -93,14 +94,18 @@ class Sender:
     """Who a call is made for (LinkZone `sender`), plus the event of an inject call.
 
     Attributes: `user_id`, `group_id`, `channel`, `session_id`; for `handle_event`
-    also `message` (the matched text) and `params` (parsed parameters).
+    also `message` (the matched text) and `params` (parsed parameters). `traceparent` and
+    `tracestate`: the W3C trace context of the broker span the call belongs to, "" when
+    the broker does not trace (see `current_trace_context()`).
     """
 
-    __slots__ = ("user_id", "group_id", "channel", "session_id", "message", "params", "_reply")
+    __slots__ = ("user_id", "group_id", "channel", "session_id", "message", "params", "_reply",
+                 "traceparent", "tracestate")
 
     def __init__(self, user_id: str = "", group_id: str = "", channel: str = "",
                  session_id: str = "", message: str = "", params: Optional[List[str]] = None,
-                 reply: Optional[Callable[[str], None]] = None) -> None:
+                 reply: Optional[Callable[[str], None]] = None, traceparent: str = "",
+                 tracestate: str = "") -> None:
         self.user_id = user_id
         self.group_id = group_id
         self.channel = channel
@@ -108,6 +113,8 @@ class Sender:
         self.message = message
         self.params: List[str] = list(params or [])
         self._reply = reply
+        self.traceparent = traceparent
+        self.tracestate = tracestate
 
     def param(self, index: int) -> Optional[str]:
         """Parameter `index` of the matched command (LinkZone `sender.param(i)`), or None."""
@@ -192,29 +199,73 @@ class PluginLoadError(Exception):
 
 
 class CallContext:
-    """The call a handler is running for; reached through `progress()`."""
+    """The call a handler is running for; reached through `progress()`.
 
-    __slots__ = ("call_id", "tool", "send_progress")
+    `traceparent` / `tracestate`: the W3C trace context the broker sent with the call
+    ("" when it does not trace)."""
+
+    __slots__ = ("call_id", "tool", "send_progress", "traceparent", "tracestate")
 
     def __init__(self, call_id: int, tool_name: str,
-                 send_progress: Callable[[int, str, float], None]) -> None:
+                 send_progress: Callable[[int, str, float, float, float], None],
+                 traceparent: str = "", tracestate: str = "") -> None:
         self.call_id = call_id
         self.tool = tool_name
+        #: (call_id, message, fraction, progress, total) → sends one Progress message.
         self.send_progress = send_progress
+        self.traceparent = traceparent
+        self.tracestate = tracestate
 
 
 current_call: contextvars.ContextVar[Optional[CallContext]] = contextvars.ContextVar(
     "hearth_current_call", default=None)
 
+#: (traceparent, tracestate) of the tool call, stage hook or event running in this
+#: thread / task; set by the runtime for all three.
+current_trace: contextvars.ContextVar[Tuple[str, str]] = contextvars.ContextVar(
+    "hearth_current_trace", default=("", ""))
 
-def progress(message: str = "", fraction: float = -1.0) -> None:
+
+def current_trace_context() -> Tuple[str, str]:
+    """`(traceparent, tracestate)` of the call running in this thread or task: the W3C
+    trace context of the broker span the tool call, stage hook or event belongs to, as
+    the broker sent it. `("", "")` when the broker does not trace, or outside a call.
+
+    When `opentelemetry-api` is installed the SDK already runs handlers inside this
+    context (spans a handler starts are children of the broker's span); this is for
+    handlers that propagate it some other way (an HTTP header, another tracer).
+    """
+    return current_trace.get()
+
+
+def _number(name: str, v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"hearth_plugin.progress(): {name} must be a number, got {v!r}") from None
+
+
+def progress(message: str = "", fraction: Optional[float] = None, *,
+             value: Optional[float] = None, total: Optional[float] = None) -> None:
     """Report progress of the current tool call (extends its timeout on the broker).
 
-    Works in async handlers and in plain handlers running in the thread pool;
-    `fraction` is 0..1 when known, negative otherwise. Outside a tool call it raises
-    `RuntimeError`.
+    Works in async handlers and in plain handlers running in the thread pool.
+    `fraction` is 0..1 when known, negative or None otherwise. `value` (work done) and
+    `total` (all of it, when known) report a count instead: `progress("page 3",
+    value=3, total=10)` is "3 of 10"; the broker passes counts on to callers as they are
+    (MCP `progress` / `total`). When only counts are given, the fraction is derived from
+    them (value / total) for brokers that read only the fraction. Outside a tool call it
+    raises `RuntimeError`.
     """
     ctx = current_call.get()
     if ctx is None:
         raise RuntimeError("hearth_plugin.progress() called outside a tool call")
-    ctx.send_progress(ctx.call_id, str(message), float(fraction))
+    done = 0.0 if value is None else _number("value", value)
+    whole = 0.0 if total is None else _number("total", total)
+    if fraction is not None:
+        frac = _number("fraction", fraction)
+    elif whole > 0 and value is not None:
+        frac = min(max(done / whole, 0.0), 1.0)
+    else:
+        frac = -1.0
+    ctx.send_progress(ctx.call_id, str(message), frac, done, whole)

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::linkzone::Trigger;
 use crate::tool::Caller;
+use crate::trace::Trace;
 use crate::Host;
 
 /// A message that matched one of the plugin's triggers (LinkZone `handleEvent(sender)`).
@@ -31,6 +32,7 @@ pub struct Event {
     cancel: CancellationToken,
     out: Option<mpsc::UnboundedSender<pb::PluginMessage>>,
     host: Option<Host>,
+    trace: Trace,
 }
 
 impl Event {
@@ -44,6 +46,7 @@ impl Event {
         host: Host,
     ) -> Event {
         Event {
+            trace: Trace::new(ev.traceparent, ev.tracestate),
             call_id: ev.call_id,
             plugin,
             message: ev.message,
@@ -78,7 +81,30 @@ impl Event {
             cancel: CancellationToken::new(),
             out: None,
             host: None,
+            trace: Trace::default(),
         }
+    }
+
+    /// The W3C `traceparent` of the broker span this event belongs to (as the broker
+    /// sent it); `None` when the broker does not trace.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.trace.traceparent()
+    }
+
+    /// The W3C `tracestate` sent with [`traceparent`](Self::traceparent); `None` when
+    /// empty.
+    pub fn tracestate(&self) -> Option<&str> {
+        self.trace.tracestate()
+    }
+
+    /// The broker's span as an OpenTelemetry parent context (see
+    /// [`CallContext::otel_context`](crate::CallContext::otel_context)).
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn otel_context(&self) -> opentelemetry::Context {
+        self.trace
+            .otel_parent()
+            .unwrap_or_else(opentelemetry::Context::current)
     }
 
     /// The event's id, unique within the session.

@@ -129,6 +129,8 @@
 //! - `apis`: the typed host APIs with the seed's names ([`Settings`], [`Memory`],
 //!   [`TextMemory`], [`DocMemory`], [`Knowledge`], [`Llm`]), [`Mcp`] (MCP servers'
 //!   resources and prompts) and [`HostError`].
+//! - `trace`: the broker's W3C trace context around each handler
+//!   ([`current_trace_context`]; OpenTelemetry with the feature `opentelemetry`).
 //! - `transport`: dialling `unix://` and `http://` broker addresses.
 //! - `error`: [`Error`].
 //! - `testing` (feature `testing`): the test harness, the fake broker and host services.
@@ -146,6 +148,7 @@ mod serve;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod tool;
+mod trace;
 mod transport;
 
 pub use async_trait::async_trait;
@@ -167,6 +170,7 @@ pub use serve::{
     serve, serve_async, serve_configured, serve_with, ServeConfig, FEATURES, SDK_NAME,
 };
 pub use tool::{Args, CallContext, Caller, Tool, ToolDefinition, ToolResult};
+pub use trace::current_trace_context;
 
 /// Compiles the README's example as a doctest.
 #[cfg(doctest)]

@@ -33,13 +33,14 @@ use crate::event::Event;
 use crate::linkzone::Trigger;
 use crate::plugin::{EventHandler, Plugin, PluginConfig, Registrar, StageEntry, StageHandler};
 use crate::tool::{Args, CallContext, Tool};
+use crate::trace::{self, Trace};
 use crate::{transport, Error, Host};
 
 /// SDK name sent in `Hello.sdk`.
 pub const SDK_NAME: &str = "hearth-plugin-rust";
 
 /// Optional protocol behaviours this SDK supports, sent in `Hello.features`.
-pub const FEATURES: &[&str] = &["cancel", "progress"];
+pub const FEATURES: &[&str] = &["cancel", "progress", "trace"];
 
 /// How long `stop()` may take when the broker gave no grace period or went away.
 const DEFAULT_STOP_BUDGET: Duration = Duration::from_secs(2);
@@ -628,6 +629,7 @@ impl Session {
             return;
         }
         let cancel = self.all_calls.child_token();
+        let trace = Trace::new(call.traceparent, call.tracestate);
         let ctx = CallContext::new(
             call_id,
             call.tool.clone(),
@@ -637,10 +639,11 @@ impl Session {
             cancel.clone(),
             self.out.clone(),
             self.host.clone(),
+            trace.clone(),
         );
-        let abort = self
-            .tasks
-            .spawn(async move { Out::ToolResult(run_call(tool, ctx, call.args_json).await) });
+        let abort = self.tasks.spawn(trace::scope(trace, async move {
+            Out::ToolResult(run_call(tool, ctx, call.args_json).await)
+        }));
         self.track(call_id, Work::Tool(call.tool), cancel, abort);
     }
 
@@ -664,7 +667,8 @@ impl Session {
         let cancel = self.all_calls.child_token();
         let hook = run.hook_id.clone();
         let context = run.context.unwrap_or_default();
-        let abort = self.tasks.spawn(async move {
+        let trace = Trace::new(run.traceparent, run.tracestate);
+        let abort = self.tasks.spawn(trace::scope(trace, async move {
             let (context, error) = match handler(context).await {
                 Ok(context) => (Some(context), String::new()),
                 Err(e) => (None, format!("stage hook {hook}: {e}")),
@@ -674,7 +678,7 @@ impl Session {
                 context,
                 error,
             })
-        });
+        }));
         self.track(call_id, Work::Stage(run.hook_id), cancel, abort);
     }
 
@@ -704,6 +708,7 @@ impl Session {
             return;
         }
         let cancel = self.all_calls.child_token();
+        let trace = Trace::new(ev.traceparent.clone(), ev.tracestate.clone());
         let event = Event::from_wire(
             ev,
             trigger.clone(),
@@ -713,13 +718,13 @@ impl Session {
             self.host.clone(),
         );
         let label = trigger.clone();
-        let abort = self.tasks.spawn(async move {
+        let abort = self.tasks.spawn(trace::scope(trace, async move {
             let error = match handler(event).await {
                 Ok(()) => String::new(),
                 Err(e) => format!("event handler of trigger {label}: {e}"),
             };
             Out::EventDone(pb::EventDone { call_id, error })
-        });
+        }));
         self.track(call_id, Work::Event(trigger), cancel, abort);
     }
 

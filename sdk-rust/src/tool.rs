@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::linkzone::AiTool;
+use crate::trace::Trace;
 use crate::{BoxError, Host};
 
 /// A tool's arguments: the JSON object the LLM passed.
@@ -157,6 +158,7 @@ pub struct CallContext {
     cancel: CancellationToken,
     out: Option<mpsc::UnboundedSender<pb::PluginMessage>>,
     host: Option<Host>,
+    trace: Trace,
 }
 
 impl CallContext {
@@ -170,6 +172,7 @@ impl CallContext {
         cancel: CancellationToken,
         out: mpsc::UnboundedSender<pb::PluginMessage>,
         host: Host,
+        trace: Trace,
     ) -> Self {
         CallContext {
             call_id,
@@ -180,6 +183,7 @@ impl CallContext {
             cancel,
             out: Some(out),
             host: Some(host),
+            trace,
         }
     }
 
@@ -196,7 +200,44 @@ impl CallContext {
             cancel: CancellationToken::new(),
             out: None,
             host: None,
+            trace: Trace::default(),
         }
+    }
+
+    /// This context with the W3C trace context `traceparent` / `tracestate`, as a
+    /// tracing broker would send them (for calling a tool directly in tests).
+    pub fn with_trace_context(
+        mut self,
+        traceparent: impl Into<String>,
+        tracestate: impl Into<String>,
+    ) -> Self {
+        self.trace = Trace::new(traceparent.into(), tracestate.into());
+        self
+    }
+
+    /// The W3C `traceparent` of the broker span this call belongs to
+    /// (`00-<trace id>-<span id>-<flags>`, as the broker sent it); `None` when the
+    /// broker does not trace.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.trace.traceparent()
+    }
+
+    /// The W3C `tracestate` sent with [`traceparent`](Self::traceparent); `None` when
+    /// empty.
+    pub fn tracestate(&self) -> Option<&str> {
+        self.trace.tracestate()
+    }
+
+    /// The broker's span as an OpenTelemetry parent context, for starting spans
+    /// explicitly (`tracer.start_with_context(name, &ctx.otel_context())`). The SDK
+    /// already polls the handler with it as the current context; without a valid
+    /// `traceparent` this is [`opentelemetry::Context::current`].
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn otel_context(&self) -> opentelemetry::Context {
+        self.trace
+            .otel_parent()
+            .unwrap_or_else(opentelemetry::Context::current)
     }
 
     /// The call's id, unique within the session.
@@ -251,13 +292,38 @@ impl CallContext {
     /// Tells the broker the call is still alive (extends its timeout, bounded).
     /// `fraction` is 0..=1 when known. Returns false when the session is gone.
     pub fn progress(&self, message: impl Into<String>, fraction: Option<f64>) -> bool {
+        self.send_progress(message.into(), fraction.unwrap_or(-1.0), 0.0, 0.0)
+    }
+
+    /// [`progress`](Self::progress) as a count: `done` units of work of `total`
+    /// (`None` when the total is unknown), e.g. `ctx.progress_count("page 3", 3.0,
+    /// Some(10.0))` for "3 of 10". The broker passes the counts on to callers as they
+    /// are (MCP `progress` / `total`); the fraction is derived from them when the total
+    /// is known. Returns false when the session is gone.
+    pub fn progress_count(
+        &self,
+        message: impl Into<String>,
+        done: f64,
+        total: Option<f64>,
+    ) -> bool {
+        let total = total.unwrap_or(0.0);
+        let fraction = if total > 0.0 {
+            (done / total).clamp(0.0, 1.0)
+        } else {
+            -1.0
+        };
+        self.send_progress(message.into(), fraction, done, total)
+    }
+
+    fn send_progress(&self, message: String, fraction: f64, done: f64, total: f64) -> bool {
         let Some(out) = &self.out else { return false };
         out.send(pb::PluginMessage {
             msg: Some(pb::plugin_message::Msg::Progress(pb::Progress {
                 call_id: self.call_id,
-                message: message.into(),
-                fraction: fraction.unwrap_or(-1.0),
-                ..Default::default()
+                message,
+                fraction,
+                progress: done,
+                total,
             })),
         })
         .is_ok()

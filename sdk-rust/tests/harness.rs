@@ -135,7 +135,7 @@ async fn cyrene_tools_are_called_with_the_brokers_argument_check() {
     .unwrap();
     assert_eq!(t.plugin(), "cyrene");
     assert_eq!(t.metadata().version, "1.2.3");
-    assert_eq!(t.features(), ["cancel", "progress"]);
+    assert_eq!(t.features(), ["cancel", "progress", "trace"]);
 
     let r = t.call("greet", json!({"name": "Ann"})).await.unwrap();
     assert!(r.success, "{r:?}");

@@ -254,7 +254,7 @@ async fn hello_and_register_carry_sdk_plugin_and_tools() {
     );
     assert_eq!(hello.sdk, "hearth-plugin-rust");
     assert_eq!(hello.sdk_version, env!("CARGO_PKG_VERSION"));
-    assert_eq!(hello.features, vec!["cancel", "progress"]);
+    assert_eq!(hello.features, vec!["cancel", "progress", "trace"]);
     assert_eq!(hello.pid, std::process::id());
 
     let info = register.plugin.clone().unwrap();

@@ -11,3 +11,4 @@ mod readme;
 mod session;
 mod stress_process;
 mod token;
+mod trace;

@@ -223,14 +223,16 @@ class BrokerSession:
 
     def invoke(self, tool: str, args: Any, *, sender: Optional[Dict[str, str]] = None,
                call_id: Optional[int] = None, raw_args: Optional[str] = None,
-               timeout_ms: int = 10000) -> int:
-        """Send InvokeTool; returns its call_id."""
+               timeout_ms: int = 10000, traceparent: str = "", tracestate: str = "") -> int:
+        """Send InvokeTool (with the W3C trace context `traceparent` / `tracestate`, as a
+        tracing broker sends it); returns its call_id."""
         cid = call_id if call_id is not None else self.next_id()
         self._future(self.results, cid)
         self.send(pb.HostMessage(invoke_tool=pb.InvokeTool(
             call_id=cid, tool=tool,
             args_json=raw_args if raw_args is not None else json.dumps(args, ensure_ascii=False),
-            sender=pb.Sender(**(sender or {})), timeout_ms=timeout_ms)))
+            sender=pb.Sender(**(sender or {})), timeout_ms=timeout_ms, traceparent=traceparent,
+            tracestate=tracestate)))
         return cid
 
     async def result(self, call_id: int, timeout: float = 10.0) -> pb.ToolResult:
@@ -242,13 +244,14 @@ class BrokerSession:
         return await self.result(self.invoke(tool, args, **kw), timeout)
 
     def run_stage(self, stage: int, hook_id: str, context: pb.StageContext, *,
-                  call_id: Optional[int] = None, timeout_ms: int = 5000) -> int:
+                  call_id: Optional[int] = None, timeout_ms: int = 5000, traceparent: str = "",
+                  tracestate: str = "") -> int:
         """Send RunStage; returns its call_id."""
         cid = call_id if call_id is not None else self.next_id()
         self._future(self.stage_results, cid)
         self.send(pb.HostMessage(run_stage=pb.RunStage(
             call_id=cid, stage=cast("pb.Stage", stage), hook_id=hook_id, context=context,
-            timeout_ms=timeout_ms)))
+            timeout_ms=timeout_ms, traceparent=traceparent, tracestate=tracestate)))
         return cid
 
     async def stage_result(self, call_id: int, timeout: float = 10.0) -> pb.StageResult:
@@ -257,7 +260,8 @@ class BrokerSession:
 
     def handle_event(self, message: str, params: List[str], *, call_id: Optional[int] = None,
                      sender: Optional[Dict[str, str]] = None,
-                     trigger: Optional[Tuple[int, str]] = None, timeout_ms: int = 10000) -> int:
+                     trigger: Optional[Tuple[int, str]] = None, timeout_ms: int = 10000,
+                     traceparent: str = "", tracestate: str = "") -> int:
         """Send HandleEvent (as the broker does when a trigger matched); returns its call_id."""
         cid = call_id if call_id is not None else self.next_id()
         self._future(self.event_done, cid)
@@ -265,7 +269,7 @@ class BrokerSession:
         self.send(pb.HostMessage(handle_event=pb.HandleEvent(
             call_id=cid, message=message, params=params, sender=pb.Sender(**(sender or {})),
             trigger=pb.Trigger(type=cast("pb.TriggerType", ttype), pattern=pattern),
-            timeout_ms=timeout_ms)))
+            timeout_ms=timeout_ms, traceparent=traceparent, tracestate=tracestate)))
         return cid
 
     async def event_outcome(self, call_id: int, timeout: float = 10.0) -> Tuple[List[str], str]:

@@ -94,10 +94,13 @@ class RegistrationRejected(HarnessError):
 
 @dataclass(frozen=True)
 class ProgressReport:
-    """One `progress(message, fraction)` a handler sent."""
+    """One `progress(message, fraction, value=, total=)` a handler sent: `fraction`
+    (negative when unknown), `value` and `total` (the counts; 0 when not given)."""
 
     message: str
     fraction: float
+    value: float = 0.0
+    total: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -535,13 +538,15 @@ class AsyncPluginHarness:
 
     async def call(self, tool: str, args: Optional[Mapping[str, Any]] = None, *,
                    sender: SenderLike = None, validate_args: bool = True,
-                   timeout: Optional[float] = None) -> ToolCallResult:
+                   timeout: Optional[float] = None, traceparent: str = "",
+                   tracestate: str = "") -> ToolCallResult:
         """Call `tool` as the broker does: `args` (default `{}`) are checked against its
         JSON Schema first — a violation raises `InvalidArguments` with the broker's
         message and the plugin is not called (`validate_args=False` sends them
         anyway). `sender`: a `Sender` or a dict of user_id, group_id, channel,
-        session_id. Returns the `ToolCallResult`; raises `UnknownTool`, `PluginExited`,
-        or TimeoutError (then the call is cancelled)."""
+        session_id. `traceparent` / `tracestate`: the W3C trace context a tracing
+        broker would send with the call. Returns the `ToolCallResult`; raises
+        `UnknownTool`, `PluginExited`, or TimeoutError (then the call is cancelled)."""
         sess, reg, loaded = self._need()
         spec = reg.tools.get(tool)
         if spec is None:
@@ -557,7 +562,8 @@ class AsyncPluginHarness:
         except (TypeError, ValueError) as e:
             raise TypeError(f"tool {tool}: the arguments are not JSON: {e}") from None
         wait = self.timeout if timeout is None else timeout
-        cid = sess.invoke(tool, payload, raw_args=raw, sender=_sender(sender), timeout_ms=int(wait * 1000))
+        cid = sess.invoke(tool, payload, raw_args=raw, sender=_sender(sender), timeout_ms=int(wait * 1000),
+                          traceparent=traceparent, tracestate=tracestate)
         try:
             r = await sess.result(cid, wait)
         except asyncio.TimeoutError:
@@ -565,7 +571,7 @@ class AsyncPluginHarness:
             raise asyncio.TimeoutError(f"tool {tool}: no result within {wait}s (the call was cancelled)") from None
         except ConnectionError:
             raise PluginExited(f"plugin {loaded.name}: the session ended during tool {tool}") from None
-        reports = tuple(ProgressReport(p.message, p.fraction) for p in sess.progress.pop(cid, []))
+        reports = tuple(ProgressReport(p.message, p.fraction, p.progress, p.total) for p in sess.progress.pop(cid, []))
         return ToolCallResult(tool, r.success, r.content, r.error, r.data_json, reports)
 
     # ------------------------------------------------------------------ stages
@@ -583,7 +589,7 @@ class AsyncPluginHarness:
 
     async def run_stage(self, stage: Union[Stage, str, int], context: Optional[StageContext] = None, *,
                         tool_owner: Optional[str] = None, timeout: Optional[float] = None,
-                        **fields: Any) -> StageRun:
+                        traceparent: str = "", tracestate: str = "", **fields: Any) -> StageRun:
         """Run the plugin's hooks of `stage` as the pipeline does and apply the
         permission matrix after each (`broker/src/pipeline`).
 
@@ -596,7 +602,7 @@ class AsyncPluginHarness:
         only when the call's tool is this plugin's (`tool_owner`: the plugin owning the
         tool; default: the call's `plugin` field, else this plugin when it has a tool of
         that name). after_output hooks all see the same context and change nothing.
-        Returns a `StageRun`."""
+        `traceparent` / `tracestate` go with each RunStage. Returns a `StageRun`."""
         sess, reg, loaded = self._need()
         if context is not None and fields:
             raise TypeError("run_stage: give a StageContext or its fields, not both")
@@ -612,7 +618,8 @@ class AsyncPluginHarness:
         run = StageRun(st, from_wire(ctx), [], [], [])
 
         async def call(hook: RegisteredHook, sent: pb.StageContext) -> Optional[pb.StageContext]:
-            cid = sess.run_stage(number, hook.hook_id, sent, timeout_ms=int(wait * 1000))
+            cid = sess.run_stage(number, hook.hook_id, sent, timeout_ms=int(wait * 1000),
+                                 traceparent=traceparent, tracestate=tracestate)
             try:
                 result = await sess.stage_result(cid, wait)
             except asyncio.TimeoutError:
@@ -660,16 +667,17 @@ class AsyncPluginHarness:
 
     async def handle_event(self, message: str, params: Optional[Iterable[str]] = None, *,
                            sender: SenderLike = None, trigger: Optional[Trigger] = None,
-                           timeout: Optional[float] = None) -> EventResult:
+                           timeout: Optional[float] = None, traceparent: str = "",
+                           tracestate: str = "") -> EventResult:
         """Deliver `HandleEvent` directly (no trigger matching): `params` default to the
-        words after the message's first word. Returns the `EventResult` (replies in
-        order, the handler's error)."""
+        words after the message's first word; `traceparent` / `tracestate` as for
+        `call()`. Returns the `EventResult` (replies in order, the handler's error)."""
         sess, _, loaded = self._need()
         plist = list(params) if params is not None else words(message)[1:]
         trig = trigger or Trigger(0, message.split(" ", 1)[0])
         wait = self.timeout if timeout is None else timeout
         cid = sess.handle_event(message, plist, sender=_sender(sender), trigger=(trig.type, trig.pattern),
-                                timeout_ms=int(wait * 1000))
+                                timeout_ms=int(wait * 1000), traceparent=traceparent, tracestate=tracestate)
         try:
             replies, error = await sess.event_outcome(cid, wait)
         except asyncio.TimeoutError:
@@ -847,24 +855,27 @@ class PluginHarness:
         return self._async.exit_code
 
     def call(self, tool: str, args: Optional[Mapping[str, Any]] = None, *, sender: SenderLike = None,
-             validate_args: bool = True, timeout: Optional[float] = None) -> ToolCallResult:
+             validate_args: bool = True, timeout: Optional[float] = None, traceparent: str = "",
+             tracestate: str = "") -> ToolCallResult:
         """See `AsyncPluginHarness.call`."""
         return self._run(self._async.call(tool, args, sender=sender, validate_args=validate_args,
-                                          timeout=timeout))
+                                          timeout=timeout, traceparent=traceparent, tracestate=tracestate))
 
     def run_stage(self, stage: Union[Stage, str, int], context: Optional[StageContext] = None, *,
                   tool_owner: Optional[str] = None, timeout: Optional[float] = None,
-                  **fields: Any) -> StageRun:
+                  traceparent: str = "", tracestate: str = "", **fields: Any) -> StageRun:
         """See `AsyncPluginHarness.run_stage`."""
         return self._run(self._async.run_stage(stage, context, tool_owner=tool_owner, timeout=timeout,
-                                               **fields))
+                                               traceparent=traceparent, tracestate=tracestate, **fields))
 
     def handle_event(self, message: str, params: Optional[Iterable[str]] = None, *,
                      sender: SenderLike = None, trigger: Optional[Trigger] = None,
-                     timeout: Optional[float] = None) -> EventResult:
+                     timeout: Optional[float] = None, traceparent: str = "",
+                     tracestate: str = "") -> EventResult:
         """See `AsyncPluginHarness.handle_event`."""
         return self._run(self._async.handle_event(message, params, sender=sender, trigger=trigger,
-                                                  timeout=timeout))
+                                                  timeout=timeout, traceparent=traceparent,
+                                                  tracestate=tracestate))
 
     def trigger(self, text: str, *, sender: SenderLike = None, timeout: Optional[float] = None) -> EventResult:
         """See `AsyncPluginHarness.trigger`."""

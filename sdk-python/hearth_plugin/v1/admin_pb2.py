@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from hearth_plugin.v1 import plugin_pb2 as hearth_dot_v1_dot_plugin__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/admin.proto\x12\thearth.v1\x1a\x16hearth/v1/plugin.proto\"\x14\n\x12ListPluginsRequest\"\x9a\x02\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07runtime\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\r\n\x05tools\x18\x06 \x03(\t\x12\x0b\n\x03\x64ir\x18\x07 \x01(\t\x12\x11\n\tuptime_ms\x18\x08 \x01(\x04\x12\x11\n\tlast_exit\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0b\n\x03sdk\x18\x0c \x01(\t\x12\x12\n\nstartup_ms\x18\r \x01(\r\x12\x0f\n\x07sandbox\x18\x0e \x01(\t\x12\x10\n\x08\x61ttached\x18\x0f \x01(\x08\"?\n\x13ListPluginsResponse\x12(\n\x07plugins\x18\x01 \x03(\x0b\x32\x17.hearth.v1.PluginStatus\"$\n\x14RestartPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x15RestartPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"!\n\x11LoadPluginRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"=\n\x12LoadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13UnloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14UnloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13ReloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14ReloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"1\n\x12\x41ttachTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ttl_s\x18\x02 \x01(\r\"g\n\x13\x41ttachTokenResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x15\n\rexpires_in_ms\x18\x04 \x01(\x04\x12\x0e\n\x06loaded\x18\x05 \x01(\x08\"?\n\x11PluginLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tail\x18\x02 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"U\n\x07LogLine\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0f\n\x07unix_ms\x18\x04 \x01(\x04\x12\x0b\n\x03pid\x18\x05 \x01(\r\"\x12\n\x10ListToolsRequest\"\xd6\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12\x1a\n\x12output_schema_json\x18\x06 \x01(\t\x12/\n\x0b\x61nnotations\x18\x07 \x01(\x0b\x32\x1a.hearth.v1.ToolAnnotations\x12\"\n\x07\x61i_tool\x18\x08 \x01(\x0b\x32\x11.hearth.v1.AiTool\"7\n\x11ListToolsResponse\x12\"\n\x05tools\x18\x01 \x03(\x0b\x32\x13.hearth.v1.ToolInfo\"\xb5\x01\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12\x0f\n\x07user_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\x12\x10\n\x08policies\x18\x06 \x01(\x08\x12\x11\n\tconfirmed\x18\x07 \x01(\x08\x12\x14\n\x0c\x63onversation\x18\x08 \x01(\t\x12\x0f\n\x07\x63hannel\x18\t \x01(\t\"\xc1\x01\n\x10\x43\x61llToolResponse\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\tdata_json\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x12\n\nelapsed_us\x18\x07 \x01(\x04\x12\x1a\n\x12needs_confirmation\x18\x08 \x01(\x08\x12\x1b\n\x13\x63ontent_blocks_json\x18\t \x01(\t\"t\n\rCallToolEvent\x12+\n\x08progress\x18\x01 \x01(\x0b\x32\x17.hearth.v1.ToolProgressH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.hearth.v1.CallToolResponseH\x00\x42\x07\n\x05\x65vent\"@\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x10\n\x08progress\x18\x02 \x01(\x01\x12\r\n\x05total\x18\x03 \x01(\x01\"\x13\n\x11WatchToolsRequest\" \n\x0cToolsChanged\x12\x10\n\x08revision\x18\x01 \x01(\x04\"\x17\n\x15ListMcpServersRequest\"\xe3\x01\n\rMcpServerInfo\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x18\n\x10protocol_version\x18\x04 \x01(\t\x12\x13\n\x0bserver_name\x18\x05 \x01(\t\x12\x16\n\x0eserver_version\x18\x06 \x01(\t\x12%\n\x05state\x18\x07 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\r\n\x05tools\x18\x08 \x03(\t\x12\x11\n\tresources\x18\t \x01(\x08\x12\x0f\n\x07prompts\x18\n \x01(\x08\"C\n\x16ListMcpServersResponse\x12)\n\x07servers\x18\x01 \x03(\x0b\x32\x18.hearth.v1.McpServerInfo\"H\n\x11McpRequestMessage\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\")\n\x12McpResponseMessage\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\"\x14\n\x12ListSourcesRequest\"\xf5\x01\n\nSourceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x03\x12\x0f\n\x07\x63urrent\x18\x06 \x01(\x08\x12\r\n\x05state\x18\x07 \x01(\t\x12\x13\n\x0b\x63ooldown_ms\x18\x08 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\t \x01(\r\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x16\n\x0emax_concurrent\x18\x0b \x01(\r\x12\x11\n\tin_flight\x18\x0c \x01(\r\x12\x0f\n\x07waiting\x18\r \x01(\r\"N\n\x13ListSourcesResponse\x12&\n\x07sources\x18\x01 \x03(\x0b\x32\x15.hearth.v1.SourceInfo\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\t\" \n\x10UseSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t*\xe0\x01\n\x0bPluginState\x12\x1c\n\x18PLUGIN_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PLUGIN_STATE_STARTING\x10\x01\x12\x16\n\x12PLUGIN_STATE_READY\x10\x02\x12\x18\n\x14PLUGIN_STATE_CRASHED\x10\x03\x12\x18\n\x14PLUGIN_STATE_BACKOFF\x10\x04\x12\x17\n\x13PLUGIN_STATE_FAILED\x10\x05\x12\x19\n\x15PLUGIN_STATE_STOPPING\x10\x06\x12\x18\n\x14PLUGIN_STATE_STOPPED\x10\x07\x32\xfe\x08\n\x05\x41\x64min\x12L\n\x0bListPlugins\x12\x1d.hearth.v1.ListPluginsRequest\x1a\x1e.hearth.v1.ListPluginsResponse\x12R\n\rRestartPlugin\x12\x1f.hearth.v1.RestartPluginRequest\x1a .hearth.v1.RestartPluginResponse\x12I\n\nLoadPlugin\x12\x1c.hearth.v1.LoadPluginRequest\x1a\x1d.hearth.v1.LoadPluginResponse\x12O\n\x0cUnloadPlugin\x12\x1e.hearth.v1.UnloadPluginRequest\x1a\x1f.hearth.v1.UnloadPluginResponse\x12O\n\x0cReloadPlugin\x12\x1e.hearth.v1.ReloadPluginRequest\x1a\x1f.hearth.v1.ReloadPluginResponse\x12L\n\x0b\x41ttachToken\x12\x1d.hearth.v1.AttachTokenRequest\x1a\x1e.hearth.v1.AttachTokenResponse\x12@\n\nPluginLogs\x12\x1c.hearth.v1.PluginLogsRequest\x1a\x12.hearth.v1.LogLine0\x01\x12L\n\x0bListSources\x12\x1d.hearth.v1.ListSourcesRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12H\n\tUseSource\x12\x1b.hearth.v1.UseSourceRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12\x46\n\tListTools\x12\x1b.hearth.v1.ListToolsRequest\x1a\x1c.hearth.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.hearth.v1.CallToolRequest\x1a\x1b.hearth.v1.CallToolResponse\x12H\n\x0e\x43\x61llToolStream\x12\x1a.hearth.v1.CallToolRequest\x1a\x18.hearth.v1.CallToolEvent0\x01\x12\x45\n\nWatchTools\x12\x1c.hearth.v1.WatchToolsRequest\x1a\x17.hearth.v1.ToolsChanged0\x01\x12U\n\x0eListMcpServers\x12 .hearth.v1.ListMcpServersRequest\x1a!.hearth.v1.ListMcpServersResponse\x12I\n\nMcpRequest\x12\x1c.hearth.v1.McpRequestMessage\x1a\x1d.hearth.v1.McpResponseMessageb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/admin.proto\x12\thearth.v1\x1a\x16hearth/v1/plugin.proto\"\x14\n\x12ListPluginsRequest\"\x9a\x02\n\x0cPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07runtime\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\r\n\x05tools\x18\x06 \x03(\t\x12\x0b\n\x03\x64ir\x18\x07 \x01(\t\x12\x11\n\tuptime_ms\x18\x08 \x01(\x04\x12\x11\n\tlast_exit\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x0b\n\x03sdk\x18\x0c \x01(\t\x12\x12\n\nstartup_ms\x18\r \x01(\r\x12\x0f\n\x07sandbox\x18\x0e \x01(\t\x12\x10\n\x08\x61ttached\x18\x0f \x01(\x08\"?\n\x13ListPluginsResponse\x12(\n\x07plugins\x18\x01 \x03(\x0b\x32\x17.hearth.v1.PluginStatus\"$\n\x14RestartPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"@\n\x15RestartPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"!\n\x11LoadPluginRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"=\n\x12LoadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13UnloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14UnloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"#\n\x13ReloadPluginRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14ReloadPluginResponse\x12\'\n\x06plugin\x18\x01 \x01(\x0b\x32\x17.hearth.v1.PluginStatus\"1\n\x12\x41ttachTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ttl_s\x18\x02 \x01(\r\"g\n\x13\x41ttachTokenResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61\x64\x64r\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x15\n\rexpires_in_ms\x18\x04 \x01(\x04\x12\x0e\n\x06loaded\x18\x05 \x01(\x08\"?\n\x11PluginLogsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tail\x18\x02 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"i\n\x07LogLine\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0f\n\x07unix_ms\x18\x04 \x01(\x04\x12\x0b\n\x03pid\x18\x05 \x01(\r\x12\x12\n\ngeneration\x18\x06 \x01(\x04\"\x12\n\x10ListToolsRequest\"\xd6\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x17\n\x0fparameters_json\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12\x1a\n\x12output_schema_json\x18\x06 \x01(\t\x12/\n\x0b\x61nnotations\x18\x07 \x01(\x0b\x32\x1a.hearth.v1.ToolAnnotations\x12\"\n\x07\x61i_tool\x18\x08 \x01(\x0b\x32\x11.hearth.v1.AiTool\"7\n\x11ListToolsResponse\x12\"\n\x05tools\x18\x01 \x03(\x0b\x32\x13.hearth.v1.ToolInfo\"\xb5\x01\n\x0f\x43\x61llToolRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\x12\x12\n\ntimeout_ms\x18\x03 \x01(\r\x12\x0f\n\x07user_id\x18\x04 \x01(\t\x12\x10\n\x08group_id\x18\x05 \x01(\t\x12\x10\n\x08policies\x18\x06 \x01(\x08\x12\x11\n\tconfirmed\x18\x07 \x01(\x08\x12\x14\n\x0c\x63onversation\x18\x08 \x01(\t\x12\x0f\n\x07\x63hannel\x18\t \x01(\t\"\xc1\x01\n\x10\x43\x61llToolResponse\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\tdata_json\x18\x05 \x01(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x12\n\nelapsed_us\x18\x07 \x01(\x04\x12\x1a\n\x12needs_confirmation\x18\x08 \x01(\x08\x12\x1b\n\x13\x63ontent_blocks_json\x18\t \x01(\t\"t\n\rCallToolEvent\x12+\n\x08progress\x18\x01 \x01(\x0b\x32\x17.hearth.v1.ToolProgressH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.hearth.v1.CallToolResponseH\x00\x42\x07\n\x05\x65vent\"@\n\x0cToolProgress\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x10\n\x08progress\x18\x02 \x01(\x01\x12\r\n\x05total\x18\x03 \x01(\x01\"\x13\n\x11WatchToolsRequest\" \n\x0cToolsChanged\x12\x10\n\x08revision\x18\x01 \x01(\x04\"\x17\n\x15ListMcpServersRequest\"\xe3\x01\n\rMcpServerInfo\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x18\n\x10protocol_version\x18\x04 \x01(\t\x12\x13\n\x0bserver_name\x18\x05 \x01(\t\x12\x16\n\x0eserver_version\x18\x06 \x01(\t\x12%\n\x05state\x18\x07 \x01(\x0e\x32\x16.hearth.v1.PluginState\x12\r\n\x05tools\x18\x08 \x03(\t\x12\x11\n\tresources\x18\t \x01(\x08\x12\x0f\n\x07prompts\x18\n \x01(\x08\"C\n\x16ListMcpServersResponse\x12)\n\x07servers\x18\x01 \x03(\x0b\x32\x18.hearth.v1.McpServerInfo\"H\n\x11McpRequestMessage\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\")\n\x12McpResponseMessage\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\"\x14\n\x12ListSourcesRequest\"\xf5\x01\n\nSourceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x03\x12\x0f\n\x07\x63urrent\x18\x06 \x01(\x08\x12\r\n\x05state\x18\x07 \x01(\t\x12\x13\n\x0b\x63ooldown_ms\x18\x08 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\t \x01(\r\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x16\n\x0emax_concurrent\x18\x0b \x01(\r\x12\x11\n\tin_flight\x18\x0c \x01(\r\x12\x0f\n\x07waiting\x18\r \x01(\r\"N\n\x13ListSourcesResponse\x12&\n\x07sources\x18\x01 \x03(\x0b\x32\x15.hearth.v1.SourceInfo\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\t\" \n\x10UseSourceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t*\xe0\x01\n\x0bPluginState\x12\x1c\n\x18PLUGIN_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15PLUGIN_STATE_STARTING\x10\x01\x12\x16\n\x12PLUGIN_STATE_READY\x10\x02\x12\x18\n\x14PLUGIN_STATE_CRASHED\x10\x03\x12\x18\n\x14PLUGIN_STATE_BACKOFF\x10\x04\x12\x17\n\x13PLUGIN_STATE_FAILED\x10\x05\x12\x19\n\x15PLUGIN_STATE_STOPPING\x10\x06\x12\x18\n\x14PLUGIN_STATE_STOPPED\x10\x07\x32\xfe\x08\n\x05\x41\x64min\x12L\n\x0bListPlugins\x12\x1d.hearth.v1.ListPluginsRequest\x1a\x1e.hearth.v1.ListPluginsResponse\x12R\n\rRestartPlugin\x12\x1f.hearth.v1.RestartPluginRequest\x1a .hearth.v1.RestartPluginResponse\x12I\n\nLoadPlugin\x12\x1c.hearth.v1.LoadPluginRequest\x1a\x1d.hearth.v1.LoadPluginResponse\x12O\n\x0cUnloadPlugin\x12\x1e.hearth.v1.UnloadPluginRequest\x1a\x1f.hearth.v1.UnloadPluginResponse\x12O\n\x0cReloadPlugin\x12\x1e.hearth.v1.ReloadPluginRequest\x1a\x1f.hearth.v1.ReloadPluginResponse\x12L\n\x0b\x41ttachToken\x12\x1d.hearth.v1.AttachTokenRequest\x1a\x1e.hearth.v1.AttachTokenResponse\x12@\n\nPluginLogs\x12\x1c.hearth.v1.PluginLogsRequest\x1a\x12.hearth.v1.LogLine0\x01\x12L\n\x0bListSources\x12\x1d.hearth.v1.ListSourcesRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12H\n\tUseSource\x12\x1b.hearth.v1.UseSourceRequest\x1a\x1e.hearth.v1.ListSourcesResponse\x12\x46\n\tListTools\x12\x1b.hearth.v1.ListToolsRequest\x1a\x1c.hearth.v1.ListToolsResponse\x12\x43\n\x08\x43\x61llTool\x12\x1a.hearth.v1.CallToolRequest\x1a\x1b.hearth.v1.CallToolResponse\x12H\n\x0e\x43\x61llToolStream\x12\x1a.hearth.v1.CallToolRequest\x1a\x18.hearth.v1.CallToolEvent0\x01\x12\x45\n\nWatchTools\x12\x1c.hearth.v1.WatchToolsRequest\x1a\x17.hearth.v1.ToolsChanged0\x01\x12U\n\x0eListMcpServers\x12 .hearth.v1.ListMcpServersRequest\x1a!.hearth.v1.ListMcpServersResponse\x12I\n\nMcpRequest\x12\x1c.hearth.v1.McpRequestMessage\x1a\x1d.hearth.v1.McpResponseMessageb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hearth.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PLUGINSTATE']._serialized_start=2885
-  _globals['_PLUGINSTATE']._serialized_end=3109
+  _globals['_PLUGINSTATE']._serialized_start=2905
+  _globals['_PLUGINSTATE']._serialized_end=3129
   _globals['_LISTPLUGINSREQUEST']._serialized_start=60
   _globals['_LISTPLUGINSREQUEST']._serialized_end=80
   _globals['_PLUGINSTATUS']._serialized_start=83
@@ -63,43 +63,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLUGINLOGSREQUEST']._serialized_start=994
   _globals['_PLUGINLOGSREQUEST']._serialized_end=1057
   _globals['_LOGLINE']._serialized_start=1059
-  _globals['_LOGLINE']._serialized_end=1144
-  _globals['_LISTTOOLSREQUEST']._serialized_start=1146
-  _globals['_LISTTOOLSREQUEST']._serialized_end=1164
-  _globals['_TOOLINFO']._serialized_start=1167
-  _globals['_TOOLINFO']._serialized_end=1381
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=1383
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=1438
-  _globals['_CALLTOOLREQUEST']._serialized_start=1441
-  _globals['_CALLTOOLREQUEST']._serialized_end=1622
-  _globals['_CALLTOOLRESPONSE']._serialized_start=1625
-  _globals['_CALLTOOLRESPONSE']._serialized_end=1818
-  _globals['_CALLTOOLEVENT']._serialized_start=1820
-  _globals['_CALLTOOLEVENT']._serialized_end=1936
-  _globals['_TOOLPROGRESS']._serialized_start=1938
-  _globals['_TOOLPROGRESS']._serialized_end=2002
-  _globals['_WATCHTOOLSREQUEST']._serialized_start=2004
-  _globals['_WATCHTOOLSREQUEST']._serialized_end=2023
-  _globals['_TOOLSCHANGED']._serialized_start=2025
-  _globals['_TOOLSCHANGED']._serialized_end=2057
-  _globals['_LISTMCPSERVERSREQUEST']._serialized_start=2059
-  _globals['_LISTMCPSERVERSREQUEST']._serialized_end=2082
-  _globals['_MCPSERVERINFO']._serialized_start=2085
-  _globals['_MCPSERVERINFO']._serialized_end=2312
-  _globals['_LISTMCPSERVERSRESPONSE']._serialized_start=2314
-  _globals['_LISTMCPSERVERSRESPONSE']._serialized_end=2381
-  _globals['_MCPREQUESTMESSAGE']._serialized_start=2383
-  _globals['_MCPREQUESTMESSAGE']._serialized_end=2455
-  _globals['_MCPRESPONSEMESSAGE']._serialized_start=2457
-  _globals['_MCPRESPONSEMESSAGE']._serialized_end=2498
-  _globals['_LISTSOURCESREQUEST']._serialized_start=2500
-  _globals['_LISTSOURCESREQUEST']._serialized_end=2520
-  _globals['_SOURCEINFO']._serialized_start=2523
-  _globals['_SOURCEINFO']._serialized_end=2768
-  _globals['_LISTSOURCESRESPONSE']._serialized_start=2770
-  _globals['_LISTSOURCESRESPONSE']._serialized_end=2848
-  _globals['_USESOURCEREQUEST']._serialized_start=2850
-  _globals['_USESOURCEREQUEST']._serialized_end=2882
-  _globals['_ADMIN']._serialized_start=3112
-  _globals['_ADMIN']._serialized_end=4262
+  _globals['_LOGLINE']._serialized_end=1164
+  _globals['_LISTTOOLSREQUEST']._serialized_start=1166
+  _globals['_LISTTOOLSREQUEST']._serialized_end=1184
+  _globals['_TOOLINFO']._serialized_start=1187
+  _globals['_TOOLINFO']._serialized_end=1401
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=1403
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=1458
+  _globals['_CALLTOOLREQUEST']._serialized_start=1461
+  _globals['_CALLTOOLREQUEST']._serialized_end=1642
+  _globals['_CALLTOOLRESPONSE']._serialized_start=1645
+  _globals['_CALLTOOLRESPONSE']._serialized_end=1838
+  _globals['_CALLTOOLEVENT']._serialized_start=1840
+  _globals['_CALLTOOLEVENT']._serialized_end=1956
+  _globals['_TOOLPROGRESS']._serialized_start=1958
+  _globals['_TOOLPROGRESS']._serialized_end=2022
+  _globals['_WATCHTOOLSREQUEST']._serialized_start=2024
+  _globals['_WATCHTOOLSREQUEST']._serialized_end=2043
+  _globals['_TOOLSCHANGED']._serialized_start=2045
+  _globals['_TOOLSCHANGED']._serialized_end=2077
+  _globals['_LISTMCPSERVERSREQUEST']._serialized_start=2079
+  _globals['_LISTMCPSERVERSREQUEST']._serialized_end=2102
+  _globals['_MCPSERVERINFO']._serialized_start=2105
+  _globals['_MCPSERVERINFO']._serialized_end=2332
+  _globals['_LISTMCPSERVERSRESPONSE']._serialized_start=2334
+  _globals['_LISTMCPSERVERSRESPONSE']._serialized_end=2401
+  _globals['_MCPREQUESTMESSAGE']._serialized_start=2403
+  _globals['_MCPREQUESTMESSAGE']._serialized_end=2475
+  _globals['_MCPRESPONSEMESSAGE']._serialized_start=2477
+  _globals['_MCPRESPONSEMESSAGE']._serialized_end=2518
+  _globals['_LISTSOURCESREQUEST']._serialized_start=2520
+  _globals['_LISTSOURCESREQUEST']._serialized_end=2540
+  _globals['_SOURCEINFO']._serialized_start=2543
+  _globals['_SOURCEINFO']._serialized_end=2788
+  _globals['_LISTSOURCESRESPONSE']._serialized_start=2790
+  _globals['_LISTSOURCESRESPONSE']._serialized_end=2868
+  _globals['_USESOURCEREQUEST']._serialized_start=2870
+  _globals['_USESOURCEREQUEST']._serialized_end=2902
+  _globals['_ADMIN']._serialized_start=3132
+  _globals['_ADMIN']._serialized_end=4282
 # @@protoc_insertion_point(module_scope)

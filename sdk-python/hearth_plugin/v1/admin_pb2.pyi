@@ -152,18 +152,20 @@ class PluginLogsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tail: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
 
 class LogLine(_message.Message):
-    __slots__ = ("plugin", "stream", "text", "unix_ms", "pid")
+    __slots__ = ("plugin", "stream", "text", "unix_ms", "pid", "generation")
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     plugin: str
     stream: str
     text: str
     unix_ms: int
     pid: int
-    def __init__(self, plugin: _Optional[str] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., unix_ms: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
+    generation: int
+    def __init__(self, plugin: _Optional[str] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., unix_ms: _Optional[int] = ..., pid: _Optional[int] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
     __slots__ = ()

@@ -46,6 +46,37 @@ pub struct ToolOutcome {
     pub error: String,
     /// `Progress` messages the call sent, in order.
     pub progress: Vec<String>,
+    /// The same `Progress` messages with their numbers (fraction and counts).
+    pub progress_reports: Vec<ProgressReport>,
+}
+
+/// One `Progress` a tool call sent ([`CallContext::progress`],
+/// [`CallContext::progress_count`]).
+///
+/// [`CallContext::progress`]: crate::CallContext::progress
+/// [`CallContext::progress_count`]: crate::CallContext::progress_count
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ProgressReport {
+    /// The message.
+    pub message: String,
+    /// 0..=1 when known, else `None` (negative on the wire).
+    pub fraction: Option<f64>,
+    /// Work done as a count, 0 when not given.
+    pub progress: f64,
+    /// The total count, 0 when unknown.
+    pub total: f64,
+}
+
+impl From<pb::Progress> for ProgressReport {
+    fn from(p: pb::Progress) -> Self {
+        ProgressReport {
+            message: p.message,
+            fraction: (p.fraction >= 0.0).then_some(p.fraction),
+            progress: p.progress,
+            total: p.total,
+        }
+    }
 }
 
 /// A write a hook made that its stage may not make: dropped, as the broker drops it.
@@ -112,8 +143,8 @@ pub struct EventOutcome {
 /// A call waiting for its answer.
 enum Pending {
     Tool {
-        progress: Vec<String>,
-        done: oneshot::Sender<(pb::ToolResult, Vec<String>)>,
+        progress: Vec<pb::Progress>,
+        done: oneshot::Sender<(pb::ToolResult, Vec<pb::Progress>)>,
     },
     Stage(oneshot::Sender<pb::StageResult>),
     Event {
@@ -177,7 +208,7 @@ impl Link {
             }
             Out::Progress(p) => {
                 if let Some(Pending::Tool { progress, .. }) = pending.get_mut(&p.call_id) {
-                    progress.push(p.message);
+                    progress.push(p);
                 }
             }
             Out::RegisterTool(r) => self.send(In::ToolRegistration(pb::ToolRegistration {
@@ -476,6 +507,7 @@ impl<P: Plugin> HarnessBuilder<P> {
             link,
             caller: self.caller,
             timeout: self.timeout,
+            trace: Mutex::new((String::new(), String::new())),
             serve: Some(serve),
             driver,
             broker,
@@ -530,6 +562,8 @@ pub struct Harness {
     link: Arc<Link>,
     caller: Caller,
     timeout: Duration,
+    /// (traceparent, tracestate) sent with every call; empty: none.
+    trace: Mutex<(String, String)>,
     serve: Option<JoinHandle<Result<(), Error>>>,
     driver: JoinHandle<()>,
     broker: FakeBroker,
@@ -684,6 +718,17 @@ impl Harness {
         }
     }
 
+    /// Sends the W3C trace context `traceparent` / `tracestate` with every following
+    /// tool call, stage hook run and event, as a tracing broker does (empty strings:
+    /// none, the default).
+    pub fn set_trace_context(&self, traceparent: impl Into<String>, tracestate: impl Into<String>) {
+        *self.trace.lock().unwrap() = (traceparent.into(), tracestate.into());
+    }
+
+    fn trace(&self) -> (String, String) {
+        self.trace.lock().unwrap().clone()
+    }
+
     fn timeout_ms(&self) -> u32 {
         self.timeout.as_millis().min(u128::from(u32::MAX)) as u32
     }
@@ -725,6 +770,7 @@ impl Harness {
             })?;
         let sender = Self::sender(caller);
         let timeout_ms = self.timeout_ms();
+        let (traceparent, tracestate) = self.trace();
         let (r, progress) = self
             .ask(
                 &format!("tool {tool}"),
@@ -739,7 +785,8 @@ impl Harness {
                         args_json: args.to_string(),
                         sender: Some(sender),
                         timeout_ms,
-                        ..Default::default()
+                        traceparent,
+                        tracestate,
                     })
                 },
             )
@@ -758,7 +805,8 @@ impl Harness {
             content: r.content,
             data,
             error: r.error,
-            progress,
+            progress: progress.iter().map(|p| p.message.clone()).collect(),
+            progress_reports: progress.into_iter().map(Into::into).collect(),
         })
     }
 
@@ -770,6 +818,7 @@ impl Harness {
         ctx: StageContext,
     ) -> Result<Result<StageContext, String>, HarnessError> {
         let timeout_ms = self.timeout_ms();
+        let (traceparent, tracestate) = self.trace();
         let what = format!("stage hook {}", hook.hook_id);
         let asked = self
             .ask(&what, Pending::Stage, |call_id| {
@@ -779,7 +828,8 @@ impl Harness {
                     hook_id: hook.hook_id.clone(),
                     context: Some(ctx),
                     timeout_ms,
-                    ..Default::default()
+                    traceparent,
+                    tracestate,
                 })
             })
             .await;
@@ -1004,6 +1054,7 @@ impl Harness {
         let timeout_ms = self.timeout_ms();
         let wire = trigger.to_wire();
         let sent_params = params.clone();
+        let (traceparent, tracestate) = self.trace();
         let (done, replies) = self
             .ask(
                 &format!("event handler of trigger {trigger}"),
@@ -1019,7 +1070,8 @@ impl Harness {
                         sender: Some(sender),
                         trigger: Some(wire),
                         timeout_ms,
-                        ..Default::default()
+                        traceparent,
+                        tracestate,
                     })
                 },
             )

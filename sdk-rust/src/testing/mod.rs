@@ -202,7 +202,8 @@ mod triggers;
 pub use broker::{BrokerSession, FakeBroker, DEFAULT_WAIT};
 pub use error::HarnessError;
 pub use harness::{
-    DroppedWrite, EventOutcome, Harness, HarnessBuilder, HookFailure, StageOutcome, ToolOutcome,
+    DroppedWrite, EventOutcome, Harness, HarnessBuilder, HookFailure, ProgressReport, StageOutcome,
+    ToolOutcome,
 };
 pub use host::{FakeHost, InjectKind, Injected, McpCall, ALL_CAPABILITIES, DEFAULT_CAPABILITIES};
 pub use registration::{HookInfo, ToolInfo};
