@@ -2,7 +2,8 @@
 //!
 //! `hearth chat MESSAGE` prints one exchange as it streams: tool calls as they start
 //! and finish (`⚙ tool {args}` / `  ↳ result`), the reply's text deltas as they
-//! arrive, plugins' replies (`[plugin] text`, LinkZone `sender.reply`; replies that
+//! arrive (on a terminal, a tool's progress on a status line redrawn in place until
+//! the tool finishes), plugins' replies (`[plugin] text`, LinkZone `sender.reply`; replies that
 //! take the place of an inject command the LLM wrote arrive inside the reply's own
 //! text), and the final text again if hooks rewrote it. When the turn has to wait
 //! (other turns of the conversation ahead, or every turn slot taken), a line on
@@ -11,7 +12,8 @@
 //! asking; no terminal, or no answer in time, is a no). Without MESSAGE it is a REPL
 //! with line editing and history (`<data_dir>/chat_history`); when stdin is not a
 //! terminal it reads one message per line. `--json` prints every event as one JSON
-//! object per line. A turn that failed exits with status 1 and the error on stderr;
+//! object per line (`tool_call_progress` included); piped without `--json` progress is
+//! not printed. A turn that failed exits with status 1 and the error on stderr;
 //! with stdin not a terminal, every line is a turn and the exit status is 1 when any
 //! of them failed (`error: 2 of 3 turns failed` on stderr after the last).
 //! On a terminal, control and bidi characters of the LLM's and plugins' text are
@@ -22,13 +24,13 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::anyhow;
 use hearth_proto::v1::{
     chat_event::Event, AgentInjectRequest, ChatRequest, ConfirmRequest, ConfirmResponse, Priority,
+    ToolCallProgress,
 };
 use serde_json::json;
 
-use crate::cli::AdminConn;
+use crate::cli::{status_error, AdminConn};
 use crate::term::Printer;
 
 /// Arguments of `hearth chat`.
@@ -112,6 +114,9 @@ pub struct InjectArgs {
     /// Scheduling priority (default: background; an interrupt is critical).
     #[arg(long, value_enum)]
     pub priority: Option<PriorityArg>,
+    /// Print JSON: conversation, ahead, interrupted.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs one exchange; Ok(false) when the turn ended with an error.
@@ -128,19 +133,26 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
         .agent()
         .chat(req)
         .await
-        .map_err(|s| anyhow!("{}", s.message()))?
+        .map_err(status_error)?
         .into_inner();
     let mut streamed = String::new();
     // Everything shown so far (deltas and plugin replies), to not print it twice.
     let mut shown = String::new();
     let mut ok = true;
     let (term, err_term) = (Printer::stdout(), Printer::stderr());
-    while let Some(ev) = events
-        .message()
-        .await
-        .map_err(|s| anyhow!("{}", s.message()))?
-    {
+    let mut status = StatusLine::new(!args.json);
+    while let Some(ev) = events.message().await.map_err(status_error)? {
         let Some(e) = ev.event else { continue };
+        if let Event::ToolCallProgress(p) = &e {
+            if args.json {
+                println!("{}", event_json(&e));
+            } else {
+                status.progress(p, &term)?;
+            }
+            continue;
+        }
+        // Anything else is printed on a line of its own.
+        status.erase()?;
         if let Event::ConfirmRequest(c) = &e {
             if args.json {
                 println!("{}", event_json(&e));
@@ -183,6 +195,9 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                 let first = text.lines().next().unwrap_or("");
                 let mark = if t.success { "↳" } else { "✗" };
                 writeln!(out, "  {mark} {}: {}", term.line(&t.tool), term.line(first))?;
+                drop(out);
+                // Tools still running show their progress again.
+                status.finished(&t.call_id)?;
             }
             Event::ShortCircuit(s) => {
                 writeln!(
@@ -243,11 +258,130 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                     writeln!(out)?;
                 }
             }
-            Event::ConfirmRequest(_) => {}
-            Event::ToolCallProgress(_) => {}
+            Event::ConfirmRequest(_) | Event::ToolCallProgress(_) => {}
         }
     }
+    status.erase()?;
     Ok(ok)
+}
+
+/// The status line of `hearth chat` on a terminal: the latest progress of a running
+/// tool (`⚙ tool … 3/10 message`), redrawn in place and erased before anything else
+/// is printed; when a tool finishes, the progress of another still running comes
+/// back. Off (no terminal, or --json): progress is not shown.
+struct StatusLine {
+    on: bool,
+    /// Running tools with progress, the latest last: (call id, line).
+    running: Vec<(String, String)>,
+    drawn: bool,
+}
+
+impl StatusLine {
+    fn new(wanted: bool) -> StatusLine {
+        use std::io::IsTerminal;
+        StatusLine {
+            on: wanted && std::io::stdout().is_terminal(),
+            running: Vec::new(),
+            drawn: false,
+        }
+    }
+
+    fn progress(&mut self, p: &ToolCallProgress, term: &Printer) -> std::io::Result<()> {
+        if !self.on {
+            return Ok(());
+        }
+        let line = format!(
+            "⚙ {} … {}",
+            term.line(&p.tool),
+            progress_text(p.progress, p.total, &term.line(&p.message))
+        );
+        self.running.retain(|(id, _)| *id != p.call_id);
+        self.running.push((p.call_id.clone(), line));
+        self.draw()
+    }
+
+    /// Call `call_id` finished (its line is printed): show another's progress.
+    fn finished(&mut self, call_id: &str) -> std::io::Result<()> {
+        self.running.retain(|(id, _)| id != call_id);
+        self.draw()
+    }
+
+    fn draw(&mut self) -> std::io::Result<()> {
+        let Some((_, line)) = self.running.last() else {
+            return Ok(());
+        };
+        let mut out = std::io::stdout().lock();
+        write!(out, "\r\x1b[2K{}", fit(line, columns().saturating_sub(1)))?;
+        out.flush()?;
+        self.drawn = true;
+        Ok(())
+    }
+
+    fn erase(&mut self) -> std::io::Result<()> {
+        if self.drawn {
+            let mut out = std::io::stdout().lock();
+            write!(out, "\r\x1b[2K")?;
+            out.flush()?;
+            self.drawn = false;
+        }
+        Ok(())
+    }
+}
+
+/// `3/10 message`, `42% message` (a total of 1 is a fraction), `3 message` or
+/// `message` (total unknown).
+fn progress_text(progress: f64, total: f64, message: &str) -> String {
+    let amount = if total > 0.0 && (total - 1.0).abs() < f64::EPSILON {
+        format!("{:.0}%", progress.clamp(0.0, 1.0) * 100.0)
+    } else if total > 0.0 {
+        format!("{progress}/{total}")
+    } else if progress > 0.0 {
+        progress.to_string()
+    } else {
+        String::new()
+    };
+    match (amount.is_empty(), message.is_empty()) {
+        (true, _) => message.to_string(),
+        (false, true) => amount,
+        (false, false) => format!("{amount} {message}"),
+    }
+}
+
+/// The terminal's width in columns (80 when unknown).
+fn columns() -> usize {
+    // SAFETY: TIOCGWINSZ writes a winsize into the struct we own.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        80
+    }
+}
+
+/// `line` cut to `width` columns (East Asian wide characters count two), with `…`
+/// when cut: a status line that wraps cannot be redrawn in place.
+fn fit(line: &str, width: usize) -> String {
+    let wide = |c: char| {
+        matches!(c as u32, 0x1100..=0x115F | 0x2E80..=0xA4CF | 0xAC00..=0xD7A3 | 0xF900..=0xFAFF
+            | 0xFE30..=0xFE4F | 0xFF00..=0xFF60 | 0xFFE0..=0xFFE6 | 0x1F300..=0x1FAFF | 0x20000..=0x3FFFD)
+    };
+    let columns = |c: char| if wide(c) { 2 } else { 1 };
+    if line.chars().map(columns).sum::<usize>() <= width {
+        return line.to_string();
+    }
+    let mut used = 0;
+    let mut out = String::new();
+    for c in line.chars() {
+        // Room for the `…`.
+        if used + columns(c) + 1 > width {
+            break;
+        }
+        used += columns(c);
+        out.push(c);
+    }
+    out.push('…');
+    out
 }
 
 fn event_json(e: &Event) -> serde_json::Value {
@@ -407,9 +541,12 @@ pub async fn inject(conn: &mut AdminConn, args: InjectArgs) -> anyhow::Result<Ex
         .agent()
         .inject(req)
         .await
-        .map_err(|s| anyhow!("{}", s.message()))?
+        .map_err(status_error)?
         .into_inner();
-    if ack.interrupted {
+    if args.json {
+        let v = json!({"conversation": ack.conversation, "ahead": ack.ahead, "interrupted": ack.interrupted});
+        println!("{v}");
+    } else if ack.interrupted {
         println!(
             "interrupt delivered to the running turn of {}",
             ack.conversation

@@ -2,7 +2,9 @@
 //! clients of a running broker, found through `<data_dir>/hearth.sock` and
 //! authenticated with `<data_dir>/admin.token`.
 //!
-//! Errors are one line on stderr (`error: …`) and exit status 1.
+//! Errors are one line on stderr (`error: …`); the exit status says what kind of
+//! failure it was ([`exit`], listed in `hearth --help`). Every command that prints
+//! something a script would read takes `--json`.
 //!
 //! Text that came from plugins or the LLM (tool results, names and descriptions,
 //! plugin output, chat text, errors they wrote) is printed with control and bidi
@@ -14,12 +16,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use hearth_proto::v1::admin_client::AdminClient;
 use hearth_proto::v1::agent_client::AgentClient;
 use hearth_proto::v1::{
-    CallToolRequest, ListPluginsRequest, ListToolsRequest, LoadPluginRequest, PluginLogsRequest,
-    PluginState, PluginStatus, ReloadPluginRequest, RestartPluginRequest, UnloadPluginRequest,
+    call_tool_event, CallToolRequest, CallToolResponse, ListPluginsRequest, ListToolsRequest,
+    LoadPluginRequest, PluginLogsRequest, PluginState, PluginStatus, ReloadPluginRequest,
+    RestartPluginRequest, ToolProgress, UnloadPluginRequest,
 };
 use serde_json::json;
 use tonic::transport::{Channel, Endpoint};
@@ -27,9 +30,135 @@ use tonic::transport::{Channel, Endpoint};
 use crate::server::{RunOptions, ADMIN_TOKEN_FILE, SOCKET_FILE};
 use crate::term::Printer;
 
+/// Exit statuses of `hearth`, the one place they are defined (listed in `hearth
+/// --help` and the README's "Exit codes"). A script can tell what went wrong without
+/// reading the message.
+pub mod exit {
+    /// The command did what was asked.
+    pub const OK: u8 = 0;
+    /// Any other error: a file that cannot be read, a plugin folder that does not load,
+    /// a chat turn that failed, a conversation too busy to take input.
+    pub const ERROR: u8 = 1;
+    /// Usage: an unknown command or flag, a missing or malformed argument (clap's own
+    /// status), tool arguments that are not JSON.
+    pub const USAGE: u8 = 2;
+    /// Not found: no such plugin, tool, LLM source, MCP server or setting.
+    pub const NOT_FOUND: u8 = 3;
+    /// Refused by policy: the tool's `cooldown` or `max_calls`, a `confirm` the user
+    /// declined (or could not be asked), a hook or the permission matrix said no.
+    pub const REFUSED: u8 = 4;
+    /// Plugin error: the tool answered with an error (also arguments its schema
+    /// rejects), or the plugin failed, crashed or is not ready.
+    pub const PLUGIN_ERROR: u8 = 5;
+    /// Timeout: no answer within the call's timeout (or no free slot of the plugin's
+    /// `max_concurrency` in that time).
+    pub const TIMEOUT: u8 = 6;
+    /// Broker unreachable: no broker runs for the data dir (no socket), the connection
+    /// was refused or lost, or the admin token does not match.
+    pub const UNREACHABLE: u8 = 7;
+    /// Interrupted by Ctrl-C (128 + SIGINT); a tool call in flight is cancelled.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// The exit statuses as `hearth --help` lists them.
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    ok
+  1    other error (a file, a plugin folder that does not load, a failed chat turn)
+  2    usage: unknown command or flag, bad argument, tool arguments not JSON
+  3    not found: no such plugin, tool, LLM source, MCP server or setting
+  4    refused by policy: cooldown, max_calls, confirm declined, a hook or permission
+  5    plugin error: the tool answered with an error, or the plugin failed
+  6    timeout: no answer within the call's timeout
+  7    broker unreachable: no broker for the data dir, connection refused, bad token
+  130  interrupted (Ctrl-C)";
+
+/// `hearth --version`: the crate version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HEARTH_BUILD_COMMIT"),
+    ")"
+);
+
+/// An error that ends `hearth` with a particular [`exit`] status; its text is the
+/// message alone (no gRPC code or metadata).
+#[derive(Debug)]
+pub struct CliError {
+    /// One of [`exit`]'s statuses.
+    pub code: u8,
+    message: String,
+}
+
+impl CliError {
+    /// An error with exit status `code`.
+    pub fn new(code: u8, message: impl Into<String>) -> CliError {
+        CliError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// The exit status for a `Status` the broker (or the connection to it) gave.
+///
+/// The connection's own failures (refused, reset, the broker gone mid-call) are told
+/// apart from the broker's answers by their source: tonic keeps the transport error
+/// underneath, while a status the broker sent arrives bare.
+pub fn exit_code_of(s: &tonic::Status) -> u8 {
+    use tonic::Code;
+    if std::error::Error::source(s).is_some() {
+        return exit::UNREACHABLE;
+    }
+    match s.code() {
+        Code::NotFound => exit::NOT_FOUND,
+        Code::PermissionDenied => exit::REFUSED,
+        // The broker's CallError::NotReady / PluginGone and PluginError::Failed.
+        Code::Unavailable => exit::PLUGIN_ERROR,
+        Code::DeadlineExceeded => exit::TIMEOUT,
+        Code::Unauthenticated => exit::UNREACHABLE,
+        _ => exit::ERROR,
+    }
+}
+
+/// A broker's `Status` as an error carrying its exit status; the text is the message.
+pub fn status_error(s: tonic::Status) -> anyhow::Error {
+    let code = exit_code_of(&s);
+    let message = if code == exit::UNREACHABLE && s.code() != tonic::Code::Unauthenticated {
+        format!("broker unreachable: {}", s.message())
+    } else {
+        s.message().to_string()
+    };
+    CliError::new(code, message).into()
+}
+
+/// The exit status for an error of a command: the first [`CliError`] in its chain, a
+/// missing setting (not found), else [`exit::ERROR`].
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    e.chain()
+        .find_map(|c| {
+            if let Some(c) = c.downcast_ref::<CliError>() {
+                return Some(c.code);
+            }
+            if let Some(crate::storage::StorageError::NotFound { .. }) = c.downcast_ref() {
+                return Some(exit::NOT_FOUND);
+            }
+            None
+        })
+        .unwrap_or(exit::ERROR)
+}
+
 /// Hearth: an out-of-process plugin broker for LLM agents.
 #[derive(Debug, Parser)]
-#[command(name = "hearth", version, about)]
+#[command(name = "hearth", version = VERSION, about, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// Data directory (socket, admin token, plugins/).
     #[arg(
@@ -155,6 +284,16 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::mcp::cli::McpCommand,
     },
+    /// Print a shell completion script (bash, zsh, fish) on stdout.
+    ///
+    /// `hearth completions bash > ~/.local/share/bash-completion/completions/hearth`,
+    /// `hearth completions zsh > ~/.zfunc/_hearth` (with `~/.zfunc` in `fpath`),
+    /// `hearth completions fish > ~/.config/fish/completions/hearth.fish`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `hearth plugins …`
@@ -170,16 +309,26 @@ pub enum PluginsCommand {
     Restart {
         /// Plugin name.
         name: String,
+        /// Print the plugin's status as JSON (as `plugins list --json` does).
+        #[arg(long)]
+        json: bool,
     },
     /// Load a plugin directory into the running broker and wait until it is ready.
     Load {
         /// Plugin directory.
         path: PathBuf,
+        /// Print the plugin's status as JSON (as `plugins list --json` does).
+        #[arg(long)]
+        json: bool,
     },
     /// Stop a plugin (calls in flight finish first) and forget it and its tools.
     Unload {
         /// Plugin name.
         name: String,
+        /// Print JSON: `unloaded` (the name) and `was` (its status before, as
+        /// `plugins list --json` shows it; null if unknown).
+        #[arg(long)]
+        json: bool,
     },
     /// Start the new code and manifest in a plugin's directory beside the running
     /// process, and switch to it once it is ready; if it fails, say why and keep the
@@ -187,6 +336,9 @@ pub enum PluginsCommand {
     Reload {
         /// Plugin name.
         name: String,
+        /// Print the plugin's status as JSON (as `plugins list --json` does).
+        #[arg(long)]
+        json: bool,
     },
     /// A one-time token for a process started by hand (a debugger, an IDE) to attach
     /// as plugin NAME: prints `export HEARTH_ADDR=… HEARTH_TOKEN=… HEARTH_PLUGIN=…`
@@ -211,6 +363,10 @@ pub enum PluginsCommand {
         name: String,
         /// Its folder from now on.
         dir: PathBuf,
+        /// Print JSON: name, dir, previous_dir (null if none), and `loaded` (the
+        /// plugin's status when a running broker loaded it, else null).
+        #[arg(long)]
+        json: bool,
     },
     /// Print the last lines a plugin wrote to stdout/stderr.
     ///
@@ -229,7 +385,8 @@ pub enum PluginsCommand {
         #[arg(long, short = 'n', default_value_t = 100)]
         tail: u32,
         /// Print one JSON object per line: plugin, stream (`stdout`, `stderr` or
-        /// `broker`), text, time (RFC 3339), unix_ms, pid.
+        /// `broker`), text, time (RFC 3339), unix_ms, pid, generation (the plugin's
+        /// process: 1 for its first, +1 for each start; 0 when unknown).
         #[arg(long)]
         json: bool,
     },
@@ -239,7 +396,12 @@ pub enum PluginsCommand {
 #[derive(Debug, Subcommand)]
 pub enum AdaptersCommand {
     /// Every adapter the broker would load, and scripts that fail to load (with the line).
-    List,
+    List {
+        /// Print JSON: `adapters` (name, version, streaming, endpoint, file) and
+        /// `errors` (name, error).
+        #[arg(long)]
+        json: bool,
+    },
     /// Load NAME and run its transforms on sample data, reporting each step; with
     /// `--response` or `--stream`, replay a capture of your provider instead and print
     /// what the broker would make of it: text, each tool call (id, name, arguments),
@@ -253,6 +415,10 @@ pub enum AdaptersCommand {
         /// A recorded stream (SSE or NDJSON bytes, as the API sent them).
         #[arg(long, value_name = "FILE")]
         stream: Option<PathBuf>,
+        /// Print JSON: adapter, ok, each step (step, ok, detail) and, for a replay,
+        /// the completion (text, tool calls, finish reason, usage).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -269,6 +435,9 @@ pub enum LlmCommand {
     Use {
         /// Source name.
         name: String,
+        /// Print the sources afterwards as JSON (as `llm list --json` does).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -283,6 +452,14 @@ pub enum ToolsCommand {
     },
     /// Call a tool and print its result.
     ///
+    /// ARGS is a JSON object, `-` to read it from stdin, or `@FILE` to read it from
+    /// FILE. Progress the tool reports is shown on a terminal (a progress bar on
+    /// stderr); with --json each progress event is a JSON line
+    /// (`{"type":"progress",…}`) before the result's line (`{"type":"result",…}`);
+    /// piped without --json only the result is printed. Ctrl-C cancels the call. A
+    /// tool that answered with an error exits 5, a refusal by its policies 4, an
+    /// unknown tool 3, a timeout 6 (see `hearth --help`).
+    ///
     /// Without --policies the tool's `ai.tool` policies are NOT applied: the call runs
     /// even when its `cooldown`, `max_calls` or `confirm` would stop it in a chat (an
     /// operator's call; its `timeout` still applies unless --timeout-ms says
@@ -293,14 +470,14 @@ pub enum ToolsCommand {
     Call {
         /// Tool name.
         name: String,
-        /// Arguments as a JSON object.
+        /// Arguments as a JSON object; `-` reads them from stdin, `@FILE` from FILE.
         #[arg(default_value = "{}")]
         args: String,
         /// Timeout in milliseconds (default: the tool's `ai.tool` timeout, else the
         /// plugin's call_timeout_s).
         #[arg(long, value_name = "MS")]
         timeout_ms: Option<u32>,
-        /// Print the whole result as JSON.
+        /// Print JSON lines: each progress event, then the whole result.
         #[arg(long)]
         json: bool,
         /// Apply the tool's `ai.tool` policies (cooldown, confirm, max_calls, timeout)
@@ -326,13 +503,17 @@ pub fn main() -> ExitCode {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Dev(args) => crate::dev::dev_command(args),
         Command::New(args) => crate::scaffold::new_command(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "hearth", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugins {
-            command: PluginsCommand::Adopt { name, dir },
+            command: PluginsCommand::Adopt { name, dir, json },
         } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(adopt(&cli.data_dir, &name, &dir))),
+            .and_then(|rt| rt.block_on(adopt(&cli.data_dir, &name, &dir, json))),
         Command::Settings { command } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -344,35 +525,61 @@ pub fn main() -> ExitCode {
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(crate::mcp::cli::run(&cli.data_dir, command))),
         Command::Adapters { command } => {
-            let (report, ok) = match command {
-                AdaptersCommand::List => (crate::adapters::check::list(&cli.data_dir).0, true),
+            use crate::adapters::check::Report;
+            let (report, json, listing) = match command {
+                AdaptersCommand::List { json } => {
+                    (crate::adapters::check::list(&cli.data_dir), json, true)
+                }
                 AdaptersCommand::Check {
                     name,
                     response: Some(file),
+                    json,
                     ..
-                } => crate::adapters::check::replay(
-                    &cli.data_dir,
-                    &name,
-                    crate::adapters::check::Capture::Response(file),
+                } => (
+                    crate::adapters::check::replay(
+                        &cli.data_dir,
+                        &name,
+                        crate::adapters::check::Capture::Response(file),
+                    ),
+                    json,
+                    false,
                 ),
                 AdaptersCommand::Check {
                     name,
                     stream: Some(file),
+                    json,
                     ..
-                } => crate::adapters::check::replay(
-                    &cli.data_dir,
-                    &name,
-                    crate::adapters::check::Capture::Stream(file),
+                } => (
+                    crate::adapters::check::replay(
+                        &cli.data_dir,
+                        &name,
+                        crate::adapters::check::Capture::Stream(file),
+                    ),
+                    json,
+                    false,
                 ),
-                AdaptersCommand::Check { name, .. } => {
-                    crate::adapters::check::check(&cli.data_dir, &name)
-                }
+                AdaptersCommand::Check { name, json, .. } => (
+                    crate::adapters::check::check(&cli.data_dir, &name),
+                    json,
+                    false,
+                ),
             };
-            print!("{}", crate::term::Printer::stdout().text(&report));
-            Ok(if ok {
-                ExitCode::SUCCESS
+            let Report {
+                text,
+                json: value,
+                ok,
+                not_found,
+            } = report;
+            if json {
+                println!("{value}");
             } else {
-                ExitCode::FAILURE
+                print!("{}", crate::term::Printer::stdout().text(&text));
+            }
+            // A listing with scripts that fail to load still lists the others.
+            Ok(match (ok || listing, not_found) {
+                (true, _) => ExitCode::SUCCESS,
+                (false, true) => ExitCode::from(exit::NOT_FOUND),
+                (false, false) => ExitCode::FAILURE,
             })
         }
         Command::Run {
@@ -431,7 +638,7 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", Printer::stderr().line(&one_line(&e)));
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&e))
         }
     }
 }
@@ -453,19 +660,27 @@ pub struct AdminConn {
 }
 
 impl AdminConn {
-    /// Connects to the broker of `data_dir`. Errors name the missing socket or token.
+    /// Connects to the broker of `data_dir`. Errors name the missing socket or token,
+    /// and end the CLI with [`exit::UNREACHABLE`].
     pub async fn connect(data_dir: &Path) -> anyhow::Result<AdminConn> {
+        let unreachable =
+            |e: anyhow::Error| anyhow::Error::from(CliError::new(exit::UNREACHABLE, one_line(&e)));
         let socket = std::path::absolute(data_dir.join(SOCKET_FILE))?;
         let token_path = data_dir.join(ADMIN_TOKEN_FILE);
         if !socket.exists() {
-            return Err(anyhow!(
-                "no broker running for data dir {}: {} not found (start one with `hearth run`)",
-                data_dir.display(),
-                socket.display()
-            ));
+            return Err(CliError::new(
+                exit::UNREACHABLE,
+                format!(
+                    "no broker running for data dir {}: {} not found (start one with `hearth run`)",
+                    data_dir.display(),
+                    socket.display()
+                ),
+            )
+            .into());
         }
         let token = std::fs::read_to_string(&token_path)
-            .with_context(|| format!("reading admin token {}", token_path.display()))?;
+            .with_context(|| format!("reading admin token {}", token_path.display()))
+            .map_err(unreachable)?;
         let path = socket.clone();
         let channel = Endpoint::try_from("http://localhost")?
             .connect_with_connector(tower::service_fn(move |_| {
@@ -477,7 +692,8 @@ impl AdminConn {
                 }
             }))
             .await
-            .with_context(|| format!("connecting to {}", socket.display()))?;
+            .with_context(|| format!("connecting to {}", socket.display()))
+            .map_err(unreachable)?;
         Ok(AdminConn {
             agent: AgentClient::new(channel.clone())
                 .max_decoding_message_size(hearth_proto::MAX_MESSAGE_BYTES)
@@ -525,6 +741,19 @@ fn human_duration(ms: u64) -> String {
     }
 }
 
+/// A plugin's status after restart, load or reload: one line, or with `json` the
+/// object `plugins list --json` shows for it.
+fn print_plugin(p: Option<PluginStatus>, json: bool) {
+    if json {
+        println!(
+            "{}",
+            p.as_ref().map_or(serde_json::Value::Null, plugin_json)
+        );
+    } else {
+        print_status(p);
+    }
+}
+
 fn print_status(p: Option<PluginStatus>) {
     if let Some(p) = p {
         let tools = if p.tools.is_empty() {
@@ -545,6 +774,284 @@ fn print_status(p: Option<PluginStatus>) {
 
 /// How long `hearth tools call --policies` waits for the user to approve a `confirm` tool.
 const CONFIRM_WAIT_MS: u32 = 60_000;
+
+/// The arguments of `hearth tools call NAME ARGS` as JSON text: ARGS itself, `-` for
+/// stdin, `@FILE` for FILE's content (empty = `{}`). Text that is not JSON is a usage
+/// error, said before anything is called.
+fn tool_args(arg: &str) -> anyhow::Result<String> {
+    let (text, from) = if arg == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading tool arguments from stdin")?;
+        (text, " (stdin)".to_string())
+    } else if let Some(file) = arg.strip_prefix('@') {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading tool arguments from {file}"))?;
+        (text, format!(" ({file})"))
+    } else {
+        (arg.to_string(), String::new())
+    };
+    if text.trim().is_empty() {
+        return Ok("{}".into());
+    }
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+        return Err(
+            CliError::new(exit::USAGE, format!("tool arguments{from}: not JSON: {e}")).into(),
+        );
+    }
+    Ok(text)
+}
+
+/// `hearth tools call`: one call through `Admin.CallToolStream`, its progress shown
+/// while it runs, then its result.
+struct ToolCall {
+    name: String,
+    args: String,
+    timeout_ms: u32,
+    user_id: String,
+    policies: bool,
+    yes: bool,
+    json: bool,
+}
+
+impl ToolCall {
+    /// Runs the call (asking about a `confirm` policy with --policies), prints the
+    /// result and says how it went as the exit status. Ctrl-C cancels the call.
+    async fn run(self, conn: &mut AdminConn) -> anyhow::Result<ExitCode> {
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        let outcome = tokio::select! {
+            outcome = self.call_confirmed(conn) => outcome?,
+            _ = &mut ctrl_c => {
+                // The stream was dropped with the call: the broker cancels it (the
+                // plugin gets `Cancel`). Exit at once: a question on the terminal may
+                // still be waiting for a line.
+                eprintln!("error: interrupted; tool {} cancelled", Printer::stderr().line(&self.name));
+                std::process::exit(i32::from(exit::INTERRUPTED));
+            }
+        };
+        let (r, declined) = outcome;
+        if self.json {
+            let data = serde_json::from_str::<serde_json::Value>(&r.data_json).ok();
+            let v = json!({
+                "type": "result", "tool": r.tool, "plugin": r.plugin, "success": r.success,
+                "content": r.content, "data": data, "error": r.error, "elapsed_us": r.elapsed_us,
+                "needs_confirmation": r.needs_confirmation,
+            });
+            println!("{v}");
+        } else if r.success {
+            let out = Printer::stdout();
+            if r.content.is_empty() && !r.data_json.is_empty() {
+                println!("{}", out.text(&r.data_json));
+            } else {
+                println!("{}", out.text(&r.content));
+            }
+        }
+        if r.success {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let who = if r.plugin.is_empty() {
+            String::new()
+        } else {
+            format!(" (plugin {})", r.plugin)
+        };
+        let error = if r.error.is_empty() {
+            "failed without an error message"
+        } else {
+            &r.error
+        };
+        let line = format!(
+            "error: tool {}{who}: {}",
+            self.name,
+            error.replace('\n', " ")
+        );
+        eprintln!("{}", Printer::stderr().line(&line));
+        Ok(ExitCode::from(
+            if declined || refused_by_policy(&r, self.policies) {
+                exit::REFUSED
+            } else {
+                exit::PLUGIN_ERROR
+            },
+        ))
+    }
+
+    /// The call's answer, asking the user first when the tool's `confirm` policy
+    /// wants it (with --policies); true when the user declined.
+    async fn call_confirmed(
+        &self,
+        conn: &mut AdminConn,
+    ) -> anyhow::Result<(CallToolResponse, bool)> {
+        let mut confirmed = self.yes;
+        loop {
+            let mut r = self.call(conn, confirmed).await?;
+            if !r.needs_confirmation || confirmed {
+                return Ok((r, false));
+            }
+            let question = hearth_proto::v1::ConfirmRequest {
+                tool: self.name.clone(),
+                args_json: self.args.clone(),
+                timeout_ms: CONFIRM_WAIT_MS,
+                ..Default::default()
+            };
+            if !crate::chat::ask_confirm(&question, false).await {
+                r.error = "not run: its `confirm` policy asks the user, who did not approve it (--yes approves)".into();
+                return Ok((r, true));
+            }
+            confirmed = true;
+        }
+    }
+
+    /// One `CallToolStream`: progress events shown as they come, then the result.
+    async fn call(
+        &self,
+        conn: &mut AdminConn,
+        confirmed: bool,
+    ) -> anyhow::Result<CallToolResponse> {
+        let req = conn.with_token(CallToolRequest {
+            name: self.name.clone(),
+            args_json: self.args.clone(),
+            timeout_ms: self.timeout_ms,
+            user_id: self.user_id.clone(),
+            group_id: String::new(),
+            policies: self.policies,
+            confirmed,
+            ..Default::default()
+        });
+        let mut events = conn
+            .client()
+            .call_tool_stream(req)
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        let mut view = ProgressView::new(&self.name, self.json);
+        while let Some(event) = events.message().await.map_err(status_error)? {
+            match event.event {
+                Some(call_tool_event::Event::Progress(p)) => view.show(&p),
+                Some(call_tool_event::Event::Result(r)) => return Ok(r),
+                None => {}
+            }
+        }
+        Err(anyhow!(
+            "tool {}: the broker ended the call without a result",
+            self.name
+        ))
+    }
+}
+
+/// Whether `r` is the broker's refusal of a call by the tool's `ai.tool` policies
+/// (`cooldown`, `max_calls`, `confirm`; only with --policies): the text starts with the
+/// policy's name and says the call was not run
+/// ([`Policies::admit_outside`](crate::pipeline::policy::Policies::admit_outside)).
+fn refused_by_policy(r: &CallToolResponse, policies: bool) -> bool {
+    r.needs_confirmation
+        || (policies
+            && ["cooldown: ", "max_calls: ", "confirm: "]
+                .iter()
+                .any(|p| r.error.starts_with(p))
+            && r.error.contains("this call was not run"))
+}
+
+/// What `hearth tools call` shows of a call's progress: with --json a JSON line per
+/// event on stdout; on a terminal (stderr) a progress bar, or a spinner while the
+/// total is unknown, from the first event until the result; else nothing.
+struct ProgressView {
+    tool: String,
+    json: bool,
+    tty: bool,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl ProgressView {
+    fn new(tool: &str, json: bool) -> ProgressView {
+        use std::io::IsTerminal;
+        ProgressView {
+            tool: Printer::stderr().line(tool).into_owned(),
+            json,
+            tty: std::io::stderr().is_terminal(),
+            bar: None,
+        }
+    }
+
+    fn show(&mut self, p: &ToolProgress) {
+        if self.json {
+            let v = json!({"type": "progress", "message": p.message, "progress": p.progress, "total": p.total});
+            println!("{v}");
+            return;
+        }
+        if !self.tty {
+            return;
+        }
+        // Configured before it is first drawn (no default-style frame).
+        let first = self.bar.is_none();
+        let bar = self.bar.get_or_insert_with(|| {
+            let bar = indicatif::ProgressBar::hidden();
+            bar.set_prefix(self.tool.clone());
+            bar
+        });
+        let message = Printer::stderr().line(&p.message).into_owned();
+        let (template, len, pos, message) = progress_shape(p.progress, p.total, message);
+        let style = indicatif::ProgressStyle::with_template(template)
+            .expect("a valid template")
+            .progress_chars("=> ");
+        bar.set_style(style);
+        if let Some(len) = len {
+            bar.set_length(len);
+            bar.set_position(pos);
+        }
+        bar.set_message(message);
+        if first {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            bar.enable_steady_tick(Duration::from_millis(120));
+        }
+    }
+
+    fn clear(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for ProgressView {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// How one progress event is drawn: the template, the bar's length and position
+/// (none for a spinner), and the message. A total of 1 is a fraction (shown as a
+/// percentage); 0 is unknown (a spinner, with the count so far if there is one).
+fn progress_shape(
+    progress: f64,
+    total: f64,
+    message: String,
+) -> (&'static str, Option<u64>, u64, String) {
+    let count = |v: f64| v.max(0.0).round() as u64;
+    if total > 0.0 && (total - 1.0).abs() < f64::EPSILON {
+        (
+            "{spinner} {prefix} [{bar:30}] {percent:>3}% {wide_msg}",
+            Some(1000),
+            count(progress.clamp(0.0, 1.0) * 1000.0),
+            message,
+        )
+    } else if total > 0.0 {
+        (
+            "{spinner} {prefix} [{bar:30}] {pos}/{len} {wide_msg}",
+            Some(count(total)),
+            count(progress.min(total)),
+            message,
+        )
+    } else if progress > 0.0 {
+        (
+            "{spinner} {prefix} {wide_msg}",
+            None,
+            0,
+            format!("{progress} {message}"),
+        )
+    } else {
+        ("{spinner} {prefix} {wide_msg}", None, 0, message)
+    }
+}
 
 /// `unloaded NAME (was pid 1234, ready, 2 tools: a, b)` from the status before.
 fn unloaded(name: &str, before: Option<&PluginStatus>) -> String {
@@ -573,10 +1080,6 @@ fn log_time(unix_ms: u64) -> String {
     at.to_zoned(jiff::tz::TimeZone::system())
         .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
         .to_string()
-}
-
-fn status_error(s: tonic::Status) -> anyhow::Error {
-    anyhow!("{}", s.message())
 }
 
 fn state_name(state: i32) -> String {
@@ -669,7 +1172,7 @@ fn print_attach_token(r: &hearth_proto::v1::AttachTokenResponse, json: bool) -> 
 
 /// `hearth plugins adopt NAME DIR`: records DIR as NAME's folder, then loads it into
 /// a running broker (if one runs).
-async fn adopt(data_dir: &Path, name: &str, dir: &Path) -> anyhow::Result<ExitCode> {
+async fn adopt(data_dir: &Path, name: &str, dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let dir = std::path::absolute(dir)?;
     if !dir.is_dir() {
         anyhow::bail!("{}: not a directory", dir.display());
@@ -685,27 +1188,51 @@ async fn adopt(data_dir: &Path, name: &str, dir: &Path) -> anyhow::Result<ExitCo
     let old = crate::supervisor::homes::Homes::new(data_dir)
         .adopt(name, &dir)
         .map_err(|e| anyhow!(e))?;
-    match old {
-        Some(old) => println!("{name}: {} (was {})", dir.display(), old.display()),
-        None => println!("{name}: {}", dir.display()),
+    let report = |loaded: Option<&PluginStatus>| {
+        let v = json!({
+            "name": name, "dir": dir, "previous_dir": old,
+            "loaded": loaded.map(plugin_json),
+        });
+        println!("{v}");
+    };
+    if !json {
+        match &old {
+            Some(old) => println!("{name}: {} (was {})", dir.display(), old.display()),
+            None => println!("{name}: {}", dir.display()),
+        }
     }
     let Ok(mut conn) = AdminConn::connect(data_dir).await else {
-        println!(
-            "no broker is running on {}; it loads the plugin at its next start",
-            data_dir.display()
-        );
+        if json {
+            report(None);
+        } else {
+            println!(
+                "no broker is running on {}; it loads the plugin at its next start",
+                data_dir.display()
+            );
+        }
         return Ok(ExitCode::SUCCESS);
     };
     let req = conn.with_token(LoadPluginRequest {
         path: dir.display().to_string(),
     });
     match conn.client().load_plugin(req).await {
-        Ok(r) => print_status(r.into_inner().plugin),
-        Err(s) => anyhow::bail!(
-            "recorded, but the running broker did not load it: {} (if the old folder is still loaded, `hearth plugins unload {name}` first, then `hearth plugins load {}`)",
-            s.message(),
-            dir.display()
-        ),
+        Ok(r) => {
+            let p = r.into_inner().plugin;
+            if json {
+                report(p.as_ref());
+            } else {
+                print_status(p);
+            }
+        }
+        Err(s) => {
+            let code = exit_code_of(&s);
+            return Err(CliError::new(code, format!(
+                "recorded, but the running broker did not load it: {} (if the old folder is still loaded, `hearth plugins unload {name}` first, then `hearth plugins load {}`)",
+                s.message(),
+                dir.display()
+            ))
+            .into());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -720,6 +1247,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
         | Command::Adapters { .. }
         | Command::Settings { .. }
         | Command::Mcp { .. }
+        | Command::Completions { .. }
         | Command::Plugins {
             command: PluginsCommand::Adopt { .. },
         } => {
@@ -727,36 +1255,28 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
         }
         Command::Chat(args) => return crate::chat::chat(&mut conn, data_dir, args).await,
         Command::Llm { command } => {
-            let resp = match command {
+            let (resp, json) = match command {
                 LlmCommand::List { json } => {
                     let req = conn.with_token(hearth_proto::v1::ListSourcesRequest {});
-                    let r = conn
-                        .client()
-                        .list_sources(req)
-                        .await
-                        .map_err(status_error)?
-                        .into_inner();
-                    if json {
-                        let v: Vec<_> = r.sources.iter().map(|s| json!({
-                            "name": s.name, "base_url": s.base_url, "model": s.model, "adapter": s.adapter,
-                            "priority": s.priority, "current": s.name == r.current, "state": s.state,
-                            "cooldown_ms": s.cooldown_ms, "failures": s.failures, "last_error": s.last_error,
-                            "max_concurrent": s.max_concurrent, "in_flight": s.in_flight, "waiting": s.waiting,
-                        })).collect();
-                        println!("{}", serde_json::to_string_pretty(&v)?);
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    r
+                    let r = conn.client().list_sources(req).await;
+                    (r.map_err(status_error)?.into_inner(), json)
                 }
-                LlmCommand::Use { name } => {
+                LlmCommand::Use { name, json } => {
                     let req = conn.with_token(hearth_proto::v1::UseSourceRequest { name });
-                    conn.client()
-                        .use_source(req)
-                        .await
-                        .map_err(status_error)?
-                        .into_inner()
+                    let r = conn.client().use_source(req).await;
+                    (r.map_err(status_error)?.into_inner(), json)
                 }
             };
+            if json {
+                let v: Vec<_> = resp.sources.iter().map(|s| json!({
+                    "name": s.name, "base_url": s.base_url, "model": s.model, "adapter": s.adapter,
+                    "priority": s.priority, "current": s.name == resp.current, "state": s.state,
+                    "cooldown_ms": s.cooldown_ms, "failures": s.failures, "last_error": s.last_error,
+                    "max_concurrent": s.max_concurrent, "in_flight": s.in_flight, "waiting": s.waiting,
+                })).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(ExitCode::SUCCESS);
+            }
             println!(
                 "  {:<16} {:<9} {:<9} {:>7} {:<8} {:<24} URL",
                 "NAME", "STATE", "IN FLIGHT", "WAITING", "ADAPTER", "MODEL"
@@ -837,24 +1357,24 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
             }
         }
         Command::Plugins {
-            command: PluginsCommand::Restart { name },
+            command: PluginsCommand::Restart { name, json },
         } => {
             let req = conn.with_token(RestartPluginRequest { name });
             let r = conn.client().restart_plugin(req).await;
-            print_status(r.map_err(status_error)?.into_inner().plugin);
+            print_plugin(r.map_err(status_error)?.into_inner().plugin, json);
         }
         Command::Plugins {
-            command: PluginsCommand::Load { path },
+            command: PluginsCommand::Load { path, json },
         } => {
             let path = std::path::absolute(&path)?;
             let req = conn.with_token(LoadPluginRequest {
                 path: path.display().to_string(),
             });
             let r = conn.client().load_plugin(req).await;
-            print_status(r.map_err(status_error)?.into_inner().plugin);
+            print_plugin(r.map_err(status_error)?.into_inner().plugin, json);
         }
         Command::Plugins {
-            command: PluginsCommand::Unload { name },
+            command: PluginsCommand::Unload { name, json },
         } => {
             // What it was, to say what the unload did (the answer is the stopped plugin).
             let req = conn.with_token(ListPluginsRequest {});
@@ -872,17 +1392,22 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                 .unload_plugin(req)
                 .await
                 .map_err(status_error)?;
-            println!(
-                "{}",
-                Printer::stdout().line(&unloaded(&name, before.as_ref()))
-            );
+            if json {
+                let v = json!({"unloaded": name, "was": before.as_ref().map(plugin_json)});
+                println!("{v}");
+            } else {
+                println!(
+                    "{}",
+                    Printer::stdout().line(&unloaded(&name, before.as_ref()))
+                );
+            }
         }
         Command::Plugins {
-            command: PluginsCommand::Reload { name },
+            command: PluginsCommand::Reload { name, json },
         } => {
             let req = conn.with_token(ReloadPluginRequest { name });
             let r = conn.client().reload_plugin(req).await;
-            print_status(r.map_err(status_error)?.into_inner().plugin);
+            print_plugin(r.map_err(status_error)?.into_inner().plugin, json);
         }
         Command::Plugins {
             command: PluginsCommand::AttachToken { name, json, ttl_s },
@@ -925,6 +1450,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     let v = json!({
                         "plugin": line.plugin, "stream": line.stream, "text": line.text,
                         "time": time, "unix_ms": line.unix_ms, "pid": line.pid,
+                        "generation": line.generation,
                     });
                     println!("{v}");
                 } else if line.stream == "broker" {
@@ -1013,71 +1539,169 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     std::env::var("USER").unwrap_or_default()
                 }
             });
-            let mut confirmed = yes;
-            let r = loop {
-                let req = conn.with_token(CallToolRequest {
-                    name: name.clone(),
-                    args_json: args.clone(),
-                    timeout_ms: timeout_ms.unwrap_or(0),
-                    user_id: user_id.clone(),
-                    group_id: String::new(),
-                    policies,
-                    confirmed,
-                    ..Default::default()
-                });
-                let mut r = conn
-                    .client()
-                    .call_tool(req)
-                    .await
-                    .map_err(status_error)?
-                    .into_inner();
-                if r.needs_confirmation && !confirmed {
-                    let question = hearth_proto::v1::ConfirmRequest {
-                        tool: name.clone(),
-                        args_json: args.clone(),
-                        timeout_ms: CONFIRM_WAIT_MS,
-                        ..Default::default()
-                    };
-                    if crate::chat::ask_confirm(&question, false).await {
-                        confirmed = true;
-                        continue;
-                    }
-                    r.error = "not run: its `confirm` policy asks the user, who did not approve it (--yes approves)".into();
-                }
-                break r;
+            let call = ToolCall {
+                name,
+                args: tool_args(&args)?,
+                timeout_ms: timeout_ms.unwrap_or(0),
+                user_id,
+                policies,
+                yes,
+                json,
             };
-            if json {
-                let data = serde_json::from_str::<serde_json::Value>(&r.data_json).ok();
-                let v = json!({
-                    "tool": r.tool, "plugin": r.plugin, "success": r.success, "content": r.content,
-                    "data": data, "error": r.error, "elapsed_us": r.elapsed_us,
-                    "needs_confirmation": r.needs_confirmation,
-                });
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else if r.success {
-                let out = Printer::stdout();
-                if r.content.is_empty() && !r.data_json.is_empty() {
-                    println!("{}", out.text(&r.data_json));
-                } else {
-                    println!("{}", out.text(&r.content));
-                }
-            }
-            if !r.success {
-                let who = if r.plugin.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (plugin {})", r.plugin)
-                };
-                let error = if r.error.is_empty() {
-                    "failed without an error message"
-                } else {
-                    &r.error
-                };
-                let line = format!("error: tool {name}{who}: {}", error.replace('\n', " "));
-                eprintln!("{}", Printer::stderr().line(&line));
-                return Ok(ExitCode::FAILURE);
-            }
+            return call.run(&mut conn).await;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::policy::{Policies, Refusal};
+    use hearth_proto::v1::AiTool;
+    use tonic::{Code, Status};
+
+    #[test]
+    fn broker_statuses_map_to_exit_codes_and_transport_failures_to_unreachable() {
+        let cases = [
+            (
+                Status::from(crate::error::CallError::UnknownTool { tool: "t".into() }),
+                exit::NOT_FOUND,
+            ),
+            (
+                Status::from(crate::error::PluginError::Unknown("p".into())),
+                exit::NOT_FOUND,
+            ),
+            (
+                Status::from(crate::error::CallError::Timeout {
+                    plugin: "p".into(),
+                    target: crate::error::Target::Tool("t".into()),
+                    after_ms: 5,
+                }),
+                exit::TIMEOUT,
+            ),
+            (
+                Status::from(crate::error::CallError::PluginGone {
+                    plugin: "p".into(),
+                    target: crate::error::Target::Tool("t".into()),
+                    reason: "exited".into(),
+                }),
+                exit::PLUGIN_ERROR,
+            ),
+            (Status::permission_denied("no"), exit::REFUSED),
+            (Status::unauthenticated("token"), exit::UNREACHABLE),
+            (Status::resource_exhausted("busy"), exit::ERROR),
+            (Status::failed_precondition("bad dir"), exit::ERROR),
+        ];
+        for (status, code) in cases {
+            assert_eq!(exit_code_of(&status), code, "{status:?}");
+            assert_eq!(exit_code(&status_error(status.clone())), code, "{status:?}");
+        }
+        // The connection's own failure keeps its cause underneath: unreachable, even
+        // though its code (UNAVAILABLE) is the one a plugin's failure has.
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let transport = Status::from_error(Box::new(io));
+        assert!(std::error::Error::source(&transport).is_some());
+        assert_eq!(exit_code_of(&transport), exit::UNREACHABLE);
+        let e = status_error(Status::new(Code::Unavailable, "plugin p is not ready"));
+        assert_eq!(
+            (exit_code(&e), e.to_string().as_str()),
+            (exit::PLUGIN_ERROR, "plugin p is not ready")
+        );
+        // Context on top keeps the status; a missing setting is not found.
+        let e = status_error(Status::not_found("x")).context("loading");
+        assert_eq!(exit_code(&e), exit::NOT_FOUND);
+        let e = anyhow::Error::from(crate::storage::StorageError::NotFound {
+            table: "config".into(),
+            key: "k".into(),
+        });
+        assert_eq!(exit_code(&e), exit::NOT_FOUND);
+        assert_eq!(exit_code(&anyhow!("other")), exit::ERROR);
+    }
+
+    #[test]
+    fn the_brokers_policy_refusals_are_recognized_and_tool_errors_are_not() {
+        let policies = Policies::default();
+        let refusal = |ai: AiTool, confirmed: bool| {
+            policies
+                .admit_alone("t", &ai, "u", confirmed)
+                .map(|_| ())
+                .unwrap_err()
+        };
+        let cool = AiTool {
+            cooldown_s: 60.0,
+            ..Default::default()
+        };
+        policies.admit_alone("t", &cool, "u", false).unwrap();
+        let refused = [
+            refusal(cool, false),
+            refusal(
+                AiTool {
+                    confirm: true,
+                    ..Default::default()
+                },
+                false,
+            ),
+        ];
+        for r in refused {
+            let needs_confirmation = matches!(r, Refusal::NeedsConfirmation(_));
+            let response = CallToolResponse {
+                error: r.message().to_string(),
+                ..Default::default()
+            };
+            assert!(refused_by_policy(&response, true), "{}", response.error);
+            let response = CallToolResponse {
+                needs_confirmation,
+                ..response
+            };
+            assert_eq!(refused_by_policy(&response, false), needs_confirmation);
+        }
+        let mut counts = std::collections::HashMap::new();
+        counts.insert("t".to_string(), 1);
+        let max = AiTool {
+            max_calls: 1,
+            ..Default::default()
+        };
+        let error = policies.admit("t", &max, "u", &mut counts).unwrap_err();
+        let response = CallToolResponse {
+            error,
+            ..Default::default()
+        };
+        assert!(refused_by_policy(&response, true), "{}", response.error);
+        let tool_error = CallToolResponse {
+            error: "cooldown: the pump needs a rest".into(),
+            ..Default::default()
+        };
+        assert!(!refused_by_policy(&tool_error, true));
+    }
+
+    #[test]
+    fn progress_is_drawn_as_a_fraction_a_count_or_a_spinner() {
+        let (template, len, pos, _) = progress_shape(0.25, 1.0, "m".into());
+        assert!(template.contains("{percent"), "{template}");
+        assert_eq!((len, pos), (Some(1000), 250));
+        let (template, len, pos, _) = progress_shape(3.0, 10.0, "m".into());
+        assert!(template.contains("{pos}/{len}"), "{template}");
+        assert_eq!((len, pos), (Some(10), 3));
+        let (template, len, _, message) = progress_shape(4.0, 0.0, "files".into());
+        assert!(!template.contains("{bar"), "{template}");
+        assert_eq!((len, message.as_str()), (None, "4 files"));
+    }
+
+    #[test]
+    fn help_lists_the_exit_codes_of_the_exit_module() {
+        let help = Cli::command().render_long_help().to_string();
+        for (code, word) in [
+            (exit::USAGE, "usage"),
+            (exit::NOT_FOUND, "not found"),
+            (exit::REFUSED, "refused by policy"),
+            (exit::PLUGIN_ERROR, "plugin error"),
+            (exit::TIMEOUT, "timeout"),
+            (exit::UNREACHABLE, "broker unreachable"),
+            (exit::INTERRUPTED, "interrupted"),
+        ] {
+            let line = format!("{code:<4} {word}");
+            assert!(help.contains(&line), "{line:?} not in\n{help}");
+        }
+    }
 }

@@ -120,6 +120,18 @@ impl CallError {
     }
 }
 
+impl CallError {
+    /// The low-cardinality `error.type` of this error (spans, metrics).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            CallError::UnknownTool { .. } | CallError::InvalidArguments { .. } => "invalid_args",
+            CallError::NotReady { .. } | CallError::PluginGone { .. } => "plugin_gone",
+            CallError::Timeout { .. } => "timeout",
+            CallError::Saturated { .. } => "denied",
+        }
+    }
+}
+
 impl From<CallError> for Status {
     fn from(e: CallError) -> Status {
         let code = match &e {

@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::{CallError, Target};
+use crate::observe::metrics::{CallRecord, Outcome};
 use crate::registry::{Hook, Registry, Tool};
 use crate::supervisor::plugin::Plugin;
 use crate::supervisor::session::{InvokeError, ProgressSink, Session};
@@ -105,11 +106,21 @@ impl ToolRouter {
         } else {
             args_json
         };
-        let args: Value = serde_json::from_str(text).map_err(|e| CallError::InvalidArguments {
-            tool: name.into(),
-            message: format!("arguments are not valid JSON: {e}"),
-        })?;
-        let tool = self.prepare(name, &args)?;
+        let prepared = serde_json::from_str(text)
+            .map_err(|e| CallError::InvalidArguments {
+                tool: name.into(),
+                message: format!("arguments are not valid JSON: {e}"),
+            })
+            .and_then(|args: Value| self.prepare(name, &args));
+        let tool = match prepared {
+            Ok(tool) => tool,
+            Err(e) => {
+                if let Some(mut r) = CallRecord::start(name) {
+                    r.finish(Outcome::InvalidArgs);
+                }
+                return Err(e);
+            }
+        };
         let result = self
             .call_with_progress(&tool, text.to_string(), timeout, sender, progress)
             .await?;
@@ -131,7 +142,37 @@ impl ToolRouter {
     }
 
     /// [`ToolRouter::call`], with the plugin's progress reports sent to `progress`.
+    /// Records the call's metrics (`hearth_tool_calls_total` …) when they are on.
     pub async fn call_with_progress(
+        &self,
+        tool: &Tool,
+        args_json: String,
+        timeout: Option<Duration>,
+        sender: Option<Sender>,
+        progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, CallError> {
+        use tracing::Instrument as _;
+        let mut record = CallRecord::start(&tool.name);
+        // Log lines written during the call name it (`--log-format json`: under "span").
+        let span = tracing::info_span!(
+            "tool_call",
+            plugin = %tool.plugin,
+            tool = %tool.name,
+            call_id = tracing::field::Empty,
+            conversation = sender.as_ref().map_or("", |s| s.session_id.as_str()),
+            trace_id = crate::observe::trace::current_trace_id().unwrap_or_default(),
+        );
+        let result = self
+            .call_inner(tool, args_json, timeout, sender, progress)
+            .instrument(span)
+            .await;
+        if let Some(r) = record.as_mut() {
+            r.finish(Outcome::of(&result));
+        }
+        result
+    }
+
+    async fn call_inner(
         &self,
         tool: &Tool,
         args_json: String,

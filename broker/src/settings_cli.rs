@@ -28,6 +28,10 @@ pub enum SettingsCommand {
         /// Print a secret value in clear.
         #[arg(long)]
         show_secrets: bool,
+        /// Print JSON: key, value (the value is JSON either way; this form is not
+        /// escaped on a terminal).
+        #[arg(long)]
+        json: bool,
     },
     /// Write one value: VALUE is JSON (`3`, `true`, `"text"`, `{"a":1}`), else taken
     /// as a string. A key with a def (`hearth settings defs`) must get a value of its
@@ -45,6 +49,9 @@ pub enum SettingsCommand {
         /// plugin's own def of its key replaces this at its next start.
         #[arg(long)]
         secret: bool,
+        /// Print JSON: key, table, secret (whether the key is secret).
+        #[arg(long)]
+        json: bool,
     },
     /// Keys starting with PREFIX and their values (secrets masked unless
     /// --show-secrets).
@@ -131,21 +138,27 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
             key,
             plugin,
             show_secrets,
+            json,
         } => {
             let value = settings
                 .read(&scope(plugin), &key, secrets(show_secrets))
                 .await?;
-            // Escaped on a terminal (plugin-written keys and values; crate::term).
-            println!(
-                "{}",
-                crate::term::Printer::stdout().line(&value.to_string())
-            );
+            if json {
+                println!("{}", serde_json::json!({"key": key, "value": value}));
+            } else {
+                // Escaped on a terminal (plugin-written keys and values; crate::term).
+                println!(
+                    "{}",
+                    crate::term::Printer::stdout().line(&value.to_string())
+                );
+            }
         }
         SettingsCommand::Set {
             key,
             value,
             plugin,
             secret,
+            json,
         } => {
             let scope = scope(plugin);
             // A key defined as a string takes VALUE as text even when it reads as
@@ -167,12 +180,14 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
                 .table_name(&scope)
                 .await?
                 .ok_or_else(|| anyhow!("{scope}: no table after the write"))?;
-            let marked = if settings.is_secret(&scope, &key).await? {
-                " (secret)"
+            let is_secret = settings.is_secret(&scope, &key).await?;
+            if json {
+                let v = serde_json::json!({"key": key, "table": table, "secret": is_secret});
+                println!("{v}");
             } else {
-                ""
-            };
-            println!("set {key} in {table}{marked}");
+                let marked = if is_secret { " (secret)" } else { "" };
+                println!("set {key} in {table}{marked}");
+            }
         }
         SettingsCommand::List {
             prefix,

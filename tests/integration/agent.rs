@@ -515,6 +515,6 @@ async fn failover_across_three_sources_auth_failure_500_and_success() {
         "{out}"
     );
     let (code, _, err) = b.cli(&["llm", "use", "nope"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "not found");
     assert!(err.contains("unknown LLM source `nope`"), "{err}");
 }

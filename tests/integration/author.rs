@@ -172,7 +172,7 @@ async fn reload_answers_a_broken_version_at_once_and_keeps_the_old_one() {
 
     std::fs::write(dir.join("main.py"), BROKEN).unwrap();
     let (code, out, err) = b.cli(&["plugins", "reload", "rl"]);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 5, "plugin error: {out}");
     for needed in [
         "plugin rl: reload failed: the new version",
         "exit status 2 before it registered",
@@ -238,7 +238,7 @@ async fn a_refused_load_leaves_nothing_behind() {
     // A plugin whose first process fails is not left behind either: the error says why.
     let broken = plugin_folder(&b.root.path().join("extra"), "broken", BROKEN);
     let (code, _, err) = b.cli(&["plugins", "load", broken.to_str().unwrap()]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 5, "plugin error");
     assert!(
         err.contains("not loaded") && err.contains("exit status 2") && err.contains("SyntaxError"),
         "{err}"
@@ -355,7 +355,7 @@ async fn a_process_started_by_hand_attaches_in_place_of_the_supervised_one() {
     assert!(got.get("ok").is_some(), "{got}");
     // The broker does not restart or reload what it did not start.
     let (code, _, err) = b.cli(&["plugins", "restart", "hp"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 5, "PluginError::Failed");
     assert!(err.contains("attached by hand"), "{err}");
 
     // Its token was for one session.

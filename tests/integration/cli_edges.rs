@@ -84,7 +84,7 @@ async fn tools_call_applies_ai_tool_policies_only_with_policies() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("cool ran #3 for cli"), "{out}");
     let (code, out, err) = cli_without_tty(&b, &["tools", "call", "cool", "--policies"]);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 4, "refused: {out}");
     assert!(
         err.contains("cooldown: tool cool may be called again by user `cli` in"),
         "{err}"
@@ -96,13 +96,13 @@ async fn tools_call_applies_ai_tool_policies_only_with_policies() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("cool ran #4 for user"), "{out}");
     let (code, _, err) = cli_without_tty(&b, &as_user);
-    assert_eq!(code, 1);
+    assert_eq!(code, 4, "refused");
     assert!(err.contains("by user `user` in"), "{err}");
     assert!(!err.contains("user user"), "{err}");
 
     // confirm: no terminal to ask is a no (not run, exit 1); --yes approves.
     let (code, out, err) = cli_without_tty(&b, &["tools", "call", "ask", "--policies"]);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 4, "refused: {out}");
     assert!(err.contains("did not approve"), "{err}");
     let (code, out, err) = cli_without_tty(&b, &["tools", "call", "ask", "--policies", "--yes"]);
     assert_eq!(code, 0, "{err}");
@@ -251,7 +251,7 @@ async fn settings_set_refuses_a_value_of_the_wrong_type() {
         assert!(err.contains("expected a boolean"), "{err}");
         // Nothing was written; right types are.
         let (code, _, _) = hearth(&data, &with(&["settings", "get", "days"]));
-        assert_eq!(code, 1);
+        assert_eq!(code, 3, "not found");
         for (key, value, stored) in [
             ("days", "3", "3"),
             ("on", "true", "true"),
@@ -333,7 +333,7 @@ async fn plugins_unload_says_what_it_unloaded() {
         )
     );
     let (code, _, err) = b.cli(&["plugins", "unload", "py"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "not found");
     assert!(err.contains("unknown plugin `py`"), "{err}");
 }
 

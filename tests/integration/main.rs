@@ -5,6 +5,7 @@
 mod agent;
 mod author;
 mod cli_edges;
+mod cli_scripts;
 mod concurrency;
 mod dev;
 mod families;
@@ -16,6 +17,8 @@ mod mcp_host_service;
 mod mcp_import;
 mod mcp_serve;
 mod memory;
+mod observe;
+mod otlp;
 mod security;
 mod security_io;
 mod security_secrets;
@@ -94,13 +97,13 @@ async fn examples_in_three_languages_register_and_answer() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("20"), "{out}");
     let (code, out, err) = b.cli(&["tools", "call", "calculator", r#"{"expression":"2+"}"#]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 5, "the tool's error");
     assert!(
         out.is_empty() && err.starts_with("error: tool calculator (plugin calculator): "),
         "{err}"
     );
     let (code, _, err) = b.cli(&["tools", "call", "nope", "{}"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "not found");
     assert!(err.contains("unknown tool `nope`"), "{err}");
     let (code, out, _) = b.cli(&["plugins", "list", "--json"]);
     assert_eq!(code, 0);
@@ -237,7 +240,7 @@ async fn wrong_tokens_are_refused() {
 
     std::fs::write(b.data_dir().join("admin.token"), "wrong").unwrap();
     let (code, _, err) = b.cli(&["plugins", "list"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 7, "unreachable: bad token");
     assert!(err.contains("admin token"), "{err}");
     let _ = b.log();
 }
@@ -314,7 +317,7 @@ async fn plugins_restart_on_request() {
     assert_ne!(after.pid, before.pid);
     assert!(b.call("py_echo", json!({})).await.unwrap().success);
     let (code, _, err) = b.cli(&["plugins", "restart", "nope"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "not found");
     assert!(err.contains("unknown plugin `nope`"), "{err}");
 }
 
@@ -374,7 +377,8 @@ async fn a_stale_socket_is_replaced_and_a_long_path_is_a_clear_error() {
         .args(["plugins", "list"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // Exit 7: the broker is unreachable.
+    assert_eq!(out.status.code(), Some(7));
     let err = hearth_broker::server::prepare_socket(&data.join("hearth.sock"));
     assert!(err.is_ok(), "{err:?}");
     assert!(!data.join("hearth.sock").exists());

@@ -462,7 +462,7 @@ async fn check_progress_and_cancel(b: &mut Broker, p: &str, plugin: &str) {
         "--timeout-ms",
         "300",
     ]);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 6, "timeout: {out}");
     assert!(err.contains("timed out after 300 ms"), "{err}");
     let (code, out, err) = b.cli(&["tools", "call", &format!("{p}wait"), r#"{"ms": 1}"#]);
     assert_eq!((code, out.trim()), (0, "waited"), "{err}");

@@ -97,7 +97,7 @@ async fn import_writes_private_folders_and_a_running_broker_loads_them() {
         "--timeout-ms",
         "300",
     ]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 6, "timeout");
     let mut seen = String::new();
     for _ in 0..100 {
         seen = b.cli(&["plugins", "logs", "py_tools"]).1;

@@ -137,7 +137,7 @@ async fn memory_documents_and_knowledge_reach_the_llm_context() {
     assert_eq!(out.trim(), "set port in config_qq");
     assert_eq!(settings.get(&qq, "port").await.unwrap(), json!(3002));
     let (code, _, err) = b.cli(&["settings", "get", "nope"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 3, "not found");
     assert!(err.contains("no `nope` in config"), "{err}");
     assert!(!b.log().contains("s3cret"), "a secret reached the log");
 }

@@ -220,7 +220,7 @@ async fn control_characters_are_escaped_in_the_log_and_on_a_terminal() {
     let (_, out, _) = b.cli(&["plugins", "logs", "hx"]);
     assert!(out.contains("\u{202e}evil"), "{out:?}");
     let (code, _, err) = b.cli(&["tools", "call", "hx_fail"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 5, "the tool's error");
     assert!(err.contains("boom\x1b[2J"), "{err:?}");
 }
 

@@ -1,12 +1,80 @@
 //! `hearth adapters list` and `hearth adapters check NAME`: what the broker would load
 //! from the built-ins and `<data_dir>/adapters/`, and a dry run of one adapter's
-//! transforms on sample data, each failure with its script line.
+//! transforms on sample data, each failure with its script line. Each returns a
+//! [`Report`]: the text for people and the same as JSON (`--json`).
 
 use std::path::Path;
 
 use serde_json::{json, Value};
 
 use super::{AdapterError, AdapterSet};
+
+/// What `hearth adapters …` prints: text for people and JSON for scripts, and whether
+/// everything passed.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Lines for people (`✓ step: detail`, `✗ step: error`).
+    pub text: String,
+    /// The same for scripts.
+    pub json: Value,
+    /// Whether every step passed (for a listing: every script loaded).
+    pub ok: bool,
+    /// No adapter of that name (neither built in nor a script).
+    pub not_found: bool,
+}
+
+/// The steps of a check or replay, as text and JSON as they happen.
+#[derive(Debug, Default)]
+struct Steps {
+    text: String,
+    json: Vec<Value>,
+    ok: bool,
+}
+
+impl Steps {
+    fn new() -> Steps {
+        Steps {
+            ok: true,
+            ..Steps::default()
+        }
+    }
+
+    fn step(&mut self, what: &str, r: Result<String, String>) {
+        match r {
+            Ok(detail) => {
+                self.text.push_str(&format!("✓ {what}: {detail}\n"));
+                self.json
+                    .push(json!({"step": what, "ok": true, "detail": detail}));
+            }
+            Err(e) => {
+                self.ok = false;
+                self.text.push_str(&format!("✗ {what}: {e}\n"));
+                self.json
+                    .push(json!({"step": what, "ok": false, "error": e}));
+            }
+        }
+    }
+
+    /// A step that did not run, and why.
+    fn skipped(&mut self, what: &str, why: &str) {
+        self.text.push_str(&format!("- {what}: {why}\n"));
+        self.json
+            .push(json!({"step": what, "ok": null, "skipped": why}));
+    }
+
+    fn report(self, adapter: &str, extra: Option<(&str, Value)>, not_found: bool) -> Report {
+        let mut json = json!({"adapter": adapter, "ok": self.ok, "steps": self.json});
+        if let Some((key, value)) = extra {
+            json[key] = value;
+        }
+        Report {
+            text: self.text,
+            json,
+            ok: self.ok,
+            not_found,
+        }
+    }
+}
 
 /// The adapters of `data_dir` with the limits its `hearth.toml` sets
 /// (`[llm] adapter_timeout_ms`, `[adapters] http_allow`), as the broker loads them;
@@ -20,13 +88,15 @@ fn load(data_dir: &Path) -> AdapterSet {
 }
 
 /// One line per adapter: name, version, endpoint, streaming, file; then the scripts
-/// that failed to load with their error.
-pub fn list(data_dir: &Path) -> (String, bool) {
+/// that failed to load with their error. JSON: `{"adapters": [{name, version,
+/// streaming, endpoint, file}], "errors": [{name, error}]}`.
+pub fn list(data_dir: &Path) -> Report {
     let set = load(data_dir);
     let mut out = format!(
         "{:<12} {:<8} {:<9} {:<40} FILE\n",
         "NAME", "VERSION", "STREAMING", "ENDPOINT"
     );
+    let mut adapters = Vec::new();
     for name in set.names() {
         let a = set.get(&name).expect("listed adapters load");
         out.push_str(&format!(
@@ -37,11 +107,30 @@ pub fn list(data_dir: &Path) -> (String, bool) {
             a.endpoint(),
             a.file()
         ));
+        adapters.push(json!({
+            "name": a.name(), "version": a.version(), "streaming": a.supports_streaming(),
+            "endpoint": a.endpoint(), "file": a.file(),
+        }));
     }
+    let mut errors = Vec::new();
     for (name, e) in set.errors() {
         out.push_str(&format!("{name:<12} FAILED   {e}\n"));
+        errors.push(json!({"name": name, "error": e.to_string()}));
     }
-    (out, set.errors().is_empty())
+    Report {
+        text: out,
+        json: json!({"adapters": adapters, "errors": errors}),
+        ok: set.errors().is_empty(),
+        not_found: false,
+    }
+}
+
+/// The report of a check or replay that could not load adapter `name`.
+fn not_loaded(name: &str, e: &AdapterError) -> Report {
+    let mut steps = Steps::new();
+    steps.step("load", Err(e.to_string()));
+    let not_found = matches!(e, AdapterError::NotFound { .. });
+    steps.report(name, None, not_found)
 }
 
 /// A unified CompletionRequest exercising history, tool calls and results, tools.
@@ -68,30 +157,28 @@ fn sample_request() -> Value {
 /// Checks adapter `name`: it loads, `transform_request` turns the sample request
 /// into JSON, and the script's own `samples` (optional: `adapter.samples = {response =
 /// "<API JSON>", stream = {"<data payload>", …}}`) go through `transform_response` and
-/// `transform_stream_chunk`. Returns the report and whether everything passed.
-pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
+/// `transform_stream_chunk`. Returns the report (ok when everything passed).
+pub fn check(data_dir: &Path, name: &str) -> Report {
     let set = load(data_dir);
     let adapter = match set.get(name) {
         Ok(a) => a,
-        Err(e) => return (format!("✗ load: {e}\n"), false),
+        Err(e) => return not_loaded(name, &e),
     };
-    let mut out = format!(
-        "✓ load: {} {} ({})\n",
-        adapter.name(),
-        adapter.version(),
-        adapter.file()
+    let mut steps = Steps::new();
+    steps.step(
+        "load",
+        Ok(format!(
+            "{} {} ({})",
+            adapter.name(),
+            adapter.version(),
+            adapter.file()
+        )),
     );
-    let mut ok = true;
-    let mut step = |out: &mut String, what: &str, r: Result<String, AdapterError>| match r {
-        Ok(detail) => out.push_str(&format!("✓ {what}: {detail}\n")),
-        Err(e) => {
-            ok = false;
-            out.push_str(&format!("✗ {what}: {e}\n"));
-        }
+    let mut step = |what: &str, r: Result<String, AdapterError>| {
+        steps.step(what, r.map_err(|e| e.to_string()))
     };
     let mut request = sample_request();
     step(
-        &mut out,
         "transform_request",
         adapter
             .transform_request(&request)
@@ -100,7 +187,6 @@ pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
     request["stream"] = json!(true);
     if adapter.supports_streaming() {
         step(
-            &mut out,
             "transform_request (stream)",
             adapter.transform_request(&request).map(|_| "ok".into()),
         );
@@ -108,7 +194,6 @@ pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
     let samples = adapter.samples();
     match &samples.response {
         Some(body) => step(
-            &mut out,
             "transform_response (sample)",
             adapter.transform_response(body).map(|r| {
                 format!(
@@ -119,27 +204,32 @@ pub fn check(data_dir: &Path, name: &str) -> (String, bool) {
                 )
             }),
         ),
-        None => out.push_str("- transform_response: no `samples.response` in the script\n"),
+        None => steps.skipped("transform_response", "no `samples.response` in the script"),
     }
     if samples.stream.is_empty() && adapter.supports_streaming() {
-        out.push_str("- transform_stream_chunk: no `samples.stream` in the script\n");
-    }
-    for (i, data) in samples.stream.iter().enumerate() {
-        step(
-            &mut out,
-            &format!("transform_stream_chunk (sample {i})"),
-            adapter.transform_stream_chunk(data).map(|c| match c {
-                Some(c) => format!(
-                    "{} chars, {} tool-call fragment(s){}",
-                    c.content.len(),
-                    c.tool_calls.len(),
-                    if c.done { ", done" } else { "" }
-                ),
-                None => "skipped".into(),
-            }),
+        steps.skipped(
+            "transform_stream_chunk",
+            "no `samples.stream` in the script",
         );
     }
-    (out, ok)
+    for (i, data) in samples.stream.iter().enumerate() {
+        steps.step(
+            &format!("transform_stream_chunk (sample {i})"),
+            adapter
+                .transform_stream_chunk(data)
+                .map(|c| match c {
+                    Some(c) => format!(
+                        "{} chars, {} tool-call fragment(s){}",
+                        c.content.len(),
+                        c.tool_calls.len(),
+                        if c.done { ", done" } else { "" }
+                    ),
+                    None => "skipped".into(),
+                })
+                .map_err(|e| e.to_string()),
+        );
+    }
+    steps.report(name, None, false)
 }
 
 /// A capture of a provider's answer to replay through an adapter.
@@ -154,28 +244,35 @@ pub enum Capture {
 /// `hearth adapters check NAME --response FILE | --stream FILE`: replays `capture`
 /// through adapter `name` the way the broker reads a live answer (for a stream: the
 /// same framing, chunk transform and tool-call assembly) and reports the text, each
-/// tool call (id, name, arguments), the finish reason and the usage. Returns the
-/// report and whether the replay succeeded; a failure names the step, as a live
-/// request would.
-pub fn replay(data_dir: &Path, name: &str, capture: Capture) -> (String, bool) {
+/// tool call (id, name, arguments), the finish reason and the usage (JSON: the
+/// steps and `completion`). The report is ok when the replay succeeded; a failure
+/// names the step, as a live request would.
+pub fn replay(data_dir: &Path, name: &str, capture: Capture) -> Report {
     let set = load(data_dir);
     let adapter = match set.get(name) {
         Ok(a) => a,
-        Err(e) => return (format!("✗ load: {e}\n"), false),
+        Err(e) => return not_loaded(name, &e),
     };
     let (path, streamed) = match &capture {
         Capture::Response(p) => (p, false),
         Capture::Stream(p) => (p, true),
     };
+    let mut steps = Steps::new();
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) => return (format!("✗ {}: {e}\n", path.display()), false),
+        Err(e) => {
+            steps.step(&path.display().to_string(), Err(e.to_string()));
+            return steps.report(name, None, false);
+        }
     };
-    let mut out = format!(
-        "✓ load: {} {} ({})\n",
-        adapter.name(),
-        adapter.version(),
-        adapter.file()
+    steps.step(
+        "load",
+        Ok(format!(
+            "{} {} ({})",
+            adapter.name(),
+            adapter.version(),
+            adapter.file()
+        )),
     );
     let result = if streamed {
         crate::llm::replay_stream(&adapter, bytes).map_err(|e| e.to_string())
@@ -196,13 +293,22 @@ pub fn replay(data_dir: &Path, name: &str, capture: Capture) -> (String, bool) {
     };
     match result {
         Ok(r) => {
-            out.push_str(&format!("✓ {what}: {}\n", path.display()));
-            out.push_str(&describe(&r));
-            (out, true)
+            steps.step(what, Ok(path.display().to_string()));
+            steps.text.push_str(&describe(&r));
+            let completion = json!({
+                "text": r.content, "reasoning": r.reasoning_content,
+                "tool_calls": r.tool_calls.iter().map(|c| json!({
+                    "id": c.id, "name": c.name, "arguments": c.arguments,
+                })).collect::<Vec<_>>(),
+                "finish_reason": r.finish_reason,
+                "usage": {"prompt": r.token_usage.prompt, "completion": r.token_usage.completion,
+                    "total": r.token_usage.total},
+            });
+            steps.report(name, Some(("completion", completion)), false)
         }
         Err(e) => {
-            out.push_str(&format!("✗ {what}: {e}\n"));
-            (out, false)
+            steps.step(what, Err(e));
+            steps.report(name, None, false)
         }
     }
 }
@@ -247,7 +353,17 @@ mod tests {
     fn captures_replay_with_ids_names_arguments_and_finish_reasons() {
         let dir = tempfile::tempdir().unwrap();
         let stream = testdata("openai/openai-chat-stream-parallel-toolcalls-usage.sse");
-        let (report, ok) = replay(dir.path(), "openai", Capture::Stream(stream));
+        let Report {
+            text: report,
+            ok,
+            json,
+            ..
+        } = replay(dir.path(), "openai", Capture::Stream(stream));
+        assert_eq!(
+            json["completion"]["tool_calls"].as_array().map(Vec::len),
+            Some(2),
+            "{json}"
+        );
         assert!(ok, "{report}");
         assert!(report.contains("tool calls: 2"), "{report}");
         assert!(report.contains("[1] id \"call_"), "{report}");
@@ -255,7 +371,9 @@ mod tests {
         assert!(report.contains("usage: prompt "), "{report}");
 
         let body = testdata("anthropic/anthropic-response-text-tooluse.json");
-        let (report, ok) = replay(dir.path(), "anthropic", Capture::Response(body));
+        let Report {
+            text: report, ok, ..
+        } = replay(dir.path(), "anthropic", Capture::Response(body));
         assert!(ok, "{report}");
         assert!(
             report.contains("tool calls: 1") && report.contains("name \""),
@@ -264,9 +382,13 @@ mod tests {
 
         // A capture of an error is reported as the provider's error, not passed.
         let error = testdata("anthropic/anthropic-error-529-overloaded.json");
-        let (report, ok) = replay(dir.path(), "anthropic", Capture::Response(error));
+        let Report {
+            text: report, ok, ..
+        } = replay(dir.path(), "anthropic", Capture::Response(error));
         assert!(!ok && report.contains("overloaded"), "{report}");
-        let (report, ok) = replay(
+        let Report {
+            text: report, ok, ..
+        } = replay(
             dir.path(),
             "openai",
             Capture::Stream(dir.path().join("nope.sse")),
@@ -277,7 +399,9 @@ mod tests {
     #[test]
     fn the_builtin_openai_passes_and_a_broken_script_is_named_with_its_line() {
         let dir = tempfile::tempdir().unwrap();
-        let (report, ok) = check(dir.path(), "openai");
+        let Report {
+            text: report, ok, ..
+        } = check(dir.path(), "openai");
         assert!(ok, "{report}");
         assert!(
             report.contains("✓ transform_response (sample): content \"\", 1 tool call(s)"),
@@ -295,7 +419,9 @@ mod tests {
              function adapter.transform_response(raw) return raw end\nreturn adapter\n",
         )
         .unwrap();
-        let (report, ok) = check(dir.path(), "mine");
+        let Report {
+            text: report, ok, ..
+        } = check(dir.path(), "mine");
         assert!(!ok);
         assert!(
             report.contains("✗ transform_request") && report.contains("mine.lua:3:"),
@@ -306,12 +432,20 @@ mod tests {
             "local adapter = {\nreturn adapter\n",
         )
         .unwrap();
-        let (report, ok) = check(dir.path(), "bad");
+        let Report {
+            text: report, ok, ..
+        } = check(dir.path(), "bad");
         assert!(
             !ok && report.contains("✗ load") && report.contains("bad.lua:2:"),
             "{report}"
         );
-        let (listing, _) = list(dir.path());
-        assert!(listing.contains("bad          FAILED"), "{listing}");
+        let listing = list(dir.path());
+        assert!(
+            listing.text.contains("bad          FAILED"),
+            "{}",
+            listing.text
+        );
+        assert_eq!(listing.json["errors"][0]["name"], "bad", "{}", listing.json);
+        assert!(check(dir.path(), "nope").not_found);
     }
 }

@@ -66,6 +66,9 @@ pub struct TurnInput {
     /// message in history (`conversation_messages.injected_by`) and TextMemory.
     /// `None` for a client's input (`Agent.Chat`, `Agent.Inject`).
     pub injected_by: Option<String>,
+    /// The caller's trace context (`traceparent` metadata of the request), parent of
+    /// the turn's `invoke_agent` span; `None` when absent or tracing is off.
+    pub trace_parent: Option<opentelemetry::Context>,
 }
 
 impl TurnInput {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use hearth_proto::v1::{
     chat_event::Event, ConfirmRequest, Stage, StageContext, ToolCallFinished, ToolCallInfo,
-    ToolCallStarted, ToolResultInfo,
+    ToolCallProgress, ToolCallStarted, ToolResultInfo,
 };
 use serde_json::{json, Value};
 
@@ -23,6 +23,10 @@ use crate::adapters::ToolCall;
 use crate::pipeline::policy::Admission;
 use crate::pipeline::ShortCircuit;
 use crate::registry::{Registry, Tool};
+
+/// At most one `ToolCallProgress` per call per this interval reaches the chat stream (a
+/// chatty plugin cannot flood it); the last report before the result is always sent.
+pub(super) const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A tool call the LLM asked for, ready to run.
 #[derive(Debug, Clone)]
@@ -232,8 +236,92 @@ impl Turn<'_> {
 
     /// Runs one tool call: a policy refusal (`admission`) is its result; otherwise
     /// `before_toolcall`, the `confirm` question when the tool has one, the plugin,
-    /// and `after_toolcall`.
+    /// and `after_toolcall` — inside an `execute_tool` span when tracing is on.
     pub(super) async fn run_call(
+        &self,
+        call: &PlannedCall,
+        admission: Result<Option<Admission>, String>,
+        base: &StageContext,
+    ) -> CallOutcome {
+        use opentelemetry::context::FutureExt as _;
+        let owner = call.tool.as_ref().map_or("", |t| t.plugin.as_str());
+        let Some(span) =
+            crate::observe::trace::tool_span(&call.info.name, &call.info.id, owner, None)
+        else {
+            return self.run_call_inner(call, admission, base).await;
+        };
+        let cx = span.context().clone();
+        let outcome = self
+            .run_call_inner(call, admission, base)
+            .with_context(cx)
+            .await;
+        if let Some(error) = outcome.text.strip_prefix("Error: ") {
+            let error_type = if outcome.ran { "tool_error" } else { "denied" };
+            span.fail(error_type, error.to_string());
+        }
+        outcome
+    }
+
+    /// The plugin's answer to `tool` (arguments `args_json`, checked), its progress
+    /// reports sent on as `ToolCallProgress` events: at most one per
+    /// [`PROGRESS_INTERVAL`], the last one always.
+    async fn call_with_progress(
+        &self,
+        call_id: &str,
+        tool: &Tool,
+        args_json: String,
+    ) -> Result<hearth_proto::v1::ToolResult, crate::error::CallError> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let routed = self.deps.router.call_with_progress(
+            tool,
+            args_json,
+            None,
+            Some(self.sender.clone()),
+            Some(tx),
+        );
+        tokio::pin!(routed);
+        let emit = |p: hearth_proto::v1::ToolProgress| {
+            self.emit(Event::ToolCallProgress(ToolCallProgress {
+                call_id: call_id.to_string(),
+                tool: tool.name.clone(),
+                plugin: tool.plugin.clone(),
+                message: p.message,
+                progress: p.progress,
+                total: p.total,
+            }))
+        };
+        let mut last: Option<tokio::time::Instant> = None;
+        let mut pending = None;
+        let result = loop {
+            let due = last.map_or_else(tokio::time::Instant::now, |t| t + PROGRESS_INTERVAL);
+            tokio::select! {
+                r = &mut routed => break r,
+                Some(p) = rx.recv() => {
+                    if last.is_none_or(|t| t.elapsed() >= PROGRESS_INTERVAL) {
+                        emit(p);
+                        last = Some(tokio::time::Instant::now());
+                    } else {
+                        pending = Some(p);
+                    }
+                }
+                _ = tokio::time::sleep_until(due), if pending.is_some() => {
+                    if let Some(p) = pending.take() {
+                        emit(p);
+                        last = Some(tokio::time::Instant::now());
+                    }
+                }
+            }
+        };
+        while let Ok(p) = rx.try_recv() {
+            pending = Some(p);
+        }
+        if let Some(p) = pending {
+            emit(p);
+        }
+        result
+    }
+
+    async fn run_call_inner(
         &self,
         call: &PlannedCall,
         admission: Result<Option<Admission>, String>,
@@ -310,8 +398,7 @@ impl Turn<'_> {
                                 Err(e) => Err(e),
                                 Ok(()) => {
                                     ran = true;
-                                    deps.router
-                                        .call(&tool, args_json, None, Some(self.sender.clone()))
+                                    self.call_with_progress(&call.info.id, &tool, args_json)
                                         .await
                                         .map_err(|e| e.to_string())
                                 }

@@ -119,6 +119,8 @@ impl TurnDeps {
             channel: input.channel.clone(),
             session_id: key.to_string(),
         };
+        let span = crate::observe::trace::turn_span(&key.to_string(), input.trace_parent.as_ref());
+        let mut record = crate::observe::metrics::TurnRecord::start();
         let turn = Turn {
             deps: self,
             input: &input,
@@ -128,7 +130,29 @@ impl TurnDeps {
             key,
             sender,
         };
-        turn.run().await
+        use tracing::Instrument as _;
+        let log_span = tracing::info_span!(
+            "turn",
+            conversation = %turn.key,
+            trace_id = span.as_ref().map(|s| s.trace_id()).unwrap_or_default(),
+        );
+        let (done, outcome) = match &span {
+            Some(span) => {
+                use opentelemetry::context::FutureExt as _;
+                turn.run()
+                    .with_context(span.context().clone())
+                    .instrument(log_span)
+                    .await
+            }
+            None => turn.run().instrument(log_span).await,
+        };
+        if let Some(r) = record.as_mut() {
+            r.finish(outcome);
+        }
+        if let (Some(span), false) = (&span, done.error.is_empty()) {
+            span.fail("turn_error", done.error.clone());
+        }
+        done
     }
 }
 
@@ -137,7 +161,9 @@ impl Turn<'_> {
         self.events.emit(e);
     }
 
-    async fn run(&self) -> Final {
+    /// The turn; returns its final event and its outcome (`ok`, `error`,
+    /// `short_circuit`) for the metrics.
+    async fn run(&self) -> (Final, &'static str) {
         let mut ctx = StageContext {
             raw_message: self.input.text.clone(),
             user_id: self.input.user_id.clone(),
@@ -163,21 +189,27 @@ impl Turn<'_> {
 
         let hooks = &self.deps.hooks;
         let mut error = String::new();
+        let mut result = "ok";
         let final_text = match outcome {
             Ending::Reply(text) => {
                 ctx.final_text = text;
                 match hooks.run(Stage::BeforeOutput, &mut ctx, None).await {
-                    Some(sc) => self.short_circuit(&ctx, sc),
+                    Some(sc) => {
+                        result = "short_circuit";
+                        self.short_circuit(&ctx, sc)
+                    }
                     None => ctx.final_text.clone(),
                 }
             }
             Ending::Short(sc) => {
+                result = "short_circuit";
                 if record.is_empty() {
                     record.push(Message::text("user", ctx.raw_message.clone()));
                 }
                 self.short_circuit(&ctx, sc)
             }
             Ending::Failed(e) => {
+                result = "error";
                 error = e;
                 format!("Error: {error}")
             }
@@ -219,7 +251,7 @@ impl Turn<'_> {
             error,
         };
         self.emit(Event::Final(done.clone()));
-        done
+        (done, result)
     }
 
     /// Everything before `before_output`.

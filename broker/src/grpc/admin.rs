@@ -152,6 +152,7 @@ fn log_line(plugin: &str, l: crate::supervisor::process::LogLine) -> LogLine {
         text: l.text,
         unix_ms: unix_ms(l.at),
         pid: l.pid,
+        generation: l.generation,
     }
 }
 
@@ -300,6 +301,7 @@ impl Admin for AdminService {
                         ),
                         unix_ms: unix_ms(std::time::SystemTime::now()),
                         pid: 0,
+                        generation: 0,
                     },
                     // The plugin was unloaded.
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -370,7 +372,8 @@ impl Admin for AdminService {
         request: Request<CallToolRequest>,
     ) -> Result<Response<CallToolResponse>, Status> {
         self.authorize(&request)?;
-        self.run_call(request.into_inner(), None)
+        let parent = crate::observe::trace::from_metadata(request.metadata());
+        self.run_call(request.into_inner(), None, parent)
             .await
             .map(Response::new)
     }
@@ -382,6 +385,7 @@ impl Admin for AdminService {
         request: Request<CallToolRequest>,
     ) -> Result<Response<Self::CallToolStreamStream>, Status> {
         self.authorize(&request)?;
+        let parent = crate::observe::trace::from_metadata(request.metadata());
         let req = request.into_inner();
         // Fail fast on an unknown tool, as CallTool does (NOT_FOUND, not a stream).
         if self.supervisor.registry().get(&req.name).is_none() {
@@ -391,7 +395,7 @@ impl Admin for AdminService {
         let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
         let this = self.clone();
         tokio::spawn(async move {
-            let call = this.run_call(req, Some(progress_tx));
+            let call = this.run_call(req, Some(progress_tx), parent);
             tokio::pin!(call);
             let outcome = loop {
                 tokio::select! {
@@ -506,8 +510,42 @@ impl Admin for AdminService {
 }
 
 impl AdminService {
-    /// One tool call for CallTool / CallToolStream: policies, routing, the answer.
+    /// One tool call for CallTool / CallToolStream: policies, routing, the answer; an
+    /// `execute_tool` span (child of the caller's `traceparent`) when tracing is on.
     async fn run_call(
+        &self,
+        req: CallToolRequest,
+        progress: Option<ProgressSink>,
+        parent: Option<opentelemetry::Context>,
+    ) -> Result<CallToolResponse, Status> {
+        use opentelemetry::context::FutureExt as _;
+        let plugin = self
+            .supervisor
+            .registry()
+            .get(&req.name)
+            .map(|t| t.plugin.clone());
+        let Some(span) = crate::observe::trace::tool_span(
+            &req.name,
+            "",
+            plugin.as_deref().unwrap_or_default(),
+            parent.as_ref(),
+        ) else {
+            return self.run_call_inner(req, progress).await;
+        };
+        let cx = span.context().clone();
+        let result = self.run_call_inner(req, progress).with_context(cx).await;
+        match &result {
+            Ok(r) if !r.success => span.fail("tool_error", r.error.clone()),
+            Ok(_) => {}
+            Err(s) => span.fail(
+                crate::observe::trace::status_error_type(s),
+                s.message().to_string(),
+            ),
+        }
+        result
+    }
+
+    async fn run_call_inner(
         &self,
         req: CallToolRequest,
         progress: Option<ProgressSink>,

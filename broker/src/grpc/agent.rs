@@ -60,6 +60,7 @@ impl AgentRpc for AgentService {
         request: Request<ChatRequest>,
     ) -> Result<Response<Self::ChatStream>, Status> {
         super::authorize_admin(&request, &self.token)?;
+        let trace_parent = crate::observe::trace::from_metadata(request.metadata());
         let req = request.into_inner();
         if req.message.trim().is_empty() {
             return Err(Status::invalid_argument("message is empty"));
@@ -73,6 +74,7 @@ impl AgentRpc for AgentService {
             can_confirm: true,
             priority: priority(req.priority, Priority::Interactive)?,
             injected_by: None,
+            trace_parent,
         })?;
         Ok(Response::new(Box::pin(
             UnboundedReceiverStream::new(events).map(Ok),
@@ -100,6 +102,7 @@ impl AgentRpc for AgentService {
         request: Request<AgentInjectRequest>,
     ) -> Result<Response<InjectAck>, Status> {
         super::authorize_admin(&request, &self.token)?;
+        let trace_parent = crate::observe::trace::from_metadata(request.metadata());
         let req = request.into_inner();
         if req.text.trim().is_empty() {
             return Err(Status::invalid_argument("text is empty"));
@@ -114,6 +117,7 @@ impl AgentRpc for AgentService {
             can_confirm: false,
             priority: priority(req.priority, Priority::Background)?,
             injected_by: None,
+            trace_parent,
         };
         let accepted = self.agent.inject(&source, input, req.interrupt)?;
         Ok(Response::new(InjectAck {
@@ -159,6 +163,7 @@ impl InputService {
             _ => "Input.InjectText",
         };
         let plugin = super::plugin_caller(&self.supervisor, &request, method, Some("input"))?;
+        let trace_parent = crate::observe::trace::from_metadata(request.metadata());
         let req = request.into_inner();
         if req.text.trim().is_empty() {
             return Err(Status::invalid_argument(format!(
@@ -176,6 +181,7 @@ impl InputService {
             can_confirm: false,
             priority: priority(req.priority, Priority::Background)?,
             injected_by: Some(plugin.clone()),
+            trace_parent,
         };
         self.agent.inject(&source, input, interrupt).map_err(|e| {
             let s = Status::from(e);

@@ -187,8 +187,14 @@ impl LlmClient {
             stream,
             ..*request
         };
-        self.send(source, &adapter, &request, stream, on_delta, cancel)
-            .await
+        let observed = crate::observe::llm::start(source, request.model, stream);
+        let result = self
+            .send(source, &adapter, &request, stream, on_delta, cancel)
+            .await;
+        if let Some(o) = observed {
+            o.finish(&result);
+        }
+        result
     }
 
     fn adapter(&self, source: &Source) -> Result<Arc<crate::adapters::Adapter>, LlmError> {

@@ -32,6 +32,11 @@ pub enum McpCommand {
         /// Show what would be written; write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Print one JSON object: `servers` (server, name, dir, manifest), `warnings`,
+        /// `skipped`, and, when a running broker loaded them, `loaded` (name, tools)
+        /// and `failed` (name, error).
+        #[arg(long)]
+        json: bool,
     },
     /// Serve every tool of the running broker over MCP on stdin/stdout, for an MCP
     /// client's config: {"command": "hearth", "args": ["mcp", "serve", "--data-dir", "…"]}.
@@ -81,7 +86,8 @@ pub async fn run(data_dir: &Path, command: McpCommand) -> anyhow::Result<ExitCod
             file,
             force,
             dry_run,
-        } => import(data_dir, &file, force, dry_run).await,
+            json,
+        } => import(data_dir, &file, force, dry_run, json).await,
         McpCommand::List { json } => list(data_dir, json).await,
         McpCommand::Resources { server, json } => {
             let mut conn = AdminConn::connect(data_dir).await?;
@@ -224,7 +230,7 @@ async fn request(
         .client()
         .mcp_request(req)
         .await
-        .map_err(|s| anyhow!("{}", s.message()))?
+        .map_err(crate::cli::status_error)?
         .into_inner();
     serde_json::from_str(&r.result_json)
         .with_context(|| format!("{method}: the result is not JSON"))
@@ -237,7 +243,7 @@ async fn list(data_dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
         .client()
         .list_mcp_servers(req)
         .await
-        .map_err(|s| anyhow!("{}", s.message()))?
+        .map_err(crate::cli::status_error)?
         .into_inner()
         .servers;
     let state = |s: i32| {
@@ -292,15 +298,18 @@ async fn import(
     file: &Path,
     force: bool,
     dry_run: bool,
+    json: bool,
 ) -> anyhow::Result<ExitCode> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let plan = crate::mcp::import::parse(&text, file)?;
-    for w in &plan.warnings {
-        eprintln!("warning: {w}");
-    }
-    for s in &plan.skipped {
-        eprintln!("skipped: {s}");
+    if !json {
+        for w in &plan.warnings {
+            eprintln!("warning: {w}");
+        }
+        for s in &plan.skipped {
+            eprintln!("skipped: {s}");
+        }
     }
     if plan.servers.is_empty() {
         return Err(anyhow!(
@@ -309,42 +318,62 @@ async fn import(
         ));
     }
     let plugins = data_dir.join("plugins");
+    // The --json report, completed as the import goes.
+    let mut report = json!({
+        "servers": plan.servers.iter().map(|s| json!({
+            "server": s.server, "name": s.name, "dir": plugins.join(&s.name),
+            "manifest": s.manifest,
+        })).collect::<Vec<_>>(),
+        "warnings": plan.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "skipped": plan.skipped.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "dry_run": dry_run,
+    });
+    let skipped = if plan.skipped.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    };
     if dry_run {
+        if json {
+            println!("{report}");
+            return Ok(skipped);
+        }
         for s in &plan.servers {
             println!("{}/plugin.json:", plugins.join(&s.name).display());
             println!("{}", serde_json::to_string_pretty(&s.manifest)?);
         }
-        return Ok(if plan.skipped.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        });
+        return Ok(skipped);
     }
     let written = crate::mcp::import::write(&plan, &plugins, force)?;
-    for (s, dir) in plan.servers.iter().zip(&written) {
-        println!(
-            "imported {} as plugin {} ({})",
-            s.server,
-            s.name,
-            dir.display()
-        );
+    if !json {
+        for (s, dir) in plan.servers.iter().zip(&written) {
+            println!(
+                "imported {} as plugin {} ({})",
+                s.server,
+                s.name,
+                dir.display()
+            );
+        }
     }
     // A running broker loads them now; without one they load at its next start.
     let Ok(mut conn) = AdminConn::connect(data_dir).await else {
-        println!("no broker running: `hearth run` will load them");
-        return Ok(if plan.skipped.is_empty() {
-            ExitCode::SUCCESS
+        if json {
+            report["broker"] = json!(false);
+            println!("{report}");
         } else {
-            ExitCode::from(1)
-        });
+            println!("no broker running: `hearth run` will load them");
+        }
+        return Ok(skipped);
     };
+    report["broker"] = json!(true);
+    let (mut loaded_now, mut failed_now) = (Vec::new(), Vec::new());
     let mut failed = !plan.skipped.is_empty();
     let req = conn.with_token(hearth_proto::v1::ListPluginsRequest {});
     let loaded: Vec<String> = conn
         .client()
         .list_plugins(req)
         .await
-        .map_err(|s| anyhow!("{}", s.message()))?
+        .map_err(crate::cli::status_error)?
         .into_inner()
         .plugins
         .into_iter()
@@ -381,13 +410,24 @@ async fn import(
         match outcome {
             Ok(p) => {
                 let p = p.unwrap_or_default();
-                println!("loaded {}: {} tools", p.name, p.tools.len());
+                if !json {
+                    println!("loaded {}: {} tools", p.name, p.tools.len());
+                }
+                loaded_now.push(json!({"name": p.name, "tools": p.tools}));
             }
             Err(status) => {
                 failed = true;
-                eprintln!("error: {} did not start: {}", s.name, status.message());
+                if !json {
+                    eprintln!("error: {} did not start: {}", s.name, status.message());
+                }
+                failed_now.push(json!({"name": s.name, "error": status.message()}));
             }
         }
+    }
+    if json {
+        report["loaded"] = json!(loaded_now);
+        report["failed"] = json!(failed_now);
+        println!("{report}");
     }
     Ok(if failed {
         ExitCode::from(1)

@@ -525,6 +525,7 @@ pub(crate) async fn run_session(
                             call.call_id,
                             tool,
                             call.args_json,
+                            (call.traceparent, call.tracestate),
                             cancel_rx,
                             done_tx.clone(),
                         ));
@@ -705,6 +706,7 @@ async fn call_tool(
     call_id: u64,
     tool: String,
     args_json: String,
+    (traceparent, tracestate): (String, String),
     cancel: oneshot::Receiver<String>,
     done: mpsc::UnboundedSender<u64>,
 ) {
@@ -732,6 +734,14 @@ async fn call_tool(
     };
     let mut params = CallToolRequestParams::new(tool.clone());
     params.arguments = arguments;
+    // The broker's trace context, where MCP puts it (SEP-414: `_meta.traceparent`).
+    if !traceparent.is_empty() {
+        use rmcp::model::RequestParamsMeta as _;
+        params.set_traceparent(&traceparent);
+        if !tracestate.is_empty() {
+            params.set_tracestate(&tracestate);
+        }
+    }
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = match peer
         .send_request_with_option(request, PeerRequestOptions::no_options())

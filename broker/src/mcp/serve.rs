@@ -87,14 +87,26 @@ impl Backend {
         })
     }
 
+    /// Calls a tool; `trace` is the MCP client's W3C trace context (`_meta.traceparent`,
+    /// `_meta.tracestate`, SEP-414), passed on as gRPC metadata so the broker's
+    /// `execute_tool` span is its child.
     async fn call(
         &self,
         req: HearthCall,
+        trace: &[(&'static str, String)],
     ) -> Result<Events<hearth_proto::v1::CallToolEvent>, Status> {
+        let with_trace = |mut r: tonic::Request<HearthCall>| {
+            for (k, v) in trace {
+                if let Ok(v) = v.parse() {
+                    r.metadata_mut().insert(*k, v);
+                }
+            }
+            r
+        };
         Ok(match self {
             Backend::Remote(conn) => {
                 let mut conn = (**conn).clone();
-                let r = conn.with_token(req);
+                let r = with_trace(conn.with_token(req));
                 conn.client()
                     .call_tool_stream(r)
                     .await?
@@ -102,7 +114,7 @@ impl Backend {
                     .boxed()
             }
             Backend::Local(svc, token) => svc
-                .call_tool_stream(Self::local_request(token, req))
+                .call_tool_stream(with_trace(Self::local_request(token, req)))
                 .await?
                 .into_inner()
                 .boxed(),
@@ -394,6 +406,13 @@ impl ServerHandler for HearthMcp {
             ..Default::default()
         };
         let token = context.meta.get_progress_token();
+        let trace: Vec<(&'static str, String)> = [
+            ("traceparent", context.meta.get_traceparent()),
+            ("tracestate", context.meta.get_tracestate()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.filter(|v| !v.is_empty()).map(|v| (k, v.to_string())))
+        .collect();
         // The retry of a 2026-07-28 call that asked for confirmation carries the answer.
         let answered = request
             .input_responses
@@ -401,7 +420,7 @@ impl ServerHandler for HearthMcp {
             .and_then(|r| r.get(CONFIRM_KEY))
             .cloned();
         for attempt in 0..2 {
-            let mut events = match self.shared.backend.call(call.clone()).await {
+            let mut events = match self.shared.backend.call(call.clone(), &trace).await {
                 Ok(events) => events,
                 Err(s) if s.code() == tonic::Code::NotFound => {
                     return Err(ErrorData::invalid_params(

@@ -77,6 +77,12 @@ impl Readiness {
         self.publish().await;
     }
 
+    /// Whether the broker is stopping (long-lived responses, such as the admin page's
+    /// live log, end then).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
     async fn publish(&self) {
         let status = match self.check() {
             Ok(()) => ServingStatus::Serving,

@@ -306,6 +306,90 @@ pub fn record_tool_call(tool: &str, outcome: Outcome, elapsed: Duration) {
     }
 }
 
+/// A tool call being measured: [`CallRecord::finish`] records its outcome; dropped
+/// unfinished (the caller gave up: a turn interrupted, a client gone) it records
+/// `cancelled`. `None` from [`CallRecord::start`] when metrics are off.
+#[derive(Debug)]
+pub struct CallRecord {
+    tool: String,
+    started: std::time::Instant,
+    outcome: Option<Outcome>,
+}
+
+impl CallRecord {
+    /// Starts measuring a call of `tool`.
+    pub fn start(tool: &str) -> Option<CallRecord> {
+        get()?;
+        Some(CallRecord {
+            tool: tool.to_string(),
+            started: std::time::Instant::now(),
+            outcome: None,
+        })
+    }
+
+    /// The call ended with `outcome`.
+    pub fn finish(&mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+    }
+}
+
+impl Drop for CallRecord {
+    fn drop(&mut self) {
+        record_tool_call(
+            &self.tool,
+            self.outcome.unwrap_or(Outcome::Cancelled),
+            self.started.elapsed(),
+        );
+    }
+}
+
+impl Outcome {
+    /// The outcome of a routed call's result.
+    pub fn of(result: &Result<hearth_proto::v1::ToolResult, crate::error::CallError>) -> Outcome {
+        use crate::error::CallError;
+        match result {
+            Ok(r) if r.success => Outcome::Ok,
+            Ok(_) => Outcome::Error,
+            Err(CallError::Timeout { .. }) => Outcome::Timeout,
+            Err(CallError::PluginGone { .. } | CallError::NotReady { .. }) => Outcome::PluginGone,
+            Err(CallError::Saturated { .. }) => Outcome::Denied,
+            Err(CallError::UnknownTool { .. } | CallError::InvalidArguments { .. }) => {
+                Outcome::InvalidArgs
+            }
+        }
+    }
+}
+
+/// A turn being measured, like [`CallRecord`]: dropped unfinished it records
+/// `cancelled`.
+#[derive(Debug)]
+pub struct TurnRecord {
+    started: std::time::Instant,
+    outcome: Option<&'static str>,
+}
+
+impl TurnRecord {
+    /// Starts measuring a turn; `None` when metrics are off.
+    pub fn start() -> Option<TurnRecord> {
+        get()?;
+        Some(TurnRecord {
+            started: std::time::Instant::now(),
+            outcome: None,
+        })
+    }
+
+    /// The turn ended with `outcome` (`ok`, `error`, `short_circuit`).
+    pub fn finish(&mut self, outcome: &'static str) {
+        self.outcome = Some(outcome);
+    }
+}
+
+impl Drop for TurnRecord {
+    fn drop(&mut self) {
+        record_turn(self.outcome.unwrap_or("cancelled"), self.started.elapsed());
+    }
+}
+
 /// Records one stage hook run (`hearth_hook_duration_seconds`).
 pub fn record_hook(stage: &'static str, plugin: &str, elapsed: Duration) {
     let Some(m) = get() else { return };

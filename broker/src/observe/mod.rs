@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod health;
 pub mod http;
+pub mod llm;
 pub mod logs;
 pub mod metrics;
 pub mod names;

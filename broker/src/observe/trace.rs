@@ -75,6 +75,9 @@ pub fn init() -> Option<Result<String, String>> {
 
 fn build() -> Result<String, String> {
     use opentelemetry::trace::TracerProvider as _;
+    // The HTTP exporter's reqwest 0.13 (and the gRPC one's rustls for https) use the
+    // process's rustls provider.
+    crate::mcp::install_crypto_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .build()
         .map_err(|e| format!("OTLP trace exporter: {e}"))?;
@@ -263,4 +266,107 @@ pub fn extract(get: impl Fn(&str) -> Option<String>) -> Option<Context> {
 /// [`extract`] from gRPC request metadata.
 pub fn from_metadata(md: &tonic::metadata::MetadataMap) -> Option<Context> {
     extract(|k| md.get(k).and_then(|v| v.to_str().ok()).map(str::to_string))
+}
+
+/// An `execute_tool {tool}` span (INTERNAL) with `gen_ai.tool.name`, `gen_ai.tool.call.id`
+/// (when `call_id` is not empty), `gen_ai.tool.type` and `hearth.plugin`; child of
+/// `parent`, else of the current context. `None` when off.
+pub fn tool_span(
+    tool: &str,
+    call_id: &str,
+    plugin: &str,
+    parent: Option<&Context>,
+) -> Option<Span> {
+    use super::names::*;
+    start(
+        format!("execute_tool {tool}"),
+        SpanKind::Internal,
+        parent,
+        || {
+            let mut a = vec![
+                KeyValue::new(OPERATION_NAME, "execute_tool"),
+                KeyValue::new(TOOL_NAME, tool.to_string()),
+                KeyValue::new(TOOL_TYPE, "function"),
+                KeyValue::new(HEARTH_PLUGIN, plugin.to_string()),
+            ];
+            if !call_id.is_empty() {
+                a.push(KeyValue::new(TOOL_CALL_ID, call_id.to_string()));
+            }
+            a
+        },
+    )
+}
+
+/// `error.type` for a gRPC status a call ended with (low cardinality).
+pub fn status_error_type(s: &tonic::Status) -> &'static str {
+    match s.code() {
+        tonic::Code::DeadlineExceeded => "timeout",
+        tonic::Code::NotFound => "not_found",
+        tonic::Code::InvalidArgument => "invalid_args",
+        tonic::Code::Unavailable => "plugin_gone",
+        tonic::Code::Cancelled => "cancelled",
+        tonic::Code::PermissionDenied | tonic::Code::FailedPrecondition => "denied",
+        tonic::Code::ResourceExhausted => "denied",
+        _ => "_OTHER",
+    }
+}
+
+/// A `hook {stage}` span (INTERNAL) with `hearth.stage`, `hearth.plugin`,
+/// `hearth.hook_id`; child of the current context. `None` when off.
+pub fn hook_span(stage: &'static str, plugin: &str, hook_id: &str) -> Option<Span> {
+    use super::names::*;
+    start(format!("hook {stage}"), SpanKind::Internal, None, || {
+        vec![
+            KeyValue::new(HEARTH_STAGE, stage),
+            KeyValue::new(HEARTH_PLUGIN, plugin.to_string()),
+            KeyValue::new(HEARTH_HOOK_ID, hook_id.to_string()),
+        ]
+    })
+}
+
+/// An `event {plugin}` span (INTERNAL) for a trigger delivered to `plugin`.
+pub fn event_span(plugin: &str, trigger: &str) -> Option<Span> {
+    use super::names::*;
+    start(format!("event {plugin}"), SpanKind::Internal, None, || {
+        vec![
+            KeyValue::new(HEARTH_PLUGIN, plugin.to_string()),
+            KeyValue::new(HEARTH_TRIGGER, trigger.to_string()),
+        ]
+    })
+}
+
+/// The conversation a context belongs to (`gen_ai.conversation.id` of its chat spans),
+/// carried as a context value by the turn.
+#[derive(Debug, Clone)]
+pub struct Conversation(pub String);
+
+/// An `invoke_agent` span (INTERNAL) for a turn of `conversation`, child of `parent`
+/// (the caller's trace context) or a root; its context carries the conversation for the
+/// turn's chat spans. `None` when off.
+pub fn turn_span(conversation: &str, parent: Option<&Context>) -> Option<Span> {
+    use super::names::*;
+    let root = Context::new();
+    let mut span = start(
+        SPAN_INVOKE_AGENT,
+        SpanKind::Internal,
+        Some(parent.unwrap_or(&root)),
+        || {
+            vec![
+                KeyValue::new(OPERATION_NAME, "invoke_agent"),
+                KeyValue::new(CONVERSATION_ID, conversation.to_string()),
+            ]
+        },
+    )?;
+    span.cx = span.cx.with_value(Conversation(conversation.to_string()));
+    Some(span)
+}
+
+/// The TCP port of the OTLP endpoint plugins are given (the URL's, or its scheme's
+/// default); `None` when tracing is off or no endpoint is set. A plugin whose sandbox
+/// lists `net_connect` ports may connect to this one as well.
+pub fn collector_port() -> Option<u16> {
+    TRACING.get()?;
+    let endpoint =
+        env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))?;
+    reqwest::Url::parse(&endpoint).ok()?.port_or_known_default()
 }

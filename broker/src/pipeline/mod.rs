@@ -78,8 +78,24 @@ impl Hooks {
     /// it answered, or `None` (logged) when the plugin is not ready, failed, timed
     /// out or answered an error.
     async fn call(&self, hook: &Hook, ctx: StageContext) -> Option<StageContext> {
+        use opentelemetry::context::FutureExt as _;
         let stage = hook.stage;
-        match self.router.run_stage(hook, ctx, self.timeout).await {
+        let started = std::time::Instant::now();
+        let span = crate::observe::trace::hook_span(stage_name(stage), &hook.plugin, &hook.hook_id);
+        let run = self.router.run_stage(hook, ctx, self.timeout);
+        let result = match &span {
+            Some(span) => run.with_context(span.context().clone()).await,
+            None => run.await,
+        };
+        crate::observe::metrics::record_hook(stage_name(stage), &hook.plugin, started.elapsed());
+        if let Some(span) = &span {
+            match &result {
+                Ok(r) if !r.error.is_empty() => span.fail("hook_error", r.error.clone()),
+                Ok(_) => {}
+                Err(e) => span.fail(e.error_type(), e.to_string()),
+            }
+        }
+        match result {
             Ok(r) if !r.error.is_empty() => {
                 tracing::warn!(plugin = %hook.plugin, stage = stage_name(stage), hook = %hook.hook_id, "hook failed, its writes skipped: {}", r.error);
                 None

@@ -686,7 +686,8 @@ impl Plugin {
             i.pid = pid;
         }
         tracing::info!(plugin = %name, pid, generation, runtime = spec.runtime.as_str(), "spawned");
-        self.logs.started(pid, &self.start_cause(generation));
+        self.logs
+            .started(pid, generation, &self.start_cause(generation));
         let tail = Arc::new(ProcessTail::default());
         // An MCP server's stdout is its protocol channel; anything else's is its log.
         let mut _mcp_stop = None;
@@ -706,6 +707,7 @@ impl Plugin {
                 self.logs.clone(),
                 None,
                 pid,
+                generation,
             ));
         }
         let stderr = child.stderr.take().map(|err| {
@@ -716,6 +718,7 @@ impl Plugin {
                 self.logs.clone(),
                 Some(tail.clone()),
                 pid,
+                generation,
             ))
         });
 
@@ -905,8 +908,11 @@ impl Plugin {
             _ => Vec::new(),
         };
         tracing::info!(plugin = %name, generation, url, "connecting to MCP server");
-        self.logs
-            .started(0, &format!("{} ({url})", self.start_cause(generation)));
+        self.logs.started(
+            0,
+            generation,
+            &format!("{} ({url})", self.start_cause(generation)),
+        );
         let (stop, stopped) = oneshot::channel();
         let io = Io::Http {
             url: url.to_string(),

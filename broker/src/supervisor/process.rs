@@ -125,8 +125,22 @@ pub struct Spawned {
     pub prepared_in: std::time::Duration,
 }
 
+/// The standard OpenTelemetry variables a plugin gets when the broker traces.
+pub const OTEL_ENV: &[&str] = &[
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_INSECURE",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_PROPAGATORS",
+];
+
 /// The environment of `spec`'s process: [`BASE_ENV`] (and `LC_*`) from `broker_env`,
-/// `TMPDIR`, the manifest's `env`, the variables `env_passthrough` names, then the
+/// `TMPDIR`, [`OTEL_ENV`] and `OTEL_SERVICE_NAME` (the plugin's name) when the broker
+/// traces, the manifest's `env`, the variables `env_passthrough` names, then the
 /// session variables.
 pub fn plugin_env(
     spec: &PluginSpec,
@@ -139,6 +153,18 @@ pub fn plugin_env(
         .cloned()
         .collect();
     env.insert("TMPDIR".into(), launch.tmp.display().to_string());
+    if crate::observe::trace::enabled() {
+        // Where the broker sends its spans, so a plugin's own spans (children of the
+        // broker's, through `traceparent`) reach the same collector; its service name
+        // is the plugin's. Not `OTEL_EXPORTER_OTLP_HEADERS`: often a collector
+        // credential, passed only when `env_passthrough` names it.
+        for (k, v) in broker_env {
+            if OTEL_ENV.contains(&k.as_str()) {
+                env.insert(k.clone(), v.clone());
+            }
+        }
+        env.insert("OTEL_SERVICE_NAME".into(), spec.name.clone());
+    }
     env.extend(spec.env.clone());
     for (key, value) in broker_env {
         let passed = spec
@@ -448,6 +474,9 @@ pub struct LogLine {
     /// The process that wrote it (a `broker` line: the process it is about); 0 if
     /// unknown.
     pub pid: u32,
+    /// The plugin's process generation (1 for its first process, +1 per start); 0 if
+    /// unknown.
+    pub generation: u64,
 }
 
 /// The last [`KEPT_LINES`] output lines of a plugin (both streams, across its
@@ -456,6 +485,8 @@ pub struct LogLine {
 pub struct LogRing {
     lines: Mutex<VecDeque<LogLine>>,
     feed: tokio::sync::broadcast::Sender<LogLine>,
+    /// The generation of the last process started (for lines noted without one).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Default for LogRing {
@@ -463,6 +494,7 @@ impl Default for LogRing {
         LogRing {
             lines: Mutex::new(VecDeque::new()),
             feed: tokio::sync::broadcast::Sender::new(256),
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -471,11 +503,13 @@ impl LogRing {
     /// Adds a line the broker received for the plugin other than through its output
     /// pipes (e.g. an MCP server's `notifications/message`) on stream `stream`.
     pub fn note(&self, stream: &'static str, text: String, pid: u32) {
+        let generation = self.generation.load(std::sync::atomic::Ordering::Relaxed);
         self.push(LogLine {
             stream,
             text,
             at: std::time::SystemTime::now(),
             pid,
+            generation,
         });
     }
 
@@ -489,15 +523,18 @@ impl LogRing {
         let _ = self.feed.send(line);
     }
 
-    /// Marks the start of process `pid` between the output lines (`why`: "started",
-    /// "restart 2; last exit: exit status 1" …), so `plugins logs` shows where one
-    /// process ends and the next begins.
-    pub fn started(&self, pid: u32, why: &str) {
+    /// Marks the start of process `pid` of `generation` between the output lines
+    /// (`why`: "started", "restart 2; last exit: exit status 1" …), so `plugins logs`
+    /// shows where one process ends and the next begins.
+    pub fn started(&self, pid: u32, generation: u64, why: &str) {
+        self.generation
+            .store(generation, std::sync::atomic::Ordering::Relaxed);
         self.push(LogLine {
             stream: "broker",
             text: format!("pid {pid} {why}"),
             at: std::time::SystemTime::now(),
             pid,
+            generation,
         });
     }
 
@@ -614,6 +651,7 @@ pub async fn capture<R: AsyncRead + Unpin>(
     ring: Arc<LogRing>,
     tail: Option<Arc<ProcessTail>>,
     pid: u32,
+    generation: u64,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut line = Vec::with_capacity(256);
@@ -625,7 +663,7 @@ pub async fn capture<R: AsyncRead + Unpin>(
         if *dropped > 0 {
             text.push_str(&format!("…[cut {} bytes]", *dropped));
         }
-        tracing::info!(target: "hearth_broker::plugin", plugin = %plugin, stream, "{text}");
+        tracing::info!(target: "hearth_broker::plugin", plugin = %plugin, stream, pid, generation, "{text}");
         if let Some(tail) = &tail {
             tail.push(&text);
         }
@@ -634,6 +672,7 @@ pub async fn capture<R: AsyncRead + Unpin>(
             text,
             at: std::time::SystemTime::now(),
             pid,
+            generation,
         });
         line.clear();
         *dropped = 0;

@@ -349,6 +349,8 @@ pub fn prepare(
 
     let ports = sandbox.net_connect.as_ref().map(|list| {
         let mut ports: Vec<u16> = list.iter().map(|(_, port)| *port).collect();
+        // When the broker traces, the plugin may reach the OTLP collector too.
+        ports.extend(crate::observe::trace::collector_port());
         ports.sort_unstable();
         ports.dedup();
         ports

@@ -352,6 +352,8 @@ impl Session {
         max_total: Duration,
     ) -> Result<Reply, InvokeError> {
         let call_id = self.next_call_id.fetch_add(1, Ordering::Relaxed);
+        // Log lines of this call carry its id (the `tool_call` span's empty field).
+        tracing::Span::current().record("call_id", call_id);
         let (tx, mut rx) = oneshot::channel();
         {
             let mut calls = self.calls.lock().unwrap();

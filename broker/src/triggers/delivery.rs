@@ -75,7 +75,22 @@ pub async fn deliver_all(
             timeout_ms: 0,
             ..Default::default()
         };
-        let call = router.handle_event(&plugin, ev, tx);
+        let span = crate::observe::trace::event_span(
+            &plugin,
+            ev.trigger.as_ref().map_or("", |t| t.pattern.as_str()),
+        );
+        let call = async {
+            use opentelemetry::context::FutureExt as _;
+            let call = router.handle_event(&plugin, ev, tx);
+            let done = match &span {
+                Some(span) => call.with_context(span.context().clone()).await,
+                None => call.await,
+            };
+            if let (Some(span), Err(e)) = (&span, &done) {
+                span.fail(e.error_type(), e.to_string());
+            }
+            done
+        };
         let mut texts = Vec::new();
         let forward = async {
             while let Some(text) = rx.recv().await {
