@@ -384,7 +384,9 @@ fn fit(line: &str, width: usize) -> String {
     out
 }
 
-fn event_json(e: &Event) -> serde_json::Value {
+/// A chat event as one JSON object: the lines of `hearth chat --json` (and of the admin
+/// page's chat stream), `{"type": "text_delta" | "tool_call_started" | …, …}`.
+pub(crate) fn event_json(e: &Event) -> serde_json::Value {
     match e {
         Event::TextDelta(d) => {
             json!({"type": "text_delta", "text": d.text, "reasoning": d.reasoning})

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use super::turn::Turn;
 use crate::adapters::ToolCall;
+use crate::observe::metrics::{CallRecord, Outcome};
 use crate::pipeline::policy::Admission;
 use crate::pipeline::ShortCircuit;
 use crate::registry::{Registry, Tool};
@@ -27,6 +28,15 @@ use crate::registry::{Registry, Tool};
 /// At most one `ToolCallProgress` per call per this interval reaches the chat stream (a
 /// chatty plugin cannot flood it); the last report before the result is always sent.
 pub(super) const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Counts a call that never reached the plugin (`hearth_tool_calls_total`): refused by a
+/// policy, a hook or the user (`denied`), or an unknown tool or bad arguments
+/// (`invalid_args`).
+fn record_refused(tool: &str, outcome: Outcome) {
+    if let Some(mut r) = CallRecord::start(tool) {
+        r.finish(outcome);
+    }
+}
 
 /// A tool call the LLM asked for, ready to run.
 #[derive(Debug, Clone)]
@@ -349,7 +359,10 @@ impl Turn<'_> {
         let mut ran = false;
         let mut cctx: Option<StageContext> = None;
         let mut answer = match admission {
-            Err(refusal) => Answer::failed(refusal),
+            Err(refusal) => {
+                record_refused(name, Outcome::Denied);
+                Answer::failed(refusal)
+            }
             Ok(admission) => {
                 let mut args_json = call.info.arguments_json.clone();
                 let mut reparsed = None;
@@ -385,9 +398,15 @@ impl Turn<'_> {
                     .and_then(|t| t.ai_tool.as_ref())
                     .is_some_and(|a| a.confirm);
                 let outcome = match refused {
-                    Some(r) => Err(r),
+                    Some(r) => {
+                        record_refused(name, Outcome::Denied);
+                        Err(r)
+                    }
                     None => match deps.router.prepare(name, args) {
-                        Err(e) => Err(e.to_string()),
+                        Err(e) => {
+                            record_refused(name, Outcome::InvalidArgs);
+                            Err(e.to_string())
+                        }
                         Ok(tool) => {
                             let confirmed = if needs_confirm {
                                 self.confirm(name, &args_json).await
@@ -395,7 +414,10 @@ impl Turn<'_> {
                                 Ok(())
                             };
                             match confirmed {
-                                Err(e) => Err(e),
+                                Err(e) => {
+                                    record_refused(name, Outcome::Denied);
+                                    Err(e)
+                                }
                                 Ok(()) => {
                                     ran = true;
                                     self.call_with_progress(&call.info.id, &tool, args_json)

@@ -554,7 +554,12 @@ impl AdminService {
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms.into()));
         let admission = match self.admit(&req, started) {
             Ok(admission) => admission,
-            Err(refused) => return Ok(*refused),
+            Err(refused) => {
+                if let Some(mut r) = crate::observe::metrics::CallRecord::start(&req.name) {
+                    r.finish(crate::observe::metrics::Outcome::Denied);
+                }
+                return Ok(*refused);
+            }
         };
         let sender = Sender {
             user_id: req.user_id,

@@ -15,7 +15,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream, StreamExt as _};
-use hearth_proto::v1::chat_event::Event as ChatEv;
 use hearth_proto::v1::{ChatEvent, Priority};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
@@ -43,7 +42,7 @@ fn unix_ms(at: std::time::SystemTime) -> u64 {
 
 fn log_event(l: &LogLine) -> Event {
     Event::default().data(
-        json!({"stream": l.stream, "text": l.text, "pid": l.pid, "unix_ms": unix_ms(l.at)})
+        json!({"stream": l.stream, "text": l.text, "pid": l.pid, "generation": l.generation, "unix_ms": unix_ms(l.at)})
             .to_string(),
     )
 }
@@ -102,42 +101,9 @@ pub(super) async fn logs(
         .into_response()
 }
 
-/// A chat event as one JSON object (the shape of `hearth chat --json`).
-fn event_json(e: &ChatEv) -> serde_json::Value {
-    let args = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or_default();
-    match e {
-        ChatEv::TextDelta(d) => {
-            json!({"type": "text_delta", "text": d.text, "reasoning": d.reasoning})
-        }
-        ChatEv::ToolCallStarted(t) => json!({"type": "tool_call_started", "call_id": t.call_id,
-            "tool": t.tool, "plugin": t.plugin, "args": args(&t.args_json)}),
-        ChatEv::ToolCallFinished(t) => json!({"type": "tool_call_finished", "call_id": t.call_id,
-            "tool": t.tool, "plugin": t.plugin, "success": t.success, "content": t.content,
-            "error": t.error, "denied_by": t.denied_by, "elapsed_us": t.elapsed_us}),
-        ChatEv::ToolCallProgress(p) => json!({"type": "tool_call_progress", "call_id": p.call_id,
-            "tool": p.tool, "plugin": p.plugin, "message": p.message, "progress": p.progress,
-            "total": p.total}),
-        ChatEv::ShortCircuit(s) => {
-            json!({"type": "short_circuit", "stage": s.stage, "plugin": s.plugin, "text": s.text})
-        }
-        ChatEv::Interrupted(i) => {
-            json!({"type": "interrupted", "source": i.source, "text": i.text})
-        }
-        ChatEv::Final(f) => json!({"type": "final", "text": f.text, "token_usage": f.token_usage,
-            "iterations": f.iterations, "error": f.error}),
-        ChatEv::ConfirmRequest(c) => json!({"type": "confirm_request", "confirm_id": c.confirm_id,
-            "tool": c.tool, "args": args(&c.args_json), "timeout_ms": c.timeout_ms}),
-        ChatEv::PluginReply(r) => {
-            json!({"type": "plugin_reply", "plugin": r.plugin, "text": r.text, "inline": r.inline})
-        }
-        ChatEv::Queued(q) => {
-            json!({"type": "queued", "ahead": q.ahead, "conversation": q.conversation})
-        }
-    }
-}
-
 fn ndjson_line(e: ChatEvent) -> Option<Result<Bytes, Infallible>> {
-    let mut line = event_json(&e.event?).to_string();
+    // The shape of `hearth chat --json`.
+    let mut line = crate::chat::event_json(&e.event?).to_string();
     line.push('\n');
     Some(Ok(Bytes::from(line)))
 }
