@@ -115,7 +115,8 @@ impl ToolRouter {
         let tool = match prepared {
             Ok(tool) => tool,
             Err(e) => {
-                if let Some(mut r) = CallRecord::start(name) {
+                let label = crate::observe::metrics::tool_label(self.registry(), name);
+                if let Some(mut r) = CallRecord::start(label) {
                     r.finish(Outcome::InvalidArgs);
                 }
                 return Err(e);

@@ -46,6 +46,9 @@ pub const SOCKET_FILE: &str = "hearth.sock";
 /// Concurrent gRPC streams one client connection may open (chats waiting for their
 /// turn included).
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 16_384;
+/// The longest `/readyz` and gRPC health wait for the plugins found at start to
+/// register or fail (an MCP server fetched by `npx -y` may take most of a minute).
+pub const READY_WAIT: Duration = Duration::from_secs(120);
 /// Admin token file name inside the data dir (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
@@ -567,10 +570,25 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     }
     let mut dirs = discover(&roots);
     dirs.extend(opts.plugin_paths.iter().cloned());
-    for dir in &dirs {
-        let _ = supervisor.load(dir);
-    }
-    readiness.loaded().await;
+    let first_outcomes: Vec<_> = dirs
+        .iter()
+        .filter_map(|dir| supervisor.load_reporting(dir))
+        .collect();
+    // Ready once every plugin found at start registered or failed (its
+    // `hearth_plugin_up` says which), at most READY_WAIT after start.
+    let ready = readiness.clone();
+    tokio::spawn(async move {
+        if tokio::time::timeout(READY_WAIT, futures_util::future::join_all(first_outcomes))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "ready after {} s although some plugins are still starting",
+                READY_WAIT.as_secs()
+            );
+        }
+        ready.loaded().await;
+    });
     tracing::info!(
         "broker ready: {} found",
         crate::term::count(dirs.len(), "plugin dir", "plugin dirs")

@@ -137,6 +137,8 @@ async fn metrics_count_calls_a_crash_a_hook_and_a_turn() {
         ..Default::default()
     });
     let _ = b.admin.client().call_tool(bad).await;
+    // A name nobody registered makes no series of its own.
+    assert!(b.call("made_up_tool", json!({})).await.is_err());
     // The process exits mid-call: the call fails, the plugin restarts.
     let crashed = b.call("mc_sleep", json!({"ms": 2000})).await;
     assert!(crashed.is_err(), "{crashed:?}");
@@ -180,6 +182,14 @@ async fn metrics_count_calls_a_crash_a_hook_and_a_turn() {
         ),
         Some(1.0)
     );
+    assert_eq!(
+        v(
+            "hearth_tool_calls_total",
+            &[("tool", "_unknown"), ("outcome", "invalid_args")]
+        ),
+        Some(1.0)
+    );
+    assert!(!text.contains("made_up_tool"));
     assert_eq!(
         v(
             "hearth_tool_call_duration_seconds_count",

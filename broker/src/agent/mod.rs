@@ -435,6 +435,10 @@ impl Shared {
         let turn =
             std::panic::AssertUnwindSafe(self.deps.run(input, &events, interrupts)).catch_unwind();
         let limit = self.deps.settings.turn_timeout;
+        // A finished turn records its own outcome (`TurnDeps::run`); these are the ends
+        // it cannot see.
+        let started = std::time::Instant::now();
+        let unfinished = |outcome| crate::observe::metrics::record_turn(outcome, started.elapsed());
         let error = tokio::select! {
             outcome = async {
                 match limit {
@@ -444,16 +448,19 @@ impl Shared {
             } => match outcome {
                 Some(Ok(_final_event)) => return,
                 Some(Err(_panic)) => {
+                    unfinished("error");
                     tracing::error!(conversation = %key, "turn panicked; the conversation goes on with its next message");
                     "internal error: the turn failed unexpectedly (see the broker log)".to_string()
                 }
                 None => {
+                    unfinished("error");
                     let limit = limit.unwrap_or_default();
                     tracing::warn!(conversation = %key, "turn cancelled after {} s ([agent] turn_timeout_s)", limit.as_secs_f64());
                     format!("the turn took longer than [agent] turn_timeout_s = {} and was cancelled", limit.as_secs_f64())
                 }
             },
             _ = self.cancel.cancelled() => {
+                unfinished("cancelled");
                 tracing::warn!(conversation = %key, "turn cancelled: the broker is stopping");
                 "the broker is stopping: this turn was cancelled before it finished".to_string()
             }

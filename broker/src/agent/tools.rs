@@ -32,10 +32,12 @@ pub(super) const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::f
 /// Counts a call that never reached the plugin (`hearth_tool_calls_total`): refused by a
 /// policy, a hook or the user (`denied`), or an unknown tool or bad arguments
 /// (`invalid_args`).
-fn record_refused(tool: &str, outcome: Outcome) {
-    if let Some(mut r) = CallRecord::start(tool) {
+fn record_refused(registry: &Registry, tool: &str, outcome: Outcome) -> Outcome {
+    let label = crate::observe::metrics::tool_label(registry, tool);
+    if let Some(mut r) = CallRecord::start(label) {
         r.finish(outcome);
     }
+    outcome
 }
 
 /// A tool call the LLM asked for, ready to run.
@@ -196,6 +198,8 @@ pub(super) struct CallOutcome {
     /// The plugin was called (not refused by a policy, a hook, the user or the
     /// argument check).
     pub(super) ran: bool,
+    /// How the call itself ended (the metrics' outcome; `error.type` of its span).
+    pub(super) kind: Outcome,
 }
 
 impl Turn<'_> {
@@ -265,8 +269,10 @@ impl Turn<'_> {
             .run_call_inner(call, admission, base)
             .with_context(cx)
             .await;
-        if let Some(error) = outcome.text.strip_prefix("Error: ") {
-            let error_type = if outcome.ran { "tool_error" } else { "denied" };
+        if let (Some(error_type), Some(error)) = (
+            outcome.kind.error_type(),
+            outcome.text.strip_prefix("Error: "),
+        ) {
             span.fail(error_type, error.to_string());
         }
         outcome
@@ -337,6 +343,7 @@ impl Turn<'_> {
         admission: Result<Option<Admission>, String>,
         base: &StageContext,
     ) -> CallOutcome {
+        let kind = std::cell::Cell::new(Outcome::Ok);
         let deps = self.deps;
         let hooks = &deps.hooks;
         let started = Instant::now();
@@ -360,7 +367,11 @@ impl Turn<'_> {
         let mut cctx: Option<StageContext> = None;
         let mut answer = match admission {
             Err(refusal) => {
-                record_refused(name, Outcome::Denied);
+                kind.set(record_refused(
+                    deps.router.registry(),
+                    name,
+                    Outcome::Denied,
+                ));
                 Answer::failed(refusal)
             }
             Ok(admission) => {
@@ -399,12 +410,20 @@ impl Turn<'_> {
                     .is_some_and(|a| a.confirm);
                 let outcome = match refused {
                     Some(r) => {
-                        record_refused(name, Outcome::Denied);
+                        kind.set(record_refused(
+                            deps.router.registry(),
+                            name,
+                            Outcome::Denied,
+                        ));
                         Err(r)
                     }
                     None => match deps.router.prepare(name, args) {
                         Err(e) => {
-                            record_refused(name, Outcome::InvalidArgs);
+                            kind.set(record_refused(
+                                deps.router.registry(),
+                                name,
+                                Outcome::InvalidArgs,
+                            ));
                             Err(e.to_string())
                         }
                         Ok(tool) => {
@@ -415,14 +434,20 @@ impl Turn<'_> {
                             };
                             match confirmed {
                                 Err(e) => {
-                                    record_refused(name, Outcome::Denied);
+                                    kind.set(record_refused(
+                                        deps.router.registry(),
+                                        name,
+                                        Outcome::Denied,
+                                    ));
                                     Err(e)
                                 }
                                 Ok(()) => {
                                     ran = true;
-                                    self.call_with_progress(&call.info.id, &tool, args_json)
-                                        .await
-                                        .map_err(|e| e.to_string())
+                                    let result = self
+                                        .call_with_progress(&call.info.id, &tool, args_json)
+                                        .await;
+                                    kind.set(Outcome::of(&result));
+                                    result.map_err(|e| e.to_string())
                                 }
                             }
                         }
@@ -485,7 +510,12 @@ impl Turn<'_> {
             plugin: owner.unwrap_or_default().to_string(),
             denied_by,
         }));
-        CallOutcome { text, short, ran }
+        CallOutcome {
+            text,
+            short,
+            ran,
+            kind: kind.get(),
+        }
     }
 }
 

@@ -120,7 +120,7 @@ impl TurnDeps {
             session_id: key.to_string(),
         };
         let span = crate::observe::trace::turn_span(&key.to_string(), input.trace_parent.as_ref());
-        let mut record = crate::observe::metrics::TurnRecord::start();
+        let started = std::time::Instant::now();
         let turn = Turn {
             deps: self,
             input: &input,
@@ -146,9 +146,7 @@ impl TurnDeps {
             }
             None => turn.run().instrument(log_span).await,
         };
-        if let Some(r) = record.as_mut() {
-            r.finish(outcome);
-        }
+        crate::observe::metrics::record_turn(outcome, started.elapsed());
         if let (Some(span), false) = (&span, done.error.is_empty()) {
             span.fail("turn_error", done.error.clone());
         }

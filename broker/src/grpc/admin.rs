@@ -519,6 +519,9 @@ impl AdminService {
         parent: Option<opentelemetry::Context>,
     ) -> Result<CallToolResponse, Status> {
         use opentelemetry::context::FutureExt as _;
+        if !crate::observe::trace::enabled() {
+            return self.run_call_inner(req, progress).await;
+        }
         let plugin = self
             .supervisor
             .registry()
@@ -535,7 +538,9 @@ impl AdminService {
         let cx = span.context().clone();
         let result = self.run_call_inner(req, progress).with_context(cx).await;
         match &result {
-            Ok(r) if !r.success => span.fail("tool_error", r.error.clone()),
+            Ok(r) if !r.success && !r.needs_confirmation => {
+                span.fail("tool_error", r.error.clone())
+            }
             Ok(_) => {}
             Err(s) => span.fail(
                 crate::observe::trace::status_error_type(s),
@@ -555,8 +560,13 @@ impl AdminService {
         let admission = match self.admit(&req, started) {
             Ok(admission) => admission,
             Err(refused) => {
-                if let Some(mut r) = crate::observe::metrics::CallRecord::start(&req.name) {
-                    r.finish(crate::observe::metrics::Outcome::Denied);
+                // A `confirm` question is not a refusal: the caller asks again.
+                if !refused.needs_confirmation {
+                    let registry = self.supervisor.registry();
+                    let label = crate::observe::metrics::tool_label(registry, &req.name);
+                    if let Some(mut r) = crate::observe::metrics::CallRecord::start(label) {
+                        r.finish(crate::observe::metrics::Outcome::Denied);
+                    }
                 }
                 return Ok(*refused);
             }

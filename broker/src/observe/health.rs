@@ -27,6 +27,10 @@ pub struct Readiness {
     stopping: AtomicBool,
     sources: std::sync::OnceLock<Arc<SourcePool>>,
     reporter: HealthReporter,
+    /// The status last published; held while publishing, so publishers run one at a
+    /// time and an unchanged status is not sent again (tonic-health wakes every
+    /// `Watch` on each set).
+    published: tokio::sync::Mutex<ServingStatus>,
 }
 
 impl Readiness {
@@ -42,6 +46,7 @@ impl Readiness {
             stopping: AtomicBool::new(false),
             sources: std::sync::OnceLock::new(),
             reporter,
+            published: tokio::sync::Mutex::new(ServingStatus::NotServing),
         })
     }
 
@@ -84,12 +89,17 @@ impl Readiness {
     }
 
     async fn publish(&self) {
+        let mut published = self.published.lock().await;
+        // Checked under the lock: a tick that read "ready" cannot publish it after
+        // `stopping` published NOT_SERVING.
         let status = match self.check() {
             Ok(()) => ServingStatus::Serving,
             Err(_) => ServingStatus::NotServing,
         };
-        // tonic-health sends watchers a message only when the status changes.
-        self.reporter.set_service_status("", status).await;
+        if *published != status {
+            self.reporter.set_service_status("", status).await;
+            *published = status;
+        }
     }
 
     /// Ok when ready; else why not (for the broker's own log, not for the endpoint).

@@ -2,7 +2,7 @@
 //! `/readyz` (no token; bodies say nothing but the status) and the admin page
 //! ([`super::admin`]) at `/`.
 //!
-//! - `GET /metrics`: Prometheus text 0.0.4 (`text/plain; version=0.0.4`), or OpenMetrics
+//! - `GET /metrics` (a loopback `Host` only: no DNS rebinding): Prometheus text 0.0.4 (`text/plain; version=0.0.4`), or OpenMetrics
 //!   1.0 when the scraper's `Accept` names `application/openmetrics-text` (Prometheus
 //!   does).
 //! - `GET /healthz`: 200 `ok` while the process serves HTTP.
@@ -64,6 +64,11 @@ pub fn router(state: Arc<HttpState>) -> axum::Router {
 }
 
 async fn metrics(headers: HeaderMap) -> Response {
+    // Plugin, tool and model names: not for a page that rebound a name to 127.0.0.1
+    // (scrapers send the target's own Host).
+    if let Err(e) = super::admin::auth::loopback_host(&headers) {
+        return (StatusCode::FORBIDDEN, e).into_response();
+    }
     let Some(m) = super::metrics::get() else {
         return (StatusCode::NOT_FOUND, "metrics are off\n").into_response();
     };

@@ -118,8 +118,11 @@ impl Observed {
                         vec![StringValue::from(r.finish_reason.clone())]
                     };
                     span.set(KeyValue::new(FINISH_REASONS, Value::Array(reasons.into())));
-                    span.set(KeyValue::new(USAGE_INPUT, input as i64));
-                    span.set(KeyValue::new(USAGE_OUTPUT, output as i64));
+                    // Only what the API reported (zeros mean it said nothing).
+                    if input > 0 || output > 0 {
+                        span.set(KeyValue::new(USAGE_INPUT, input as i64));
+                        span.set(KeyValue::new(USAGE_OUTPUT, output as i64));
+                    }
                 }
                 Err(e) => span.fail(&error_type, e.to_string()),
             }

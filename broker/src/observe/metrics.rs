@@ -280,6 +280,16 @@ impl Metrics {
     }
 }
 
+/// The `tool` label of a call of `name`: the name when a plugin registered it, else
+/// `_unknown` (names an LLM or a caller made up must not make series).
+pub fn tool_label<'a>(registry: &crate::registry::Registry, name: &'a str) -> &'a str {
+    if registry.get(name).is_some() {
+        name
+    } else {
+        "_unknown"
+    }
+}
+
 /// Records a finished tool call (`hearth_tool_calls_total`,
 /// `hearth_tool_call_duration_seconds`, `gen_ai_execute_tool_duration_seconds`).
 pub fn record_tool_call(tool: &str, outcome: Outcome, elapsed: Duration) {
@@ -357,36 +367,6 @@ impl Outcome {
                 Outcome::InvalidArgs
             }
         }
-    }
-}
-
-/// A turn being measured, like [`CallRecord`]: dropped unfinished it records
-/// `cancelled`.
-#[derive(Debug)]
-pub struct TurnRecord {
-    started: std::time::Instant,
-    outcome: Option<&'static str>,
-}
-
-impl TurnRecord {
-    /// Starts measuring a turn; `None` when metrics are off.
-    pub fn start() -> Option<TurnRecord> {
-        get()?;
-        Some(TurnRecord {
-            started: std::time::Instant::now(),
-            outcome: None,
-        })
-    }
-
-    /// The turn ended with `outcome` (`ok`, `error`, `short_circuit`).
-    pub fn finish(&mut self, outcome: &'static str) {
-        self.outcome = Some(outcome);
-    }
-}
-
-impl Drop for TurnRecord {
-    fn drop(&mut self) {
-        record_turn(self.outcome.unwrap_or("cancelled"), self.started.elapsed());
     }
 }
 

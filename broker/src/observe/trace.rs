@@ -362,11 +362,24 @@ pub fn turn_span(conversation: &str, parent: Option<&Context>) -> Option<Span> {
 }
 
 /// The TCP port of the OTLP endpoint plugins are given (the URL's, or its scheme's
-/// default); `None` when tracing is off or no endpoint is set. A plugin whose sandbox
-/// lists `net_connect` ports may connect to this one as well.
+/// default) when it is on this machine (`localhost` or a loopback address); `None`
+/// when tracing is off, no endpoint is set, or it is remote. A plugin whose sandbox
+/// lists `net_connect` ports may connect to this one as well; Landlock matches ports
+/// only, so a remote collector's port (often 443) is never opened this way.
 pub fn collector_port() -> Option<u16> {
     TRACING.get()?;
     let endpoint =
         env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"))?;
-    reqwest::Url::parse(&endpoint).ok()?.port_or_known_default()
+    let url = reqwest::Url::parse(&endpoint).ok()?;
+    let host = url.host_str()?;
+    let local = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !local {
+        return None;
+    }
+    url.port_or_known_default()
 }

@@ -191,6 +191,20 @@ impl Supervisor {
         self.load_with(dir, true, None)
     }
 
+    /// [`Supervisor::load`] (as discovery at start does), and a future that ends once
+    /// the plugin's first process registered or failed to (exit, refusal, startup
+    /// timeout); `None` when the folder did not load. Readiness waits on these.
+    pub fn load_reporting(
+        &self,
+        dir: &Path,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let (first, outcome) = tokio::sync::oneshot::channel();
+        self.load_with(dir, true, Some(first)).ok()?;
+        Some(async move {
+            let _ = outcome.await;
+        })
+    }
+
     /// [`Supervisor::load`]; `list_failure`: a directory that cannot be loaded stays
     /// listed as failed (discovery), else nothing is left of it (an operator's load,
     /// answered with the error). `first` hears whether the first process registered.

@@ -349,8 +349,11 @@ pub fn prepare(
 
     let ports = sandbox.net_connect.as_ref().map(|list| {
         let mut ports: Vec<u16> = list.iter().map(|(_, port)| *port).collect();
-        // When the broker traces, the plugin may reach the OTLP collector too.
-        ports.extend(crate::observe::trace::collector_port());
+        // When the broker traces to a collector on this machine, the plugin may reach
+        // it too (not a plugin that asked for no network at all).
+        if !ports.is_empty() {
+            ports.extend(crate::observe::trace::collector_port());
+        }
         ports.sort_unstable();
         ports.dedup();
         ports

@@ -32,7 +32,7 @@
 //! here and need no login.
 
 mod actions;
-mod auth;
+pub(crate) mod auth;
 mod html;
 mod live;
 mod pages;
