@@ -20,7 +20,6 @@
 //! made current for a future with [`opentelemetry::context::FutureExt::with_context`].
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -215,14 +214,21 @@ pub fn current_w3c() -> (String, String) {
         return (String::new(), String::new());
     }
     let cx = Context::current();
-    if !cx.span().span_context().is_valid() {
+    let span = cx.span();
+    let sc = span.span_context();
+    if !sc.is_valid() {
         return (String::new(), String::new());
     }
-    let mut carrier: HashMap<String, String> = HashMap::with_capacity(2);
-    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    // The W3C format, written directly (what TraceContextPropagator::inject writes,
+    // without its carrier map): version 00, trace id, span id, flags.
     (
-        carrier.remove("traceparent").unwrap_or_default(),
-        carrier.remove("tracestate").unwrap_or_default(),
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        ),
+        sc.trace_state().header(),
     )
 }
 
