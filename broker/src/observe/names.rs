@@ -49,7 +49,8 @@ pub const TOOL_NAME: &str = "gen_ai.tool.name";
 pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
 /// `gen_ai.tool.type`.
 pub const TOOL_TYPE: &str = "gen_ai.tool.type";
-/// `error.type` (low cardinality: see [`crate::observe::ErrorType`]).
+/// `error.type`, from a closed set: `timeout`, `tool_error`, `plugin_gone`, `denied`,
+/// `invalid_args`, `cancelled`, an HTTP status of an LLM API, `_OTHER`.
 pub const ERROR_TYPE: &str = "error.type";
 /// `server.address` of an LLM API.
 pub const SERVER_ADDRESS: &str = "server.address";
