@@ -249,13 +249,19 @@ fn write_admin_token(path: &Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
-async fn stop_signal() {
+/// Installs the SIGTERM/SIGINT handlers now and returns the future that ends at the
+/// first of them: a signal that arrives while the broker is still starting (plugins
+/// loading, the watcher walking big folders) is kept, and stops it gracefully once
+/// started, instead of killing it with the default action.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
     }
 }
 
@@ -366,6 +372,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     crate::supervisor::process::set_plugin_umask(operator_umask as u32);
+    let stopped = stop_signal();
     let data_dir = std::path::absolute(&opts.data_dir)?;
     prepare_data_dir(&data_dir, &opts.plugin_dirs)?;
     let http_tcp = match opts.http_listen {
@@ -600,7 +607,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         None
     };
 
-    stop_signal().await;
+    stopped.await;
     // Balancers stop routing here, before anything drains.
     readiness.stopping().await;
     // Running turns finish (or are cancelled after the grace) while plugins still run

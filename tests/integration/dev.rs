@@ -244,7 +244,8 @@ fn hearth_dev_uses_the_folders_venv_removes_its_temp_dir_and_refuses_a_missing_f
     );
     let picked = format!("Python from {}", venv.join("python").display());
     assert!(dev.log().contains(&picked), "{}", dev.log());
-    assert!(dev.stop().success());
+    let status = dev.stop();
+    assert!(status.success(), "{status:?}\n{}", dev.log());
     assert!(!data.exists(), "{} left behind", data.display());
 
     let out = Command::new(HEARTH)
