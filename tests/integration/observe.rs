@@ -538,6 +538,7 @@ async fn spans_follow_the_genai_conventions_over_otlp_http() {
         turn.attr("gen_ai.conversation.id").as_deref(),
         Some("user:test/ops")
     );
+    assert_eq!(turn.attr("gen_ai.provider.name").as_deref(), Some("openai"));
     let chats: Vec<_> = spans
         .iter()
         .filter(|s| s.name().starts_with("chat "))

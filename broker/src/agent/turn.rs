@@ -147,8 +147,11 @@ impl TurnDeps {
             None => turn.run().instrument(log_span).await,
         };
         crate::observe::metrics::record_turn(outcome, started.elapsed());
-        if let (Some(span), false) = (&span, done.error.is_empty()) {
-            span.fail("turn_error", done.error.clone());
+        if let Some(span) = &span {
+            span.set_turn_provider();
+            if !done.error.is_empty() {
+                span.fail("turn_error", done.error.clone());
+            }
         }
         done
     }

@@ -40,7 +40,8 @@ pub fn start(source: &Source, model: &str, stream: bool) -> Option<Observed> {
             KeyValue::new(HEARTH_SOURCE, source.name.clone()),
         ];
         if let Some(c) = opentelemetry::Context::current().get::<trace::Conversation>() {
-            a.push(KeyValue::new(CONVERSATION_ID, c.0.clone()));
+            a.push(KeyValue::new(CONVERSATION_ID, c.id.clone()));
+            *c.provider.lock().unwrap() = Some(provider.clone());
         }
         if let Ok(url) = reqwest::Url::parse(&source.base_url) {
             if let Some(host) = url.host_str() {

@@ -341,10 +341,29 @@ pub fn event_span(plugin: &str, trigger: &str) -> Option<Span> {
     })
 }
 
-/// The conversation a context belongs to (`gen_ai.conversation.id` of its chat spans),
-/// carried as a context value by the turn.
+/// What a turn's context carries for the spans inside it: the conversation
+/// (`gen_ai.conversation.id` of its chat spans) and the provider of the last LLM
+/// request (the turn span's `gen_ai.provider.name`, set when the turn ends).
 #[derive(Debug, Clone)]
-pub struct Conversation(pub String);
+pub struct Conversation {
+    /// The conversation key, e.g. `user:cli/alice`.
+    pub id: String,
+    /// `gen_ai.provider.name` of the source that answered last.
+    pub provider: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Span {
+    /// Sets `gen_ai.provider.name` on a turn span from its last LLM request.
+    pub fn set_turn_provider(&self) {
+        let provider = self
+            .cx
+            .get::<Conversation>()
+            .and_then(|c| c.provider.lock().unwrap().clone());
+        if let Some(p) = provider {
+            self.set(KeyValue::new(super::names::PROVIDER_NAME, p));
+        }
+    }
+}
 
 /// An `invoke_agent` span (INTERNAL) for a turn of `conversation`, child of `parent`
 /// (the caller's trace context) or a root; its context carries the conversation for the
@@ -363,7 +382,10 @@ pub fn turn_span(conversation: &str, parent: Option<&Context>) -> Option<Span> {
             ]
         },
     )?;
-    span.cx = span.cx.with_value(Conversation(conversation.to_string()));
+    span.cx = span.cx.with_value(Conversation {
+        id: conversation.to_string(),
+        provider: Default::default(),
+    });
     Some(span)
 }
 
