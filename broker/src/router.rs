@@ -165,10 +165,12 @@ impl ToolRouter {
         );
         let result = self
             .call_inner(tool, args_json, timeout, sender, progress)
-            .instrument(span)
+            .instrument(span.clone())
             .await;
+        let outcome = Outcome::of(&result);
+        span.in_scope(|| tracing::debug!(outcome = outcome.as_str(), "tool call answered"));
         if let Some(r) = record.as_mut() {
-            r.finish(Outcome::of(&result));
+            r.finish(outcome);
         }
         result
     }

@@ -421,6 +421,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                     .collect(),
             }),
             settings: std::sync::OnceLock::new(),
+            stop_deadline: std::sync::OnceLock::new(),
         },
         registry,
     ));
@@ -612,27 +613,58 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     readiness.stopping().await;
     // Running turns finish (or are cancelled after the grace) while plugins still run
     // and clients are still connected to receive their final events.
+    // One drain for turns and plugin calls together: what turns used counts.
+    let drained_by = tokio::time::Instant::now() + opts.drain_timeout;
     agent.shutdown(opts.drain_timeout).await;
-    supervisor.shutdown().await;
+    supervisor.shutdown_by(drained_by).await;
     stop.cancel();
+    // The servers drain together, 3 s at most (a held stream — a health `Watch`, a
+    // live log — does not hold the stop longer); what is left is aborted.
+    let mut all: Vec<(&str, tokio::task::JoinHandle<Result<(), String>>)> = Vec::new();
     for s in servers {
-        match tokio::time::timeout(Duration::from_secs(3), s).await {
-            Ok(Ok(Err(e))) => tracing::warn!("server: {e}"),
-            Err(_) => tracing::warn!("server did not drain within 3 s"),
-            _ => {}
-        }
+        all.push((
+            "server",
+            tokio::spawn(async move {
+                s.await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }),
+        ));
     }
     for (what, s) in [("MCP server", mcp_server), ("HTTP server", http_server)] {
-        let Some(s) = s else { continue };
-        match tokio::time::timeout(Duration::from_secs(3), s).await {
+        if let Some(s) = s {
+            all.push((
+                what,
+                tokio::spawn(async move {
+                    s.await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())
+                }),
+            ));
+        }
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    for (what, s) in all {
+        let abort = s.abort_handle();
+        match tokio::time::timeout_at(until, s).await {
             Ok(Ok(Err(e))) => tracing::warn!("{what}: {e}"),
-            Err(_) => tracing::warn!("{what} did not drain within 3 s"),
+            Err(_) => {
+                tracing::warn!("{what} did not drain within 3 s");
+                abort.abort();
+            }
             _ => {}
         }
     }
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(data_dir.join(ADMIN_TOKEN_FILE));
-    let _ = tokio::task::spawn_blocking(crate::observe::trace::shutdown).await;
+    // Queued spans go out, 2 s at most (an unreachable collector does not hold the stop).
+    let flush = tokio::task::spawn_blocking(crate::observe::trace::shutdown);
+    if tokio::time::timeout(Duration::from_secs(2), flush)
+        .await
+        .is_err()
+    {
+        tracing::warn!("tracing: spans not flushed within 2 s; dropped");
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -380,6 +380,8 @@ async fn json_logs_parse_and_carry_plugin_turn_and_process_fields() {
     .await;
     let events = b.chat("hi", "ops").await;
     assert_eq!(final_of(&events).text, "fine");
+    assert!(b.call("jl_ping", json!({})).await.unwrap().success);
+    b.wait_log("tool call answered", LONG).await;
     let log = b.wait_log("hook failed", LONG).await;
     let lines: Vec<Value> = log
         .lines()
@@ -400,6 +402,16 @@ async fn json_logs_parse_and_carry_plugin_turn_and_process_fields() {
     assert_eq!(hook["plugin"], "jl", "{hook}");
     assert_eq!(hook["span"]["name"], "turn", "{hook}");
     assert_eq!(hook["span"]["conversation"], "user:test/ops", "{hook}");
+    // A line written inside a tool call names the call.
+    let answered = lines
+        .iter()
+        .find(|l| l["message"] == "tool call answered")
+        .unwrap();
+    assert_eq!(answered["outcome"], "ok", "{answered}");
+    assert_eq!(answered["span"]["name"], "tool_call", "{answered}");
+    assert_eq!(answered["span"]["plugin"], "jl", "{answered}");
+    assert_eq!(answered["span"]["tool"], "jl_ping", "{answered}");
+    assert!(answered["span"]["call_id"].as_u64().is_some(), "{answered}");
     let spawned = lines
         .iter()
         .find(|l| l["message"] == "spawned" && l["plugin"] == "jl")
@@ -741,4 +753,83 @@ async fn plugin_spans_are_children_of_the_brokers_in_python_and_node() {
             "{name}: the handler saw the tool span's context"
         );
     }
+}
+
+/// A stop with a turn, a long tool call and a health `Watch` in flight takes one drain
+/// (turns and calls together), the grace and at most 3 s for the servers — not a drain
+/// each and 3 s per server — and `Watch` sees NOT_SERVING first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_drains_turns_and_calls_in_one_window() {
+    let llm =
+        llm(json!({"default": {"tool_calls": [{"name": "sd_sleep", "arguments": {"ms": 30000}}]}}));
+    let url = llm.base_url();
+    let mut b = start(
+        vec![stress("py", "sd", "", json!({}))],
+        &[
+            "--llm-url",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--drain-timeout-ms",
+            "1500",
+            "--shutdown-grace-ms",
+            "500",
+        ],
+        &[],
+    )
+    .await;
+    let tcp = logged_addr(&b, "server: listening on http://").await;
+    let channel = tonic::transport::Endpoint::try_from(format!("http://{tcp}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status,
+        ServingStatus::Serving as i32
+    );
+    let mut chat_admin = Broker::admin_clone(&b);
+    let chat = tokio::spawn(async move {
+        let req = chat_admin.with_token(hearth_proto::v1::ChatRequest {
+            message: "sleep".into(),
+            ..Default::default()
+        });
+        let mut s = chat_admin.agent().chat(req).await.unwrap().into_inner();
+        while let Ok(Some(_)) = s.message().await {}
+    });
+    let mut call_admin = Broker::admin_clone(&b);
+    let call = tokio::spawn(async move {
+        let req = call_admin.with_token(hearth_proto::v1::CallToolRequest {
+            name: "sd_sleep".into(),
+            args_json: json!({"ms": 30000}).to_string(),
+            ..Default::default()
+        });
+        let _ = call_admin.client().call_tool(req).await;
+    });
+    // Both in flight in the plugin (the chat's through the scripted LLM first).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = std::time::Instant::now();
+    b.stop_with(libc::SIGTERM);
+    let took = started.elapsed();
+    // 1.5 s drain + 0.5 s grace + SIGTERM + at most 3 s of servers, with slack.
+    assert!(
+        took < Duration::from_secs(8),
+        "stop took {took:?}\n{}",
+        b.log()
+    );
+    let mut saw_not_serving = false;
+    while let Ok(Some(m)) = watch.message().await {
+        saw_not_serving |= m.status == ServingStatus::NotServing as i32;
+    }
+    assert!(saw_not_serving);
+    let _ = tokio::join!(chat, call);
 }

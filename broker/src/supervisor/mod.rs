@@ -63,6 +63,9 @@ pub struct SupervisorConfig {
     pub protected: RwLock<Protected>,
     /// The settings store, once opened: MCP manifests' `${setting:KEY}` references.
     pub settings: std::sync::OnceLock<crate::storage::Settings>,
+    /// Set when the broker stops: calls in flight drain until then at the latest, so
+    /// the turns' drain and the plugins' drain share one `drain_timeout`.
+    pub stop_deadline: std::sync::OnceLock<tokio::time::Instant>,
 }
 
 impl SupervisorConfig {
@@ -687,6 +690,14 @@ impl Supervisor {
     /// Stops every plugin (Shutdown, grace, SIGTERM, SIGKILL of each group) and
     /// waits for their supervision tasks.
     pub async fn shutdown(&self) {
+        self.shutdown_by(tokio::time::Instant::now() + self.config.drain_timeout)
+            .await
+    }
+
+    /// [`Supervisor::shutdown`] with calls in flight drained until `deadline` at the
+    /// latest (the broker's stop: the time turns already drained counts).
+    pub async fn shutdown_by(&self, deadline: tokio::time::Instant) {
+        let _ = self.config.stop_deadline.set(deadline);
         let plugins: Vec<_> = self.plugins.read().unwrap().clone();
         for p in &plugins {
             let _ = p.control.send(Control::Stop);

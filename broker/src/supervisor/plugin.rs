@@ -1007,7 +1007,10 @@ impl Plugin {
         let Some(session) = live.filter(|_| drain) else {
             return terminate(child, pid, &self.name).await;
         };
-        let deadline = tokio::time::Instant::now() + config.drain_timeout;
+        let mut deadline = tokio::time::Instant::now() + config.drain_timeout;
+        if let Some(stop) = config.stop_deadline.get() {
+            deadline = deadline.min(*stop);
+        }
         while session.in_flight() > 0 && tokio::time::Instant::now() < deadline {
             tokio::select! {
                 status = child.wait() => return status,
@@ -1017,9 +1020,8 @@ impl Plugin {
         if session.in_flight() > 0 {
             tracing::warn!(
                 plugin = %self.name,
-                "{} still in flight after draining {} ms; stopping anyway",
+                "{} still in flight after draining; stopping anyway",
                 crate::term::count(session.in_flight(), "call", "calls"),
-                config.drain_timeout.as_millis()
             );
         }
         let grace = config.shutdown_grace;
