@@ -499,13 +499,34 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::term::set_raw(cli.raw);
     crate::observe::logs::init(cli.log_format);
+    // Output piped into `head` and closed: a command that only prints ends quietly, as
+    // other Unix tools do, instead of panicking on EPIPE. Not the broker (`run`, `dev`),
+    // which writes to plugin pipes, nor the MCP server on stdio.
+    if !matches!(
+        cli.command,
+        Command::Run { .. } | Command::Dev(_) | Command::Reaper | Command::Mcp { .. }
+    ) {
+        // SAFETY: restoring the default disposition before any threads exist.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Dev(args) => crate::dev::dev_command(args),
         Command::New(args) => crate::scaffold::new_command(args),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "hearth", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
+            // Into a buffer, then out: piped into `head`, a closed stdout ends quietly
+            // (clap_complete panics on a write error).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "hearth", &mut script);
+            let mut out = std::io::stdout().lock();
+            match std::io::Write::write_all(&mut out, &script)
+                .and_then(|()| std::io::Write::flush(&mut out))
+            {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(ExitCode::SUCCESS),
+            }
         }
         Command::Plugins {
             command: PluginsCommand::Adopt { name, dir, json },

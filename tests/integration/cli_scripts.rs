@@ -416,3 +416,25 @@ async fn tools_call_json_prints_progress_lines_before_the_result_and_a_pipe_only
         "{out}"
     );
 }
+
+/// Output piped into a reader that stops early (`| head -1`): the command ends without
+/// a panic message.
+#[test]
+fn a_closed_pipe_ends_printing_commands_quietly() {
+    for args in [&["completions", "zsh"][..], &["adapters", "list"][..]] {
+        let data = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end at once: every write fails with EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
