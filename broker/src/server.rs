@@ -612,36 +612,27 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     // Balancers stop routing here, before anything drains.
     readiness.stopping().await;
     // Running turns finish (or are cancelled after the grace) while plugins still run
-    // and clients are still connected to receive their final events.
-    // One drain for turns and plugin calls together: what turns used counts.
+    // and clients are still connected to receive their final events; turns and plugin
+    // calls share one drain window (what the turns used counts for the calls).
     let drained_by = tokio::time::Instant::now() + opts.drain_timeout;
     agent.shutdown(opts.drain_timeout).await;
     supervisor.shutdown_by(drained_by).await;
     stop.cancel();
     // The servers drain together, 3 s at most (a held stream — a health `Watch`, a
     // live log — does not hold the stop longer); what is left is aborted.
-    let mut all: Vec<(&str, tokio::task::JoinHandle<Result<(), String>>)> = Vec::new();
-    for s in servers {
-        all.push((
-            "server",
-            tokio::spawn(async move {
-                s.await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())
-            }),
-        ));
+    type Served = tokio::task::JoinHandle<Result<(), String>>;
+    fn served<E: std::fmt::Display + Send + 'static>(
+        s: tokio::task::JoinHandle<Result<(), E>>,
+    ) -> Served {
+        tokio::spawn(async move {
+            s.await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        })
     }
+    let mut all: Vec<(&str, Served)> = servers.into_iter().map(|s| ("server", served(s))).collect();
     for (what, s) in [("MCP server", mcp_server), ("HTTP server", http_server)] {
-        if let Some(s) = s {
-            all.push((
-                what,
-                tokio::spawn(async move {
-                    s.await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| e.to_string())
-                }),
-            ));
-        }
+        all.extend(s.map(|s| (what, served(s))));
     }
     let until = tokio::time::Instant::now() + Duration::from_secs(3);
     for (what, s) in all {
