@@ -1,5 +1,5 @@
 //! The agent end to end: `Agent.Chat` through the pipeline, stage hooks in plugins of
-//! all three languages, the LLM tool-calling loop against a scripted OpenAI-compatible
+//! all four SDK languages, the LLM tool-calling loop against a scripted OpenAI-compatible
 //! server on loopback (real HTTP, SSE and the Lua `openai` adapter), interrupts,
 //! adapter overrides.
 
@@ -9,7 +9,7 @@ use hearth_proto::v1::chat_event::Event;
 use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
-use crate::harness::{example, final_of, repo, rust_binary, stress, Broker, PluginDir};
+use crate::harness::{example, final_of, go_binary, repo, rust_binary, stress, Broker, PluginDir};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -22,6 +22,7 @@ fn hooks(lang: &str, name: &str, directives: &str) -> PluginDir {
     let mut manifest = match lang {
         "py" => json!({"runtime": "python", "entry": repo().join("tests/plugins/hooks.py")}),
         "nd" => json!({"runtime": "node", "entry": repo().join("tests/plugins/hooks.js")}),
+        "go" => json!({"runtime": "exec", "entry": go_binary("hooks")}),
         _ => json!({"runtime": "exec", "entry": rust_binary("examples/hooks")}),
     };
     manifest["name"] = json!(name);
@@ -178,9 +179,9 @@ async fn zero_one_and_many_rounds_schema_violations_crashes_and_max_iterations()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
+async fn stage_hooks_from_four_languages_run_in_order_in_one_message() {
     let llm = llm(json!({"steps": [
-        {"after_tool": false, "tool_calls": [{"name": "a_py_ping", "arguments": {}}, {"name": "b_nd_ping", "arguments": {}}, {"name": "c_rs_ping", "arguments": {}}]},
+        {"after_tool": false, "tool_calls": [{"name": "a_py_ping", "arguments": {}}, {"name": "b_nd_ping", "arguments": {}}, {"name": "c_rs_ping", "arguments": {}}, {"name": "cg_go_ping", "arguments": {}}]},
         {"after_tool": true, "content": "done: {tool_results}"}
     ]}));
     let mut b = Broker::with_llm(
@@ -188,6 +189,7 @@ async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
             hooks("py", "a_py", "trace,own"),
             hooks("nd", "b_nd", "trace,deny=c_rs_ping"),
             hooks("rs", "c_rs", "trace"),
+            hooks("go", "cg_go", "trace,own"),
             hooks("py", "d_py", "trace"),
         ],
         &llm,
@@ -198,7 +200,9 @@ async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
     let f = final_of(&events);
     // Deny of one call among three: the LLM is told who denied it; the others ran.
     assert!(
-        f.text.contains("pong from a_py") && f.text.contains("pong from b_nd"),
+        f.text.contains("pong from a_py")
+            && f.text.contains("pong from b_nd")
+            && f.text.contains("pong from cg_go"),
         "{}",
         f.text
     );
@@ -240,7 +244,7 @@ async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
         "post_action",
         "before_output",
     ] {
-        for p in ["a_py", "b_nd", "c_rs", "d_py"] {
+        for p in ["a_py", "b_nd", "c_rs", "cg_go", "d_py"] {
             expect.push(format!("{p}:{stage}"));
         }
     }
@@ -249,7 +253,9 @@ async fn stage_hooks_from_three_languages_run_in_order_in_one_message() {
     // Own-tools scope: a_py's own hook saw only its own tool.
     assert!(log.contains("OWN a_py a_py_ping"), "{log}");
     assert!(!log.contains("OWN a_py b_nd_ping") && !log.contains("OWN a_py c_rs_ping"));
-    for p in ["a_py", "b_nd", "c_rs", "d_py"] {
+    assert!(log.contains("OWN cg_go cg_go_ping"), "{log}");
+    assert!(!log.contains("OWN cg_go a_py_ping") && !log.contains("OWN cg_go c_rs_ping"));
+    for p in ["a_py", "b_nd", "c_rs", "cg_go", "d_py"] {
         assert!(
             log.contains(&format!("TRACE {p} after_output final=done")),
             "{p}"

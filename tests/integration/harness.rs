@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hearth_broker::cli::AdminConn;
@@ -49,6 +50,33 @@ pub fn rust_binary(rel: &str) -> PathBuf {
     p
 }
 
+/// The Go test plugin `tests/plugins/go/cmd/<name>`, built with `go build` once per test
+/// process into `target/<profile>/go-plugins/<name>` (Go's own cache makes a rebuild with
+/// nothing changed take ~0.1 s). Panics with the compiler's output when it does not build.
+pub fn go_binary(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let out = target_dir().join("go-plugins").join(name);
+    let mut built = BUILT.lock().unwrap();
+    if built.iter().any(|n| n == name) {
+        return out;
+    }
+    let result = Command::new("go")
+        .args(["build", "-buildvcs=false", "-o"])
+        .arg(&out)
+        .arg(format!("./cmd/{name}"))
+        .current_dir(repo().join("tests/plugins/go"))
+        .output()
+        .expect("`go` is on PATH (Go 1.26 or newer; the Go SDK's tests need it)");
+    assert!(
+        result.status.success(),
+        "go build tests/plugins/go/cmd/{name} failed:\n{}{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    built.push(name.to_owned());
+    out
+}
+
 /// Python with the SDK installed: `$HEARTH_PYTHON`, else the repo's `.venv`.
 pub fn python() -> String {
     std::env::var("HEARTH_PYTHON")
@@ -81,7 +109,7 @@ pub fn node_echo(name: &str) -> PluginDir {
     }
 }
 
-/// A stress plugin (see `tests/plugins/STRESS.md`) in `lang` (`py`, `nd`, `rs`) named
+/// A stress plugin (see `tests/plugins/STRESS.md`) in `lang` (`py`, `nd`, `rs`, `go`) named
 /// `name` (its tools are `<name>_echo`, `<name>_sleep`, …) with `HEARTH_FAULT=faults`;
 /// `extra` is merged into its manifest.
 pub fn stress(lang: &str, name: &str, faults: &str, extra: Value) -> PluginDir {
@@ -89,6 +117,7 @@ pub fn stress(lang: &str, name: &str, faults: &str, extra: Value) -> PluginDir {
         "py" => json!({"runtime": "python", "entry": repo().join("tests/plugins/stress.py")}),
         "nd" => json!({"runtime": "node", "entry": repo().join("tests/plugins/stress.js")}),
         "rs" => json!({"runtime": "exec", "entry": rust_binary("examples/stress")}),
+        "go" => json!({"runtime": "exec", "entry": go_binary("stress")}),
         other => panic!("unknown language {other}"),
     };
     manifest["name"] = json!(name);
@@ -104,8 +133,8 @@ pub fn stress(lang: &str, name: &str, faults: &str, extra: Value) -> PluginDir {
     }
 }
 
-/// The three stress plugin languages.
-pub const LANGS: [&str; 3] = ["py", "nd", "rs"];
+/// The stress plugin languages: Python, Node, Rust and Go SDKs.
+pub const LANGS: [&str; 4] = ["py", "nd", "rs", "go"];
 
 /// An example plugin of `examples/plugins/<name>` (the Rust `hello` uses the built
 /// binary).

@@ -1,6 +1,7 @@
 //! Host services through each SDK's typed API: the shared cases of
 //! `tests/host_cases.json`, run by a plugin in Python (`tests/plugins/host_cases.py`),
-//! Node (`tests/plugins/host_cases.js`) and Rust (`sdk-rust/examples/host_cases.rs`).
+//! Node (`tests/plugins/host_cases.js`), Rust (`sdk-rust/examples/host_cases.rs`) and Go
+//! (`tests/plugins/go/cmd/host_cases`, built by the harness with `go build`).
 //!
 //! One broker per language (the cases expect absolute counts of graph memory, documents
 //! and knowledge), each with three plugins of that language: the runner (every
@@ -11,7 +12,7 @@
 
 use serde_json::{json, Value};
 
-use crate::harness::{repo, rust_binary, Broker, PluginDir};
+use crate::harness::{go_binary, repo, rust_binary, Broker, PluginDir};
 
 /// LLM sources of the case brokers (nothing listens there; no chat is run).
 const SOURCES: &str = r#"
@@ -51,6 +52,7 @@ fn case_plugin(lang: &str, name: &str, role: &str, peer: &str, caps: Option<&[&s
         "py" => json!({"runtime": "python", "entry": repo().join("tests/plugins/host_cases.py")}),
         "node" => json!({"runtime": "node", "entry": repo().join("tests/plugins/host_cases.js")}),
         "rust" => json!({"runtime": "exec", "entry": rust_binary("examples/host_cases")}),
+        "go" => json!({"runtime": "exec", "entry": go_binary("host_cases")}),
         other => panic!("unknown language {other}"),
     };
     manifest["name"] = json!(name);
@@ -184,4 +186,9 @@ async fn host_cases_through_the_node_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_cases_through_the_rust_sdk() {
     run_cases("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_cases_through_the_go_sdk() {
+    run_cases("go").await;
 }
