@@ -1,7 +1,9 @@
 //! LinkZone semantics end to end: `ai.tool` policies enforced by the broker (max_calls,
 //! cooldown, confirm, timeout, chainable, continue), triggers of every type, and the
 //! `ai.inject` round trip (user-typed commands and commands the LLM writes) with the
-//! seed's translate and hybrid weather plugins in Python and Node.
+//! seed's translate and hybrid weather plugins in Python, Node and Go. The policy and
+//! trigger tests run once with the Python and Node policy plugins and once with the Go
+//! one (`tests/plugins/go/cmd/lz_policy`).
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use hearth_proto::v1::{ChatRequest, ConfirmResponse};
 use hearth_scripted::{Script, ScriptedLlm};
 use serde_json::{json, Value};
 
-use crate::harness::{example, final_of, repo, Broker, PluginDir};
+use crate::harness::{example, final_of, go_binary, repo, Broker, PluginDir};
 
 fn replies(events: &[Event]) -> Vec<(String, String)> {
     events
@@ -41,25 +43,29 @@ fn finished(events: &[Event]) -> Vec<(String, bool, String)> {
         .collect()
 }
 
-/// `tests/plugins/lz_policy.{py,js}` named `name` with `ai.tool` policy `policy` and
-/// LinkZone `triggers`.
+/// The LinkZone policy plugin in `lang` (`py`: `tests/plugins/lz_policy.py`, `nd`:
+/// `lz_policy.js`, `go`: the binary of `tests/plugins/go/cmd/lz_policy`) named `name`
+/// with `ai.tool` policy `policy` and LinkZone `triggers`.
 fn lz(lang: &str, name: &str, policy: Value, triggers: Value) -> PluginDir {
-    let (runtime, file) = match lang {
-        "py" => ("python", "tests/plugins/lz_policy.py"),
-        _ => ("node", "tests/plugins/lz_policy.js"),
+    let (runtime, entry) = match lang {
+        "py" => ("python", repo().join("tests/plugins/lz_policy.py")),
+        "nd" => ("node", repo().join("tests/plugins/lz_policy.js")),
+        "go" => ("exec", go_binary("lz_policy")),
+        other => panic!("unknown language {other}"),
     };
     PluginDir {
         dir: name.into(),
-        manifest: json!({"name": name, "runtime": runtime, "entry": repo().join(file),
+        manifest: json!({"name": name, "runtime": runtime, "entry": entry,
             "env": {"LZ_NAME": name, "LZ_POLICY": policy.to_string(),
                     "LZ_TRIGGERS": triggers.to_string()}}),
     }
 }
 
-fn test_plugin(name: &str, runtime: &str, file: &str) -> PluginDir {
+/// A test plugin `entry` (relative to the repo, or absolute) with `WEATHER_TODAY` set.
+fn test_plugin(name: &str, runtime: &str, entry: impl AsRef<std::path::Path>) -> PluginDir {
     PluginDir {
         dir: name.into(),
-        manifest: json!({"name": name, "runtime": runtime, "entry": repo().join(file),
+        manifest: json!({"name": name, "runtime": runtime, "entry": repo().join(entry),
             "env": {"WEATHER_TODAY": "2026-07-01"}}),
     }
 }
@@ -111,6 +117,17 @@ fn answer_step(matches: &str, content: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ai_tool_policies_are_enforced_by_the_broker() {
+    ai_tool_policies(["py", "nd", "py", "nd", "py", "py"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ai_tool_policies_are_enforced_by_the_broker_for_go_plugins() {
+    ai_tool_policies(["go"; 6]).await;
+}
+
+/// The `ai.tool` policy checks, with the policy plugins `limited`, `cool`, `ask`,
+/// `final`, `cont` and `slow` in the languages `langs` (in that order).
+async fn ai_tool_policies(langs: [&str; 6]) {
     let steps = vec![
         call_step(
             "limit",
@@ -140,17 +157,17 @@ async fn ai_tool_policies_are_enforced_by_the_broker() {
     ];
     let llm = ScriptedLlm::start(Script::from_value(json!({ "steps": steps })).unwrap());
     let plugins = vec![
-        lz("py", "limited", json!({"max_calls": 1}), json!([])),
-        lz("nd", "cool", json!({"cooldown": 3600}), json!([])),
-        lz("py", "ask", json!({"confirm": true}), json!([])),
-        lz("nd", "final", json!({"chainable": false}), json!([])),
+        lz(langs[0], "limited", json!({"max_calls": 1}), json!([])),
+        lz(langs[1], "cool", json!({"cooldown": 3600}), json!([])),
+        lz(langs[2], "ask", json!({"confirm": true}), json!([])),
+        lz(langs[3], "final", json!({"chainable": false}), json!([])),
         lz(
-            "py",
+            langs[4],
             "cont",
             json!({"chainable": false, "continue": true}),
             json!([]),
         ),
-        lz("py", "slow", json!({"timeout": 0.5}), json!([])),
+        lz(langs[5], "slow", json!({"timeout": 0.5}), json!([])),
     ];
     let toml = "[agent]\nconfirm_timeout_s = 1.5\n";
     let mut b = Broker::with_llm(plugins, &llm, &[("hearth.toml", toml)]).await;
@@ -255,13 +272,24 @@ async fn ai_tool_policies_are_enforced_by_the_broker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_trigger_type_reaches_its_plugin() {
+    every_trigger_type("py", "nd").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_trigger_type_reaches_its_go_plugin() {
+    every_trigger_type("go", "go").await;
+}
+
+/// Triggers of every type, with the policy plugin `trig` (types 0-3) in `trig_lang` and
+/// `ev` (type 4) in `ev_lang`.
+async fn every_trigger_type(trig_lang: &str, ev_lang: &str) {
     let llm = ScriptedLlm::start(
         Script::from_value(json!({"steps": [], "default": {"content": "the LLM answered"}}))
             .unwrap(),
     );
     let plugins = vec![
         lz(
-            "py",
+            trig_lang,
             "trig",
             json!({}),
             json!([{"type": 0, "pattern": "/cmd"}, {"type": 1, "pattern": "Weather"},
@@ -269,7 +297,7 @@ async fn every_trigger_type_reaches_its_plugin() {
                    {"type": 2, "pattern": "(unclosed"}]),
         ),
         lz(
-            "nd",
+            ev_lang,
             "ev",
             json!({}),
             json!([{"type": 4, "pattern": "message"}, {"type": 4, "pattern": "reply"}]),
@@ -344,8 +372,10 @@ async fn every_trigger_type_reaches_its_plugin() {
     );
 }
 
-/// The seed's translate (inject only) and hybrid weather plugins in `lang`: commands
-/// typed by the user, a command the LLM writes, and the weather tool the LLM calls.
+/// The seed's translate (inject only) and hybrid weather plugins in `lang` (`py`:
+/// tests/plugins/lz_*.py, `nd`: lz_translate.js and examples/plugins/weather, `go`: the
+/// binaries of tests/plugins/go/cmd/lz_*): commands typed by the user, a command the LLM
+/// writes, and the weather tool the LLM calls.
 async fn inject_round_trip(lang: &str) -> (String, String) {
     let script = json!({"steps": [
         {"match": "in Japanese", "content": "Here you go:\n/translate 你好 ja"},
@@ -359,7 +389,7 @@ async fn inject_round_trip(lang: &str) -> (String, String) {
             test_plugin("translate", "python", "tests/plugins/lz_translate.py"),
             test_plugin("weather", "python", "tests/plugins/lz_weather.py"),
         ],
-        _ => {
+        "nd" => {
             let mut weather = example("weather");
             weather.manifest["env"] = json!({"WEATHER_TODAY": "2026-07-01"});
             vec![
@@ -367,6 +397,11 @@ async fn inject_round_trip(lang: &str) -> (String, String) {
                 weather,
             ]
         }
+        "go" => vec![
+            test_plugin("translate", "exec", go_binary("lz_translate")),
+            test_plugin("weather", "exec", go_binary("lz_weather")),
+        ],
+        other => panic!("unknown language {other}"),
     };
     let mut b = Broker::with_llm(plugins, &llm, &[]).await;
 
@@ -429,10 +464,12 @@ async fn inject_round_trip(lang: &str) -> (String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn linkzone_translate_and_hybrid_weather_round_trip_in_python_and_node() {
+async fn linkzone_translate_and_hybrid_weather_round_trip_in_python_node_and_go() {
     let py = inject_round_trip("py").await;
     let nd = inject_round_trip("nd").await;
     assert_eq!(py, nd, "the Python and Node plugins answer differently");
+    let go = inject_round_trip("go").await;
+    assert_eq!(py, go, "the Python and Go plugins answer differently");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
