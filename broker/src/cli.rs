@@ -275,7 +275,7 @@ pub enum Command {
     /// `hearth dev llm-server` serves a scripted LLM alone.
     Dev(crate::dev::DevArgs),
     /// Write a new plugin folder: plugin.json, code, README and a test that passes with
-    /// only the SDK installed (`pytest`, `node --test`, `cargo test`).
+    /// only the SDK installed (`pytest`, `node --test`, `cargo test`, `go test ./...`).
     New(crate::scaffold::NewArgs),
     /// MCP: servers as plugins (list, import, resources, read, prompts) and Hearth's
     /// tools served to MCP clients (serve).

@@ -7,7 +7,9 @@
 //! (crate `hearth-scripted`, script format in `docs/llm-script.md`) as its LLM source,
 //! prints the broker's and the plugin's log on stderr, and reloads the plugin when a
 //! file in its folder changes (a Rust plugin — a folder with `Cargo.toml` — is rebuilt
-//! with `cargo build` first, and a failed build keeps the running version). `--trace`
+//! with `cargo build` first, and a failed build keeps the running version; a plugin
+//! whose manifest has a `build` step — a Go plugin from `hearth new go` — is built by the
+//! broker itself, see `supervisor::build`). `--trace`
 //! prints every message on the plugin's session, decoded, one line each. Stops on
 //! Ctrl-C / SIGTERM like `hearth run`.
 //!
@@ -115,7 +117,9 @@ fn inner_loop(
         None => Script::from_json(DEFAULT_SCRIPT).expect("the default script parses"),
     };
     // A Rust plugin is built before its manifest is read: its entry is the build's output.
-    let cargo = dir.join("Cargo.toml").is_file();
+    // A manifest with a `build` step builds itself (the broker runs it at each start).
+    let manifest_builds = PluginSpec::load(&dir).is_ok_and(|s| s.build.is_some());
+    let cargo = dir.join("Cargo.toml").is_file() && !manifest_builds;
     if cargo && !cargo_build(&dir) {
         bail!(
             "{}: cargo build failed (its output is above)",
@@ -171,7 +175,13 @@ fn inner_loop(
         );
         eprintln!(
             "  reload     on every saved file{}",
-            if cargo { ", after cargo build" } else { "" }
+            if cargo {
+                ", after cargo build"
+            } else if spec.build.is_some() {
+                ", after its build (plugin.json `build`)"
+            } else {
+                ""
+            }
         );
         eprintln!("  try, in another terminal:");
         eprintln!("    export HEARTH_DATA_DIR={shown}");

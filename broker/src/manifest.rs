@@ -11,7 +11,8 @@
 //!   "ping_interval_ms": 2000, "hung_timeout_ms": 10000, "max_concurrency": 0,
 //!   "capabilities": ["memory", "knowledge", "llm", "input", "settings_cross", "settings_core"],
 //!   "env_passthrough": ["AWS_PROFILE", "MYAPP_*"], "allow_loader_env": false,
-//!   "sandbox": {"read": ["~/models"], "write": ["/srv/out"], "net_connect": ["api.example.com:443"]} }
+//!   "sandbox": {"read": ["~/models"], "write": ["/srv/out"], "net_connect": ["api.example.com:443"]},
+//!   "build": ["go", "build", "-buildvcs=false", "-o", "bin/plugin", "."], "build_timeout_s": 600 }
 //! ```
 //!
 //! Trust: the manifest is trusted as code is — it says what runs. A relative `entry`
@@ -35,6 +36,12 @@
 //!
 //! `capabilities` says which host services the plugin may call (see
 //! [`CAPABILITIES`]); without the field a plugin gets [`DEFAULT_CAPABILITIES`].
+//!
+//! `build` is a program and its arguments (no shell) that produce the entry, run in
+//! the plugin folder before a start when the entry is missing or older than the newest
+//! source file (see `supervisor::build`); `build_timeout_s` bounds it (default
+//! [`DEFAULT_BUILD_TIMEOUT_S`]). With `build`, `runtime` must be given and the entry
+//! need not exist yet. Not for MCP servers.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -82,6 +89,9 @@ pub const DEFAULT_MAX_TOTAL_S: f64 = 600.0;
 pub const DEFAULT_PING_INTERVAL_MS: u64 = 2000;
 /// Default time without a `Pong` after which a plugin is hung, in milliseconds.
 pub const DEFAULT_HUNG_TIMEOUT_MS: u64 = 10_000;
+/// Default seconds a build step may run before its process group is killed: a cold Go
+/// build of a gRPC plugin takes ~20 s on a small machine, a cold Rust one minutes.
+pub const DEFAULT_BUILD_TIMEOUT_S: f64 = 600.0;
 
 /// `plugin.json` as written by the author.
 #[derive(Debug, Default, Deserialize)]
@@ -115,6 +125,9 @@ struct RawManifest {
     #[serde(default)]
     allow_loader_env: bool,
     sandbox: Option<serde_json::Value>,
+    // Checked by hand (not typed) so that a bad value is an error naming the field.
+    build: Option<serde_json::Value>,
+    build_timeout_s: Option<f64>,
     // `"runtime": "mcp"` only (see McpSpec).
     command: Option<Vec<String>>,
     url: Option<String>,
@@ -327,6 +340,11 @@ pub struct PluginSpec {
     pub sandbox: SandboxSpec,
     /// `"runtime": "mcp"`: how to reach the server; `None` for other runtimes.
     pub mcp: Option<McpSpec>,
+    /// The build step (manifest `build`): program and arguments run in the plugin
+    /// folder before a start when the entry is missing or older than its sources.
+    pub build: Option<Vec<String>>,
+    /// Seconds the build may run (manifest `build_timeout_s`).
+    pub build_timeout_s: f64,
 }
 
 /// Every capability a manifest may grant, with what it allows. A plugin's own
@@ -445,6 +463,8 @@ impl PluginSpec {
             allow_loader_env: false,
             sandbox: SandboxSpec::default(),
             mcp: None,
+            build: None,
+            build_timeout_s: DEFAULT_BUILD_TIMEOUT_S,
         }
     }
 
@@ -511,6 +531,13 @@ impl PluginSpec {
             None => None,
         };
         let mcp = mcp_spec(&raw, runtime, &dir).map_err(|(f, m)| field(f, m))?;
+        let build = build_spec(raw.build.take(), runtime).map_err(|(f, m)| field(f, m))?;
+        if build.is_none() && raw.build_timeout_s.is_some() {
+            return Err(field(
+                "build_timeout_s",
+                "bounds the `build` step, and this manifest has none".into(),
+            ));
+        }
         let (runtime, entry) = match (runtime, raw.entry) {
             (Some(Runtime::Mcp), _) => (Runtime::Mcp, mcp_entry(mcp.as_ref(), &dir)),
             (Some(rt), Some(entry)) => (rt, dir.join(entry)),
@@ -531,13 +558,19 @@ impl PluginSpec {
                 (rt, entry.map(|e| dir.join(e)).unwrap_or(inferred))
             }
         };
-        if runtime != Runtime::Mcp && !entry.exists() {
+        // With a build step the entry may not exist yet: the build makes it.
+        if runtime != Runtime::Mcp && build.is_none() && !entry.exists() {
             return Err(ManifestError::MissingEntry {
                 plugin: name,
                 entry,
             });
         }
-        if raw_entry_relative && runtime != Runtime::Mcp && !inside(&entry, &dir) {
+        let stays_inside = if entry.exists() {
+            inside(&entry, &dir)
+        } else {
+            inside_lexically(&entry, &dir)
+        };
+        if raw_entry_relative && runtime != Runtime::Mcp && !stays_inside {
             return Err(field(
                 "entry",
                 format!(
@@ -659,6 +692,12 @@ impl PluginSpec {
             allow_loader_env: raw.allow_loader_env,
             sandbox,
             mcp,
+            build_timeout_s: timeout(
+                "build_timeout_s",
+                raw.build_timeout_s,
+                DEFAULT_BUILD_TIMEOUT_S,
+            )?,
+            build,
             capabilities: match raw.capabilities {
                 None => DEFAULT_CAPABILITIES.iter().map(|c| c.to_string()).collect(),
                 Some(list) => {
@@ -678,6 +717,88 @@ impl PluginSpec {
             dir,
         })
     }
+}
+
+/// An example of `build`, for error messages.
+const BUILD_EXAMPLE: &str = r#"["go", "build", "-o", "bin/plugin", "."]"#;
+
+/// `build` as written → program and arguments; errors name the field. `runtime` must
+/// be explicit (what the build produces cannot be inferred before it ran), and MCP
+/// servers have none.
+fn build_spec(
+    raw: Option<serde_json::Value>,
+    runtime: Option<Runtime>,
+) -> Result<Option<Vec<String>>, (&'static str, String)> {
+    let list = match raw {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::Array(list)) => list,
+        Some(other) => {
+            return Err((
+                "build",
+                format!("{other} is not an array of strings (the program and its arguments, no shell), e.g. {BUILD_EXAMPLE}"),
+            ))
+        }
+    };
+    let mut argv = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        match item.as_str() {
+            Some(s) if s.contains('\0') => {
+                return Err(("build", format!("item {i} contains a NUL byte")))
+            }
+            Some(s) => argv.push(s.to_string()),
+            None => {
+                return Err((
+                    "build",
+                    format!("item {i} ({item}) is not a string; give the program and its arguments as strings, e.g. {BUILD_EXAMPLE}"),
+                ))
+            }
+        }
+    }
+    match argv.first() {
+        None => {
+            return Err((
+                "build",
+                format!("is empty; give the program and its arguments, e.g. {BUILD_EXAMPLE}, or leave `build` out"),
+            ))
+        }
+        Some(program) if program.trim().is_empty() => {
+            return Err(("build", "the program (item 0) is empty".into()))
+        }
+        Some(_) => {}
+    }
+    match runtime {
+        Some(Runtime::Mcp) => Err((
+            "build",
+            "is not supported for MCP servers (\"runtime\": \"mcp\"); build the server beforehand".into(),
+        )),
+        None => Err((
+            "build",
+            "needs `runtime` (and usually `entry`): the build's output cannot be inferred before it ran".into(),
+        )),
+        Some(_) => Ok(Some(argv)),
+    }
+}
+
+/// Whether `path` (which need not exist) stays inside `dir` by its components: no `..`
+/// leads out. The nearest existing ancestor must also resolve inside `dir` (no link
+/// leads out).
+fn inside_lexically(path: &Path, dir: &Path) -> bool {
+    use std::path::Component;
+    let Ok(rel) = path.strip_prefix(dir) else {
+        return false;
+    };
+    let mut depth = 0usize;
+    for c in rel.components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir if depth > 0 => depth -= 1,
+            _ => return false,
+        }
+    }
+    path.ancestors()
+        .find(|a| a.exists())
+        .is_some_and(|existing| inside(existing, dir))
 }
 
 /// The MCP part of a manifest: `Some` for `"runtime": "mcp"` (exactly one of
@@ -1066,6 +1187,78 @@ mod tests {
             err.contains("field `name`") && err.contains("../adapters"),
             "{err}"
         );
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_build_step_is_checked_and_its_entry_may_be_missing() {
+        let root = tempdir("build");
+        let dir = root.join("gp");
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |json: &str| std::fs::write(dir.join("plugin.json"), json).unwrap();
+        write(
+            r#"{"runtime":"exec","entry":"bin/plugin","build":["go","build","-o","bin/plugin","."]}"#,
+        );
+        let spec = PluginSpec::load(&dir).unwrap();
+        assert_eq!(
+            spec.build.as_deref().unwrap(),
+            ["go", "build", "-o", "bin/plugin", "."]
+        );
+        assert_eq!(spec.build_timeout_s, DEFAULT_BUILD_TIMEOUT_S);
+        assert_eq!(spec.entry, dir.join("bin/plugin"));
+        // Without `build` the missing entry is an error, as before.
+        write(r#"{"runtime":"exec","entry":"bin/plugin"}"#);
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("does not exist"), "{err}");
+
+        for (json, needle) in [
+            (
+                r#"{"runtime":"exec","entry":"p","build":"go build"}"#,
+                "is not an array of strings",
+            ),
+            (r#"{"runtime":"exec","entry":"p","build":[]}"#, "is empty"),
+            (
+                r#"{"runtime":"exec","entry":"p","build":["go",1]}"#,
+                "item 1 (1) is not a string",
+            ),
+            (
+                r#"{"runtime":"exec","entry":"p","build":[" "]}"#,
+                "the program (item 0) is empty",
+            ),
+            (
+                r#"{"runtime":"exec","entry":"p","build":{"cmd":"go"}}"#,
+                "is not an array of strings",
+            ),
+            (r#"{"entry":"p","build":["make"]}"#, "needs `runtime`"),
+            (
+                r#"{"runtime":"mcp","command":["x"],"build":["make"]}"#,
+                "not supported for MCP",
+            ),
+            (
+                r#"{"runtime":"exec","entry":"p","build":["make"],"build_timeout_s":0}"#,
+                "field `build_timeout_s`: 0 is not a positive",
+            ),
+            (
+                r#"{"runtime":"exec","entry":"../p","build":["make"]}"#,
+                "leaves the plugin folder",
+            ),
+        ] {
+            write(json);
+            let err = PluginSpec::load(&dir).unwrap_err().to_string();
+            assert!(err.contains(needle), "{json}: {err}");
+            if !needle.contains("leaves") {
+                assert!(err.contains("field `build"), "{json}: {err}");
+            }
+        }
+        std::fs::write(dir.join("p"), "").unwrap();
+        write(r#"{"runtime":"exec","entry":"p","build_timeout_s":5}"#);
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("field `build_timeout_s`") && err.contains("has none"),
+            "{err}"
+        );
+        write(r#"{"runtime":"exec","entry":"p","build":null}"#);
+        assert!(PluginSpec::load(&dir).unwrap().build.is_none());
         std::fs::remove_dir_all(root).unwrap();
     }
 

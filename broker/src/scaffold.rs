@@ -1,13 +1,19 @@
-//! `hearth new python|node|rust NAME [--style …]`: writes a plugin folder — `plugin.json`,
-//! the code, a README and a test that passes out of the box with only the SDK package
-//! installed (`pytest`, `node --test`, `cargo test`), using the SDK's `testing` harness
-//! (no broker needed).
+//! `hearth new python|node|rust|go NAME [--style …]`: writes a plugin folder —
+//! `plugin.json`, the code, a README and a test that passes out of the box with only the
+//! SDK package installed (`pytest`, `node --test`, `cargo test`, `go test ./...`), using
+//! the SDK's `testing` harness (no broker needed).
+//!
+//! A Go plugin is a module of its own (`module NAME`) whose `plugin.json` has a `build`
+//! step (`go build -buildvcs=false -o bin/plugin .`, run by the broker, see
+//! `supervisor::build`). Until the Go SDK is published its `go.mod` takes it from the
+//! Hearth checkout this `hearth` comes from ([`sdk_go_dir`]) with a `replace` line, and
+//! `go mod tidy` completes `go.mod` and writes `go.sum` when `go` is on `PATH`.
 //!
 //! Templates live in `broker/templates/` and are compiled in. Placeholders:
 //! `__NAME__` (the plugin name), `__TOOL__` (its one tool: the plugin name for LinkZone,
 //! whose tool is named after the plugin; the name with `-` as `_` otherwise),
 //! `__CRATE__` (the Rust crate's library name), `__SDK_VERSION__` (the SDK version
-//! these templates were written for).
+//! these templates were written for), `__REPLACE__` (Go: the `replace` of the SDK).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,6 +33,9 @@ pub enum Language {
     Node,
     /// Rust, crate `hearth-plugin`.
     Rust,
+    /// Go 1.26+, module `github.com/hearth-dev/hearth/sdk-go` (from this Hearth
+    /// checkout until it is published).
+    Go,
 }
 
 /// Plugin styles (each SDK offers the seeds' own styles).
@@ -36,9 +45,9 @@ pub enum Style {
     Decorator,
     /// LinkZone: `metadata` + `execute_tool` / `executeTool` (Python, Node).
     Linkzone,
-    /// HomeAgent: `start(sdk)` + `register_tool` (Python, Node, Rust).
+    /// HomeAgent: `start(sdk)` + `register_tool` (Python, Node, Rust, Go).
     Homeagent,
-    /// Cyrene: a `Tool` with definition and execute (Rust only).
+    /// Cyrene: a `Tool` with definition and execute (Rust, Go).
     Cyrene,
 }
 
@@ -62,7 +71,8 @@ pub struct NewArgs {
     /// Plugin name: letters, digits, `_` and `-`, starting with a letter (at most 64);
     /// also the folder's name.
     pub name: String,
-    /// Style (default: decorator for Python, linkzone for Node, cyrene for Rust).
+    /// Style (default: decorator for Python, linkzone for Node, cyrene for Rust,
+    /// homeagent for Go).
     #[arg(long, value_enum)]
     pub style: Option<Style>,
     /// Folder to create the plugin folder in (default: the current directory).
@@ -83,10 +93,13 @@ pub fn new_command(args: NewArgs) -> anyhow::Result<ExitCode> {
         Language::Python => Style::Decorator,
         Language::Node => Style::Linkzone,
         Language::Rust => Style::Cyrene,
+        Language::Go => Style::Homeagent,
     });
-    let files = render(args.language, style, &args.name)?;
+    let sdk_go = sdk_go_dir();
+    let files = render_with(args.language, style, &args.name, sdk_go.as_deref())?;
     let dir = args.dir.join(&args.name);
     write_folder(&dir, &files)?;
+    let tidied = args.language == Language::Go && go_mod_tidy(&dir);
     let shown = dir.display();
     println!(
         "created {shown}/ ({} plugin, {} style)",
@@ -96,8 +109,24 @@ pub fn new_command(args: NewArgs) -> anyhow::Result<ExitCode> {
     for (path, _) in &files {
         println!("  {path}");
     }
-    println!("\nnext (until hearth-plugin is on PyPI, npm and crates.io, install it from a Hearth");
-    println!("checkout or its built packages instead: see the README's \"Write a plugin\"):");
+    if tidied {
+        println!("  go.sum (go mod tidy)");
+    }
+    if args.language == Language::Go {
+        match &sdk_go {
+            Some(sdk) => println!("\ngo.mod takes the Go SDK from this Hearth checkout ({}) with a `replace`\nline; drop it once github.com/hearth-dev/hearth/sdk-go is published.", sdk.display()),
+            None => println!("\nno Hearth checkout found next to this `hearth` (nor HEARTH_SDK_GO): add\n  replace github.com/hearth-dev/hearth/sdk-go => /path/to/hearth/sdk-go\nto go.mod until the Go SDK is published, then run `go mod tidy`."),
+        }
+        if !tidied && sdk_go.is_some() {
+            println!("run `go mod tidy` in {shown} (it completes go.mod and writes go.sum)");
+        }
+        println!("\nnext:");
+    } else {
+        println!(
+            "\nnext (until hearth-plugin is on PyPI, npm and crates.io, install it from a Hearth"
+        );
+        println!("checkout or its built packages instead: see the README's \"Write a plugin\"):");
+    }
     println!("  cd {shown}");
     match args.language {
         Language::Python => {
@@ -116,8 +145,66 @@ pub fn new_command(args: NewArgs) -> anyhow::Result<ExitCode> {
             println!("  cargo test                             # tests, no broker needed");
             println!("  hearth dev .                           # builds, starts a broker + scripted LLM, rebuilds on save");
         }
+        Language::Go => {
+            println!("  go test ./...                          # tests, no broker needed");
+            println!("  hearth dev .                           # the broker builds it (plugin.json `build`), runs it with a scripted LLM, rebuilds on save");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Go SDK module's path in Go source.
+pub const SDK_GO_MODULE: &str = "github.com/hearth-dev/hearth/sdk-go";
+
+/// The `sdk-go` folder of the Hearth checkout this `hearth` comes from, absolute: from
+/// `HEARTH_SDK_GO` if set, else the nearest `sdk-go/go.mod` above the running binary
+/// (`<checkout>/target/debug/hearth`), else the checkout it was built in. `None` when
+/// there is none (an installed binary without a checkout).
+pub fn sdk_go_dir() -> Option<PathBuf> {
+    let has_module = |dir: &Path| dir.join("go.mod").is_file();
+    if let Some(dir) = std::env::var_os("HEARTH_SDK_GO").map(PathBuf::from) {
+        return Some(std::path::absolute(&dir).unwrap_or(dir));
+    }
+    let beside_binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| std::fs::canonicalize(exe).ok())
+        .and_then(|exe| {
+            exe.ancestors()
+                .skip(1)
+                .map(|a| a.join("sdk-go"))
+                .find(|d| has_module(d))
+        });
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(|checkout| checkout.join("sdk-go"))
+        .filter(|d| has_module(d));
+    beside_binary.or(built_in)
+}
+
+/// Runs `go mod tidy` in `dir` (a new Go plugin): it lists the SDK's dependencies in
+/// `go.mod` and writes `go.sum`, from the module cache or the module proxy. False (with
+/// what went wrong on stderr) when `go` is missing or tidy fails.
+fn go_mod_tidy(dir: &Path) -> bool {
+    match std::process::Command::new("go")
+        .args(["mod", "tidy"])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => {
+            eprintln!(
+                "warning: `go mod tidy` in {} failed:\n{}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim_end()
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("warning: cannot run `go mod tidy` ({e}); is Go on PATH?");
+            false
+        }
+    }
 }
 
 fn language_name(language: Language) -> &'static str {
@@ -125,6 +212,7 @@ fn language_name(language: Language) -> &'static str {
         Language::Python => "Python",
         Language::Node => "Node",
         Language::Rust => "Rust",
+        Language::Go => "Go",
     }
 }
 
@@ -142,11 +230,22 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The files of a new plugin folder.
+/// The files of a new plugin folder; a Go plugin's `go.mod` takes the SDK from the
+/// checkout [`sdk_go_dir`] finds.
 ///
 /// # Errors
 /// A bad name, or a style the language does not have (the message lists the ones it has).
 pub fn render(language: Language, style: Style, name: &str) -> anyhow::Result<Vec<File>> {
+    render_with(language, style, name, sdk_go_dir().as_deref())
+}
+
+/// [`render`] with the Go SDK at `sdk_go` (`None`: no `replace` line, a comment instead).
+fn render_with(
+    language: Language,
+    style: Style,
+    name: &str,
+    sdk_go: Option<&Path>,
+) -> anyhow::Result<Vec<File>> {
     check_name(name)?;
     let ident = name.replace('-', "_");
     let tool = if style == Style::Linkzone {
@@ -169,11 +268,14 @@ pub fn render(language: Language, style: Style, name: &str) -> anyhow::Result<Ve
         (Language::Node, Style::Homeagent) => include_str!("../templates/node/homeagent.js"),
         (Language::Rust, Style::Cyrene) => include_str!("../templates/rust/cyrene.rs"),
         (Language::Rust, Style::Homeagent) => include_str!("../templates/rust/homeagent.rs"),
+        (Language::Go, Style::Homeagent) => include_str!("../templates/go/homeagent.go"),
+        (Language::Go, Style::Cyrene) => include_str!("../templates/go/cyrene.go"),
         (language, style) => {
             let has = match language {
                 Language::Python => "decorator, linkzone, homeagent",
                 Language::Node => "linkzone, homeagent",
                 Language::Rust => "cyrene, homeagent",
+                Language::Go => "homeagent, cyrene",
             };
             bail!(
                 "--style {}: {} plugins come in these styles: {has}",
@@ -191,6 +293,15 @@ pub fn render(language: Language, style: Style, name: &str) -> anyhow::Result<Ve
             quoted(runtime),
             quoted(entry)
         )
+    };
+    let replace = match sdk_go {
+        Some(dir) => format!(
+            "\n// Until the Go SDK is published, it comes from the Hearth checkout `hearth new go`\n// ran from. Once it is (tag sdk-go/vX.Y.Z), drop this line and run\n// `go get {SDK_GO_MODULE}@latest`.\nreplace {SDK_GO_MODULE} => {}\n",
+            dir.display()
+        ),
+        None => format!(
+            "\n// Until the Go SDK is published, take it from a Hearth checkout:\n// replace {SDK_GO_MODULE} => /path/to/hearth/sdk-go\n"
+        ),
     };
     let files = match language {
         Language::Python => vec![
@@ -248,6 +359,27 @@ pub fn render(language: Language, style: Style, name: &str) -> anyhow::Result<Ve
             ),
             (".gitignore", "target/\n".to_string()),
         ],
+        Language::Go => vec![
+            (
+                "plugin.json",
+                format!(
+                    "{{\n  \"name\": {},\n  \"version\": \"0.1.0\",\n  \"description\": {},\n  \"runtime\": \"exec\",\n  \"entry\": \"bin/plugin\",\n  \"build\": [\"go\", \"build\", \"-buildvcs=false\", \"-o\", \"bin/plugin\", \".\"]\n}}\n",
+                    serde_json::Value::from(name),
+                    serde_json::Value::from(format!("{name}: says hello")),
+                ),
+            ),
+            (
+                "go.mod",
+                fill(include_str!("../templates/go/go.mod")).replace("__REPLACE__\n", &replace),
+            ),
+            ("main.go", fill(code)),
+            (
+                "main_test.go",
+                fill(include_str!("../templates/go/main_test.go")),
+            ),
+            ("README.md", fill(include_str!("../templates/go/README.md"))),
+            (".gitignore", "bin/\n".to_string()),
+        ],
     };
     Ok(files)
 }
@@ -294,6 +426,7 @@ mod tests {
             ),
             (Language::Node, &[Style::Linkzone, Style::Homeagent][..]),
             (Language::Rust, &[Style::Cyrene, Style::Homeagent][..]),
+            (Language::Go, &[Style::Homeagent, Style::Cyrene][..]),
         ] {
             for &style in styles {
                 let files = render(language, style, "my-tool").unwrap();
@@ -304,6 +437,7 @@ mod tests {
                         "__CRATE__",
                         "__SDK_VERSION__",
                         "__STYLE__",
+                        "__REPLACE__",
                     ] {
                         assert!(
                             !text.contains(left),
@@ -324,6 +458,8 @@ mod tests {
         assert!(err.to_string().contains("linkzone, homeagent"), "{err}");
         let err = render(Language::Rust, Style::Linkzone, "x").unwrap_err();
         assert!(err.to_string().contains("cyrene, homeagent"), "{err}");
+        let err = render(Language::Go, Style::Decorator, "x").unwrap_err();
+        assert!(err.to_string().contains("homeagent, cyrene"), "{err}");
         for bad in ["", "9lives", "a b", "a/b", "ü", &"x".repeat(65)] {
             let err = render(Language::Python, Style::Decorator, bad).unwrap_err();
             assert!(
@@ -331,6 +467,51 @@ mod tests {
                 "{bad:?}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_go_plugin_is_a_module_built_by_the_broker_on_this_checkouts_sdk() {
+        let sdk = Path::new("/src/hearth/sdk-go");
+        let files = render_with(Language::Go, Style::Homeagent, "my-tool", Some(sdk)).unwrap();
+        let file = |name: &str| &files.iter().find(|(p, _)| *p == name).unwrap().1;
+        let manifest: serde_json::Value = serde_json::from_str(file("plugin.json")).unwrap();
+        assert_eq!(manifest["runtime"], "exec");
+        assert_eq!(manifest["entry"], "bin/plugin");
+        assert_eq!(
+            manifest["build"],
+            serde_json::json!(["go", "build", "-buildvcs=false", "-o", "bin/plugin", "."])
+        );
+        let gomod = file("go.mod");
+        assert!(
+            gomod.starts_with("module my-tool\n\ngo 1.26.0\n"),
+            "{gomod}"
+        );
+        assert!(
+            gomod.contains("require github.com/hearth-dev/hearth/sdk-go v0.0.0\n"),
+            "{gomod}"
+        );
+        assert!(
+            gomod.contains("\nreplace github.com/hearth-dev/hearth/sdk-go => /src/hearth/sdk-go\n"),
+            "{gomod}"
+        );
+        assert!(gomod.contains("drop this line"), "{gomod}");
+        let main = file("main.go");
+        assert!(main.contains("s.RegisterTool(\"my_tool\""), "{main}");
+        assert!(
+            main.contains("func main() {\n\thearth.Serve(&Greeter{})\n}"),
+            "{main}"
+        );
+        assert!(file("main_test.go").contains("hearthtest"));
+        // Without a checkout: a comment saying what to add.
+        let files = render_with(Language::Go, Style::Cyrene, "x", None).unwrap();
+        let gomod = &files.iter().find(|(p, _)| *p == "go.mod").unwrap().1;
+        assert!(
+            gomod.contains(
+                "// replace github.com/hearth-dev/hearth/sdk-go => /path/to/hearth/sdk-go"
+            ),
+            "{gomod}"
+        );
+        assert!(!gomod.lines().any(|l| l.starts_with("replace")), "{gomod}");
     }
 
     #[test]

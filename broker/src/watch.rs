@@ -2,12 +2,14 @@
 //!
 //! Only writes, creations, renames and removals count (not reads or metadata), and
 //! they are debounced (300 ms) so an editor's save or a build's burst of writes is
-//! one reload. Each reload runs on its own ([`Supervisor::reload`]: the new version
+//! one reload. Each reload runs on its own ([`Supervisor::reload_on_change`]: the new version
 //! starts beside the serving one, which keeps serving if the new one fails): a slow
 //! or broken plugin never holds up another's reload, and a newer change to the same
 //! plugin supersedes a reload still in progress. Changes under `__pycache__`,
 //! `node_modules`, `target` and hidden directories, and editor swap/backup files, are
-//! ignored.
+//! ignored; so is what a plugin's `build` step writes (`bin/`, its entry: see
+//! [`crate::supervisor::build::is_source`]), whose reload runs the build only when the
+//! mtime rule says so.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -98,14 +100,21 @@ pub fn spawn(supervisor: Arc<Supervisor>, roots: &[PathBuf]) -> notify::Result<R
             let mut changed = BTreeSet::new();
             for path in &paths {
                 if let Some(p) = plugins.iter().find(|p| path.starts_with(&p.spec().dir)) {
-                    changed.insert(p.name().to_string());
+                    // A plugin with a build step reloads on its sources only, not on
+                    // what its build writes (`bin/plugin`).
+                    let spec = p.spec();
+                    if spec.build.is_none()
+                        || crate::supervisor::build::is_source(&spec.dir, &spec.entry, path)
+                    {
+                        changed.insert(p.name().to_string());
+                    }
                 }
             }
             for name in changed {
                 tracing::info!(plugin = %name, "--watch: files changed; reloading");
                 let supervisor = supervisor.clone();
                 reloads.spawn(async move {
-                    match supervisor.reload(&name).await {
+                    match supervisor.reload_on_change(&name).await {
                         Ok(_) => tracing::info!(plugin = %name, "--watch: reloaded"),
                         Err(e @ PluginError::Superseded { .. }) => {
                             tracing::info!(plugin = %name, "--watch: {e}")

@@ -38,6 +38,9 @@ const (
 	PluginState_PLUGIN_STATE_FAILED      PluginState = 5
 	PluginState_PLUGIN_STATE_STOPPING    PluginState = 6
 	PluginState_PLUGIN_STATE_STOPPED     PluginState = 7
+	// Running the manifest's `build` step before starting the process (no process yet;
+	// the startup timeout starts after the build).
+	PluginState_PLUGIN_STATE_BUILDING PluginState = 8
 )
 
 // Enum value maps for PluginState.
@@ -51,6 +54,7 @@ var (
 		5: "PLUGIN_STATE_FAILED",
 		6: "PLUGIN_STATE_STOPPING",
 		7: "PLUGIN_STATE_STOPPED",
+		8: "PLUGIN_STATE_BUILDING",
 	}
 	PluginState_value = map[string]int32{
 		"PLUGIN_STATE_UNSPECIFIED": 0,
@@ -61,6 +65,7 @@ var (
 		"PLUGIN_STATE_FAILED":      5,
 		"PLUGIN_STATE_STOPPING":    6,
 		"PLUGIN_STATE_STOPPED":     7,
+		"PLUGIN_STATE_BUILDING":    8,
 	}
 )
 
@@ -2371,7 +2376,7 @@ const file_hearth_v1_admin_proto_rawDesc = "" +
 	"\asources\x18\x01 \x03(\v2\x15.hearth.v1.SourceInfoR\asources\x12\x18\n" +
 	"\acurrent\x18\x02 \x01(\tR\acurrent\"&\n" +
 	"\x10UseSourceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name*\xe0\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name*\xfb\x01\n" +
 	"\vPluginState\x12\x1c\n" +
 	"\x18PLUGIN_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15PLUGIN_STATE_STARTING\x10\x01\x12\x16\n" +
@@ -2380,7 +2385,8 @@ const file_hearth_v1_admin_proto_rawDesc = "" +
 	"\x14PLUGIN_STATE_BACKOFF\x10\x04\x12\x17\n" +
 	"\x13PLUGIN_STATE_FAILED\x10\x05\x12\x19\n" +
 	"\x15PLUGIN_STATE_STOPPING\x10\x06\x12\x18\n" +
-	"\x14PLUGIN_STATE_STOPPED\x10\a2\xfe\b\n" +
+	"\x14PLUGIN_STATE_STOPPED\x10\a\x12\x19\n" +
+	"\x15PLUGIN_STATE_BUILDING\x10\b2\xfe\b\n" +
 	"\x05Admin\x12L\n" +
 	"\vListPlugins\x12\x1d.hearth.v1.ListPluginsRequest\x1a\x1e.hearth.v1.ListPluginsResponse\x12R\n" +
 	"\rRestartPlugin\x12\x1f.hearth.v1.RestartPluginRequest\x1a .hearth.v1.RestartPluginResponse\x12I\n" +

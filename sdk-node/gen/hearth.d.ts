@@ -891,7 +891,8 @@ export namespace hearth {
             PLUGIN_STATE_BACKOFF = 4,
             PLUGIN_STATE_FAILED = 5,
             PLUGIN_STATE_STOPPING = 6,
-            PLUGIN_STATE_STOPPED = 7
+            PLUGIN_STATE_STOPPED = 7,
+            PLUGIN_STATE_BUILDING = 8
         }
 
         interface IPluginStatus {

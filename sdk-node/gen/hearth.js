@@ -4219,6 +4219,7 @@ $root.hearth = (function() {
             values[valuesById[5] = "PLUGIN_STATE_FAILED"] = 5;
             values[valuesById[6] = "PLUGIN_STATE_STOPPING"] = 6;
             values[valuesById[7] = "PLUGIN_STATE_STOPPED"] = 7;
+            values[valuesById[8] = "PLUGIN_STATE_BUILDING"] = 8;
             return values;
         })();
 

@@ -4,11 +4,13 @@
 
 mod agent;
 mod author;
+mod build_step;
 mod cli_edges;
 mod cli_scripts;
 mod concurrency;
 mod dev;
 mod families;
+mod go_sdk;
 mod harness;
 mod host;
 mod inject;

@@ -15,6 +15,7 @@
 //! handlers — are routed by [`crate::router::ToolRouter`], which reaches a plugin's
 //! session through `Plugin::ready_session`.
 
+pub mod build;
 mod handshake;
 pub mod homes;
 pub mod plugin;
@@ -395,14 +396,37 @@ impl Supervisor {
     ) -> Result<PluginSnapshot, PluginError> {
         let mut rx = plugin.session.subscribe();
         let fresh = rx.wait_for(|s| s.as_ref().is_some_and(|s| s.generation() > generation));
-        let ready = tokio::time::timeout(wait, fresh)
-            .await
-            .map(|r| r.is_ok())
-            .unwrap_or(false);
+        tokio::pin!(fresh);
+        // A process started since that failed for good (a failed build, the crash
+        // budget spent) ends the wait at once.
+        let failed_since = || {
+            let s = plugin.status.lock().unwrap();
+            s.state == PluginState::Failed && s.generation > generation
+        };
+        let ready = tokio::time::timeout(wait, async {
+            loop {
+                tokio::select! {
+                    r = &mut fresh => return r.is_ok(),
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                        if failed_since() {
+                            return false;
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap_or(false);
         if ready {
             return Ok(plugin.snapshot());
         }
         let s = plugin.status.lock().unwrap();
+        if s.state == PluginState::Failed && s.generation > generation {
+            return Err(PluginError::Failed {
+                plugin: plugin.name().into(),
+                what: format!("not ready after {what} ({})", state_reason(&s)),
+            });
+        }
         Err(PluginError::Failed {
             plugin: plugin.name().into(),
             what: format!(
@@ -414,7 +438,14 @@ impl Supervisor {
     }
 
     fn op_wait(&self, spec: &PluginSpec) -> Duration {
+        // A build step runs before the startup timeout starts (up to its own timeout).
+        let build = if spec.build.is_some() {
+            Duration::from_secs_f64(spec.build_timeout_s) + Duration::from_secs(5)
+        } else {
+            Duration::ZERO
+        };
         Duration::from_secs_f64(spec.startup_timeout_s)
+            + build
             + self.config.drain_timeout
             + self.config.shutdown_grace
             + TERM_GRACE
@@ -462,7 +493,21 @@ impl Supervisor {
     /// that explains it) and the old process keeps serving with its tools. A newer
     /// reload of the same plugin supersedes one in progress
     /// ([`PluginError::Superseded`]); reloads of different plugins are independent.
+    ///
+    /// An explicit reload (the operator asked for new code) always runs the manifest's
+    /// `build` step, if it has one: the build tool's own up-to-date check decides, and
+    /// edits outside the folder (an SDK checkout) are picked up.
     pub async fn reload(&self, name: &str) -> Result<PluginSnapshot, PluginError> {
+        self.reload_with(name, true).await
+    }
+
+    /// [`Supervisor::reload`] after files in the plugin's folder changed (`--watch`):
+    /// its `build` step runs only when the mtime rule says so (see [`build`]).
+    pub async fn reload_on_change(&self, name: &str) -> Result<PluginSnapshot, PluginError> {
+        self.reload_with(name, false).await
+    }
+
+    async fn reload_with(&self, name: &str, rebuild: bool) -> Result<PluginSnapshot, PluginError> {
         let plugin = self.existing(name)?;
         if plugin.is_adhoc() {
             return Err(PluginError::Failed {
@@ -492,6 +537,7 @@ impl Supervisor {
             Control::Reload {
                 spec: Arc::new(spec),
                 done: Some(done),
+                rebuild,
             },
         )?;
         self.outcome(&plugin, outcome, wait, "reload").await?;

@@ -73,10 +73,12 @@ pub(crate) enum Control {
     /// failed plugin.
     Restart,
     /// Start the new spec (new code, same name) beside the serving process and switch
-    /// to it once it registered; `done` hears how it went.
+    /// to it once it registered; `done` hears how it went. `rebuild`: run the manifest's
+    /// build step whatever the mtime rule says (an explicit reload).
     Reload {
         spec: Arc<PluginSpec>,
         done: Option<Outcome>,
+        rebuild: bool,
     },
     /// Drain and stop for good.
     Stop,
@@ -262,6 +264,9 @@ pub(crate) struct ProcessEnd {
     uptime: Option<Duration>,
     /// The line of its stderr that says why it ended.
     why: Option<String>,
+    /// Its build step failed (it never started): the plugin fails at once, with no
+    /// restart loop (see [`super::build`]).
+    build_failed: bool,
 }
 
 impl ProcessEnd {
@@ -272,6 +277,19 @@ impl ProcessEnd {
             killed_because: None,
             uptime: None,
             why: None,
+            build_failed: false,
+        }
+    }
+
+    /// The end of a process whose build step failed: `exit` says how ("build failed
+    /// (exit status 1)"), `why` is the build's error line.
+    fn build_failed(exit: String, why: Option<String>) -> ProcessEnd {
+        ProcessEnd {
+            exit,
+            killed_because: None,
+            uptime: None,
+            why,
+            build_failed: true,
         }
     }
 
@@ -286,6 +304,12 @@ impl ProcessEnd {
 
     /// [`ProcessEnd::reason`], whether it had registered, and its stderr's why.
     fn detail(&self) -> String {
+        if self.build_failed {
+            return match &self.why {
+                Some(why) => format!("{}: {why}", self.exit),
+                None => self.exit.clone(),
+            };
+        }
         let mut text = self.reason();
         if self.uptime.is_none() && self.killed_because.is_none() {
             text.push_str(" before it registered");
@@ -598,10 +622,11 @@ impl Plugin {
         spec: Arc<PluginSpec>,
         generation: u64,
         token: String,
+        always_build: bool,
         mut cmds: mpsc::UnboundedReceiver<ProcCmd>,
     ) {
         let end = self
-            .run_process(&spec, &config, generation, &token, &mut cmds)
+            .run_process(&spec, &config, generation, &token, always_build, &mut cmds)
             .await;
         let _ = self.control.send(Control::Exited { generation, end });
     }
@@ -627,9 +652,32 @@ impl Plugin {
         config: &SupervisorConfig,
         generation: u64,
         token: &str,
+        always_build: bool,
         cmds: &mut mpsc::UnboundedReceiver<ProcCmd>,
     ) -> ProcessEnd {
         let name = &self.name;
+        if spec.build.is_some() {
+            // Only a stop can come before the process exists.
+            let stop = async {
+                while let Some(cmd) = cmds.recv().await {
+                    if matches!(cmd, ProcCmd::Stop { .. }) {
+                        return;
+                    }
+                }
+            };
+            let built =
+                super::build::before_start(self, spec, config, generation, always_build, stop)
+                    .await;
+            match built {
+                Ok(()) => {}
+                Err(super::build::Failure::Stopped) => {
+                    return ProcessEnd::never_started("stopped during its build".into())
+                }
+                Err(super::build::Failure::Failed { exit, why }) => {
+                    return ProcessEnd::build_failed(exit, why)
+                }
+            }
+        }
         let resolved;
         let spec = if spec.runtime == Runtime::Mcp {
             match self.resolve_mcp(spec, config).await {
@@ -774,6 +822,7 @@ impl Plugin {
             killed_because,
             uptime: registered_at.map(|t| t.elapsed()),
             why: tail.why(),
+            build_failed: false,
         }
     }
 
@@ -967,6 +1016,7 @@ impl Plugin {
             killed_because,
             uptime: registered_at.map(|t| t.elapsed()),
             why: None,
+            build_failed: false,
         }
     }
 
@@ -1130,7 +1180,11 @@ impl Task {
             Control::Hung { generation, silent } => self.tell(generation, ProcCmd::Hung(silent)),
             Control::Exited { generation, end } => self.on_exit(generation, end),
             Control::Restart => self.on_restart(),
-            Control::Reload { spec, done } => self.on_reload(spec, done),
+            Control::Reload {
+                spec,
+                done,
+                rebuild,
+            } => self.on_reload(spec, done, rebuild),
             Control::Stop => self.on_stop(),
         }
     }
@@ -1198,8 +1252,9 @@ impl Task {
         }
     }
 
-    /// Spawns a process of `spec`; as the current one when `current`.
-    fn spawn(&mut self, spec: Arc<PluginSpec>, current: bool) -> Proc {
+    /// Spawns a process of `spec`; as the current one when `current`. `always_build`:
+    /// run its build step whatever the mtime rule says.
+    fn spawn(&mut self, spec: Arc<PluginSpec>, current: bool, always_build: bool) -> Proc {
         let token = random_token();
         let generation = {
             let mut s = self.plugin.status.lock().unwrap();
@@ -1231,6 +1286,7 @@ impl Task {
             spec.clone(),
             generation,
             token,
+            always_build,
             rx,
         ));
         Proc {
@@ -1243,13 +1299,19 @@ impl Task {
 
     /// Starts `spec` as the current process (one that is starting is replaced).
     fn spawn_current(&mut self, spec: Arc<PluginSpec>) -> u64 {
+        self.spawn_current_with(spec, false)
+    }
+
+    /// [`Task::spawn_current`]; `always_build`: run its build step whatever the mtime
+    /// rule says.
+    fn spawn_current_with(&mut self, spec: Arc<PluginSpec>, always_build: bool) -> u64 {
         self.respawn_after = None;
         self.backoff_until = None;
         if let Some(old) = self.current.take() {
             self.plugin.unpublish(old.generation);
             self.retire(old, false, SUPERSEDED);
         }
-        let p = self.spawn(spec, true);
+        let p = self.spawn(spec, true, always_build);
         let generation = p.generation;
         self.current = Some(p);
         generation
@@ -1460,9 +1522,13 @@ impl Task {
             if let Some(session) = live {
                 session.close(&reason);
             }
-            self.answer(generation, Err(NotServing::Failed(detail)));
+            self.answer(generation, Err(NotServing::Failed(detail.clone())));
             if !self.stopping {
-                self.crashed(&end, reason);
+                if end.build_failed {
+                    self.build_failed(detail);
+                } else {
+                    self.crashed(&end, reason);
+                }
             }
         } else if self
             .candidate
@@ -1473,9 +1539,13 @@ impl Task {
             if let Some(session) = live {
                 session.close(&reason);
             }
-            let message = format!(
-                "reload failed: the new version {detail}; the previous version still serves"
-            );
+            let message = if end.build_failed {
+                format!("reload failed: {detail}; the previous version still serves")
+            } else {
+                format!(
+                    "reload failed: the new version {detail}; the previous version still serves"
+                )
+            };
             tracing::error!(plugin = %self.name(), "{message}");
             {
                 let mut s = self.plugin.status.lock().unwrap();
@@ -1548,6 +1618,18 @@ impl Task {
         }
     }
 
+    /// The current process's build step failed: the plugin is failed at once (a compile
+    /// error does not fix itself; no crash budget, no backoff) until a reload, a restart
+    /// or a `--watch` change tries again.
+    fn build_failed(&mut self, detail: String) {
+        let name = self.plugin.name.clone();
+        tracing::error!(plugin = %name, "failed: {detail}");
+        self.plugin.set_state(PluginState::Failed, detail);
+        if self.candidate.is_none() {
+            self.plugin.registry.remove_plugin(&name);
+        }
+    }
+
     fn on_restart(&mut self) {
         if self.attached.is_some() || self.stopping {
             return;
@@ -1573,7 +1655,7 @@ impl Task {
         }
     }
 
-    fn on_reload(&mut self, spec: Arc<PluginSpec>, done: Option<Outcome>) {
+    fn on_reload(&mut self, spec: Arc<PluginSpec>, done: Option<Outcome>, rebuild: bool) {
         if self.stopping {
             if let Some(done) = done {
                 let _ = done.send(Err(NotServing::Superseded("the plugin is stopping".into())));
@@ -1599,7 +1681,7 @@ impl Task {
         };
         let generation = if serving {
             tracing::info!(plugin = %self.name(), "reloading from {}: the new version starts beside the serving one", spec.dir.display());
-            let candidate = self.spawn(spec, false);
+            let candidate = self.spawn(spec, false, rebuild);
             let generation = candidate.generation;
             self.candidate = Some(candidate);
             generation
@@ -1610,7 +1692,7 @@ impl Task {
             *self.plugin.spec.write().unwrap() = spec.clone();
             self.reset_budget();
             self.plugin.status.lock().unwrap().restarts += 1;
-            self.spawn_current(spec)
+            self.spawn_current_with(spec, rebuild)
         };
         if let Some(done) = done {
             self.waiters.push((generation, done));

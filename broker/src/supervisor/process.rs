@@ -197,7 +197,7 @@ pub fn plugin_env(
 /// `program` as an absolute path: relative to the plugin folder `dir` (its working
 /// directory) when it has a `/`, else the first executable match on `PATH`. The
 /// sandbox is built for, and the process started from, this one path.
-fn resolve_program(program: &str, dir: &Path, env: &[(String, String)]) -> PathBuf {
+pub(super) fn resolve_program(program: &str, dir: &Path, env: &[(String, String)]) -> PathBuf {
     if program.contains('/') {
         return dir.join(program);
     }
@@ -396,8 +396,72 @@ pub async fn spawn(
     })
 }
 
+/// Starts a plugin's build step (see [`super::build`]): `program` with `args` in `cwd`
+/// with exactly `env`, stdin closed and stdout/stderr piped, in its own session and
+/// process group, forked from the spawner thread with PR_SET_PDEATHSIG, with the
+/// operator's umask and confined by `ruleset` when given. Errors say which program
+/// could not start.
+pub(super) async fn spawn_build(
+    program: &Path,
+    args: &[String],
+    cwd: &Path,
+    env: Vec<(String, String)>,
+    ruleset: Option<std::os::fd::OwnedFd>,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let ruleset_fd = ruleset.as_ref().map(|r| r.as_raw_fd());
+    let umask = PLUGIN_UMASK.load(Ordering::Relaxed) as libc::mode_t;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe libc calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            #[cfg(target_os = "linux")]
+            {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            libc::umask(umask);
+            if ruleset_fd.is_some() {
+                sandbox::restrict_self(ruleset_fd)?;
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = tokio::runtime::Handle::current();
+    let job: SpawnJob = Box::new(move || {
+        let _runtime = handle.enter();
+        let result = cmd.spawn();
+        drop(ruleset);
+        let _ = tx.send(result);
+    });
+    spawner()
+        .send(job)
+        .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?;
+    rx.await
+        .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?
+        .map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot run `{}`: {e}", program.display()))
+        })
+}
+
 /// Creates `dir` (and parents) mode 0700; `fresh` empties it first.
-fn private_dir(dir: &Path, fresh: bool) -> std::io::Result<()> {
+pub(super) fn private_dir(dir: &Path, fresh: bool) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if fresh {
         match std::fs::remove_dir_all(dir) {

@@ -367,6 +367,72 @@ pub fn prepare(
     }))
 }
 
+/// What a build step (manifest `build`, see `super::build`) may use besides the system
+/// roots; every path is granted only where it exists.
+#[derive(Debug, Default)]
+pub struct BuildGrants {
+    /// Read and execute, around the protected paths (the toolchain, `replace` and path
+    /// dependency targets, `sandbox.read`).
+    pub read: Vec<PathBuf>,
+    /// Read and write, around the protected paths (tool caches, `sandbox.write`).
+    pub write: Vec<PathBuf>,
+    /// Read and write as they are, although a protected path holds them: the plugin's
+    /// own folder and the build's temp dir.
+    pub own: Vec<PathBuf>,
+}
+
+/// The Landlock ruleset of a build step: the system roots and devices a plugin gets,
+/// plus `grants`; no network rule (a build may download modules and crates). Like
+/// [`prepare`], `Err(state)` when it runs unconfined (`"sandbox": false`, or no
+/// Landlock), and an error text when the ruleset cannot be built.
+pub fn prepare_build(
+    enabled: bool,
+    grants: &BuildGrants,
+    protected: &Protected,
+) -> Result<Result<Prepared, SandboxState>, String> {
+    if !enabled {
+        return Ok(Err(SandboxState::OptedOut));
+    }
+    let Some(kernel_abi) = landlock_abi() else {
+        return Ok(Err(SandboxState::Unavailable));
+    };
+    let level = kernel_abi.min(TESTED_ABI);
+    let mut protected_paths: Vec<PathBuf> = protected
+        .paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    protected_paths.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
+    let mut out = Grants::default();
+    for root in SYSTEM_READ {
+        out.add_except(Path::new(root), &protected_paths, false, false);
+    }
+    for dev in DEVICES_R {
+        out.add_own(Path::new(dev), false);
+    }
+    for dev in DEVICES_RW {
+        out.add_own(Path::new(dev), true);
+    }
+    for path in &grants.read {
+        out.add_except(path, &protected_paths, false, true);
+    }
+    for path in &grants.write {
+        out.add_except(path, &protected_paths, true, true);
+    }
+    for path in &grants.own {
+        out.add_own(path, true);
+    }
+    let ruleset = build_ruleset(&out, level, None)?;
+    Ok(Ok(Prepared {
+        ruleset,
+        state: SandboxState::Landlock {
+            abi: level,
+            ports: None,
+        },
+        refused: out.refused,
+    }))
+}
+
 /// The resolved path of `dir` when it is a real folder (not a link) that resolves to
 /// a child of its parent's resolved path: nothing below the parent redirects it.
 /// (Links above it — a data dir under a linked home — are the operator's and fine.)

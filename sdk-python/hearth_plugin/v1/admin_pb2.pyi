@@ -18,6 +18,7 @@ class PluginState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PLUGIN_STATE_FAILED: _ClassVar[PluginState]
     PLUGIN_STATE_STOPPING: _ClassVar[PluginState]
     PLUGIN_STATE_STOPPED: _ClassVar[PluginState]
+    PLUGIN_STATE_BUILDING: _ClassVar[PluginState]
 PLUGIN_STATE_UNSPECIFIED: PluginState
 PLUGIN_STATE_STARTING: PluginState
 PLUGIN_STATE_READY: PluginState
@@ -26,6 +27,7 @@ PLUGIN_STATE_BACKOFF: PluginState
 PLUGIN_STATE_FAILED: PluginState
 PLUGIN_STATE_STOPPING: PluginState
 PLUGIN_STATE_STOPPED: PluginState
+PLUGIN_STATE_BUILDING: PluginState
 
 class ListPluginsRequest(_message.Message):
     __slots__ = ()
