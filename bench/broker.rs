@@ -1,5 +1,6 @@
 //! Broker benchmark: a real `hearth run` (the integration-test harness) with the echo
-//! test plugins in Rust, Python and Node, driven through the Admin service over the
+//! test plugins in Rust, Python, Node and Go (the Go stress plugin, built by the bench
+//! with `go build`), driven through the Admin service over the
 //! broker's Unix socket. Prints Markdown tables; see BENCHMARKS.md.
 //!
 //! Run (release; the Rust plugin must be built first, next to the bench's `hearth`):
@@ -15,7 +16,7 @@
 //! - `HEARTH_BENCH_SECS` seconds per throughput run (default 3)
 //! - `HEARTH_BENCH_INFLIGHT` concurrency of the second throughput run (default 16)
 //! - `HEARTH_BENCH_RESTARTS` restarts per plugin for cold start (default 10)
-//! - `HEARTH_BENCH_ONLY` comma-separated subset of `rs,py,nd` (default all)
+//! - `HEARTH_BENCH_ONLY` comma-separated subset of `rs,py,nd,go` (default all)
 #![allow(unreachable_pub, missing_docs)]
 
 #[path = "common.rs"]
@@ -43,7 +44,7 @@ struct Target {
     tool: &'static str,
 }
 
-const TARGETS: [Target; 3] = [
+const TARGETS: [Target; 4] = [
     Target {
         lang: "Rust",
         plugin: "rs",
@@ -58,6 +59,11 @@ const TARGETS: [Target; 3] = [
         lang: "Node",
         plugin: "nd",
         tool: "nd_echo",
+    },
+    Target {
+        lang: "Go",
+        plugin: "go",
+        tool: "go_echo",
     },
 ];
 
@@ -164,14 +170,14 @@ async fn run() {
     let secs = env_num("HEARTH_BENCH_SECS", 3);
     let inflight = env_num("HEARTH_BENCH_INFLIGHT", 16) as usize;
     let restarts = env_num("HEARTH_BENCH_RESTARTS", 10) as usize;
-    let only = std::env::var("HEARTH_BENCH_ONLY").unwrap_or_else(|_| "rs,py,nd".into());
+    let only = std::env::var("HEARTH_BENCH_ONLY").unwrap_or_else(|_| "rs,py,nd,go".into());
     let targets: Vec<&Target> = TARGETS
         .iter()
         .filter(|t| only.split(',').any(|o| o.trim() == t.plugin))
         .collect();
     assert!(
         !targets.is_empty(),
-        "HEARTH_BENCH_ONLY={only:?} selects no plugin (use rs,py,nd)"
+        "HEARTH_BENCH_ONLY={only:?} selects no plugin (use rs,py,nd,go)"
     );
 
     let hearth = env!("CARGO_BIN_EXE_hearth");
@@ -210,6 +216,7 @@ async fn run() {
         plugins.push(match t.plugin {
             "rs" => stress("rs", "rs", "", json!({})),
             "py" => py_echo("py", json!({})),
+            "go" => stress("go", "go", "", json!({})),
             _ => node_echo("nd"),
         });
     }

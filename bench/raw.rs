@@ -1,8 +1,9 @@
 //! The raw floor of a broker↔plugin round trip, for the benchmarks: a minimal tonic
 //! host (this process) serving `PluginHost.Attach` on a Unix socket, and minimal
 //! plugins that speak the stream with the generated stubs only — Python (grpc.aio,
-//! `bench/raw/raw_plugin.py`), Node (grpc-js, `bench/raw/raw_plugin.js`) and Rust
-//! (tonic; this bench binary run again with `HEARTH_BENCH_RAW_PLUGIN=1`). A plugin
+//! `bench/raw/raw_plugin.py`), Node (grpc-js, `bench/raw/raw_plugin.js`), Rust
+//! (tonic; this bench binary run again with `HEARTH_BENCH_RAW_PLUGIN=1`) and Go
+//! (grpc-go, `bench/raw/go`, built with `go build` on first use). A plugin
 //! answers `RunStage` with the context it got and `InvokeTool` with its arguments.
 //! Everything a real broker and SDK add on top of this is overhead.
 // Each harness compiles this file on its own and uses only part of it.
@@ -77,14 +78,17 @@ struct Attached {
     next: u64,
     /// The hook id a `RunStage` names (an SDK plugin's pre_action hook).
     hook_id: String,
+    /// The tool an `InvokeTool` names (an SDK plugin's echo tool).
+    tool: String,
 }
 
 /// Which plugin to start on the raw host.
 pub enum Peer<'a> {
-    /// The minimal plugin of a language (`Python`, `Node`, `Rust`).
+    /// The minimal plugin of a language (`Python`, `Node`, `Rust`, `Go`).
     Raw(&'a str),
     /// A plugin of an SDK: `runtime` `python` / `node` / `exec` and its entry, with its
-    /// environment. It registers; `RunStage` goes to its first pre_action hook.
+    /// environment. It registers; `RunStage` goes to its first pre_action hook and
+    /// `InvokeTool` to its first tool whose name ends in `_echo`.
     Sdk {
         /// `python`, `node` or `exec`.
         runtime: &'a str,
@@ -294,19 +298,22 @@ impl Attached {
             .unwrap_or_else(|_| panic!("the raw {lang} plugin did not attach"))
             .unwrap();
         let mut hook_id = "raw".to_string();
+        let mut tool = "raw_echo".to_string();
         if let Peer::Sdk { .. } = peer {
-            // Hello, then Register: answer Registered and remember the pre_action hook.
+            // Hello, then Register: answer Registered and remember the pre_action hook
+            // and the echo tool (a plugin may have either).
             loop {
                 let m = inbound.message().await.unwrap().expect("SDK plugin ended");
                 if let Some(PluginMsg::Register(r)) = m.msg {
-                    hook_id = r
-                        .stages
-                        .iter()
-                        .find(|h| h.stage == Stage::PreAction as i32)
-                        .map(|h| h.hook_id.clone())
-                        .expect("the SDK plugin has no pre_action hook");
+                    if let Some(h) = r.stages.iter().find(|h| h.stage == Stage::PreAction as i32) {
+                        hook_id = h.hook_id.clone();
+                    }
+                    if let Some(t) = r.tools.iter().find(|t| t.name.ends_with("_echo")) {
+                        tool = t.name.clone();
+                    }
                     let registered = hearth_proto::v1::Registered {
                         plugin: "sdk".into(),
+                        tools: r.tools.iter().map(|t| t.name.clone()).collect(),
                         protocol_version: hearth_proto::PROTOCOL_VERSION.into(),
                         ..Default::default()
                     };
@@ -326,6 +333,7 @@ impl Attached {
             _dir: dir,
             next: 1,
             hook_id,
+            tool,
         }
     }
 }
@@ -349,8 +357,33 @@ fn raw_command(lang: &str, python: &str, repo: &std::path::Path) -> Command {
             c.env(RAW_PLUGIN_ENV, "1");
             c
         }
+        "Go" => Command::new(go_build(repo, "bench/raw/go", "raw-go")),
         other => panic!("unknown raw plugin language {other}"),
     }
+}
+
+/// Builds the Go main package in `repo/dir` with `go build` into
+/// `target/<profile>/go-bench/<name>` (beside this bench binary's `deps/`) and returns
+/// the binary. Go's build cache makes a rebuild with nothing changed ~0.1 s. Panics
+/// with the compiler's output when `go` is missing or the package does not build.
+pub fn go_build(repo: &std::path::Path, dir: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
+    let out = profile_dir.join("go-bench").join(name);
+    let result = Command::new("go")
+        .args(["build", "-buildvcs=false", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(repo.join(dir))
+        .output()
+        .unwrap_or_else(|e| panic!("go build in {dir}: {e} (Go 1.26 or newer must be on PATH)"));
+    assert!(
+        result.status.success(),
+        "go build in {dir} failed:\n{}{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    out
 }
 
 impl Attached {
@@ -399,7 +432,7 @@ impl Attached {
         self.next += 1;
         let msg = HostMsg::InvokeTool(InvokeTool {
             call_id,
-            tool: "raw_echo".into(),
+            tool: self.tool.clone(),
             args_json: args_json.into(),
             sender: None,
             timeout_ms: 5000,
@@ -407,7 +440,10 @@ impl Attached {
         });
         let started = Instant::now();
         match self.round_trip(msg).await {
-            PluginMsg::ToolResult(r) => assert_eq!(r.call_id, call_id),
+            PluginMsg::ToolResult(r) => {
+                assert_eq!(r.call_id, call_id);
+                assert!(r.success, "{}: {}", self.tool, r.error);
+            }
             other => panic!("raw plugin answered {other:?}"),
         }
         started.elapsed().as_secs_f64() * 1e6
