@@ -72,6 +72,8 @@ type Options struct {
 //   - the HomeAgent `.so` factory, func NewPlugin(name string, config
 //     map[string]interface{}) (sdk.Plugin, error) — hearth.Serve(NewPlugin) —
 //     called with the name the broker gives the plugin and an empty config;
+//   - sdk.Registered (homeagent/sdk): the factory a built-in plugin registered
+//     with sdk.RegisterFactory in its init(), chosen by the plugin's name;
 //   - a Cyrene plugin: cyrene/sdk.Plugin (Metadata, Init, Start(ctx, sdk.HostAPI),
 //     Tools; Stop(ctx) when it has one).
 //

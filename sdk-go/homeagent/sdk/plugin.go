@@ -234,14 +234,17 @@ func adapt(v any) (session.Plugin, bool) {
 			return nil, false
 		}
 		return &served{factory: p}, true
+	case RegisteredFactories:
+		return &served{registered: true}, true
 	}
 	return nil, false
 }
 
 // served drives a HomeAgent plugin for the session.
 type served struct {
-	plugin  Plugin
-	factory Factory
+	plugin     Plugin
+	factory    Factory
+	registered bool // the factory is RegisterFactory's for the plugin's name
 }
 
 func (a *served) Name() string {
@@ -252,6 +255,13 @@ func (a *served) Name() string {
 }
 
 func (a *served) Start(s *session.Session) (*session.Spec, error) {
+	if a.registered {
+		f, err := Registered.factory(s.Name())
+		if err != nil {
+			return nil, err
+		}
+		a.factory = f
+	}
 	if a.factory != nil {
 		p, err := a.factory(s.Name(), map[string]interface{}{})
 		if err != nil {

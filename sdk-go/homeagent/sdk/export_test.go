@@ -1,0 +1,9 @@
+package sdk
+
+// ResetFactories empties RegisterFactory's registry (tests only).
+func ResetFactories() {
+	factoriesMu.Lock()
+	defer factoriesMu.Unlock()
+	factories = map[string]Factory{}
+	factoryErrs = nil
+}
