@@ -333,26 +333,7 @@ pub async fn spawn(
     // SAFETY: only async-signal-safe libc calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            // Its own session (and so its own process group, pgid = pid): no
-            // controlling terminal to inject keystrokes into, and the supervisor and
-            // the reaper signal the whole group.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            #[cfg(target_os = "linux")]
-            {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            // The broker may have died between fork and prctl.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            libc::umask(umask);
-            if ruleset_fd.is_some() {
-                sandbox::restrict_self(ruleset_fd)?;
-            }
+            detach_and_confine(parent, umask, ruleset_fd)?;
             if mcp {
                 return Ok(());
             }
@@ -368,21 +349,9 @@ pub async fn spawn(
         });
     }
 
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let handle = tokio::runtime::Handle::current();
-    let job: SpawnJob = Box::new(move || {
-        let _runtime = handle.enter();
-        let result = cmd.spawn();
-        // The fds the child inherited are closed here, in the broker.
-        drop((reader, ruleset));
-        let _ = tx.send(result);
-    });
-    spawner()
-        .send(job)
-        .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?;
-    let child = rx
+    // The fds the child inherited are closed after the fork, in the broker.
+    let child = spawn_on_spawner(cmd, (reader, ruleset))
         .await
-        .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?
         .map_err(|e| {
             std::io::Error::new(
                 e.kind(),
@@ -422,32 +391,58 @@ pub(super) async fn spawn_build(
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: only async-signal-safe libc calls between fork and exec.
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            #[cfg(target_os = "linux")]
-            {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            libc::umask(umask);
-            if ruleset_fd.is_some() {
-                sandbox::restrict_self(ruleset_fd)?;
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || detach_and_confine(parent, umask, ruleset_fd));
     }
+    spawn_on_spawner(cmd, ruleset).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot run `{}`: {e}", program.display()))
+    })
+}
+
+/// In a forked child before `exec` (plugins and builds alike): its own session (and so
+/// its own process group, pgid = pid: no controlling terminal to inject keystrokes
+/// into, and the supervisor and the reaper signal the whole group), SIGKILL when the
+/// broker dies (and `_exit` if it already died between fork and prctl), the operator's
+/// umask, and the Landlock ruleset when given.
+///
+/// # Safety
+/// Runs between fork and exec: it makes only async-signal-safe libc calls.
+unsafe fn detach_and_confine(
+    parent: libc::pid_t,
+    umask: libc::mode_t,
+    ruleset_fd: Option<std::os::fd::RawFd>,
+) -> std::io::Result<()> {
+    if libc::setsid() < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    if libc::getppid() != parent {
+        libc::_exit(1);
+    }
+    libc::umask(umask);
+    if ruleset_fd.is_some() {
+        sandbox::restrict_self(ruleset_fd)?;
+    }
+    Ok(())
+}
+
+/// Forks `cmd` on the spawner thread (so PR_SET_PDEATHSIG follows a thread that lives
+/// as long as the broker) and drops `inherited` — the fds the child inherits — in the
+/// broker right after the fork. Errors: the spawn's own, or the spawner thread gone.
+async fn spawn_on_spawner(
+    mut cmd: Command,
+    inherited: impl Send + 'static,
+) -> std::io::Result<Child> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let handle = tokio::runtime::Handle::current();
     let job: SpawnJob = Box::new(move || {
         let _runtime = handle.enter();
         let result = cmd.spawn();
-        drop(ruleset);
+        drop(inherited);
         let _ = tx.send(result);
     });
     spawner()
@@ -455,9 +450,6 @@ pub(super) async fn spawn_build(
         .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?;
     rx.await
         .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?
-        .map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot run `{}`: {e}", program.display()))
-        })
 }
 
 /// Creates `dir` (and parents) mode 0700; `fresh` empties it first.
