@@ -815,6 +815,20 @@ fn tool_args(arg: &str) -> anyhow::Result<String> {
     if text.trim().is_empty() {
         return Ok("{}".into());
     }
+    // The request around them must fit one gRPC message; a bigger one would reset
+    // the stream and read as a broker outage.
+    let limit = hearth_proto::MAX_MESSAGE_BYTES - 64 * 1024;
+    if text.len() > limit {
+        return Err(CliError::new(
+            exit::USAGE,
+            format!(
+                "tool arguments{from}: {} bytes, over the {} MiB message limit",
+                text.len(),
+                hearth_proto::MAX_MESSAGE_BYTES >> 20
+            ),
+        )
+        .into());
+    }
     if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
         return Err(
             CliError::new(exit::USAGE, format!("tool arguments{from}: not JSON: {e}")).into(),

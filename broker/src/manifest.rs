@@ -418,13 +418,15 @@ pub enum ManifestError {
         /// What is wrong with it.
         message: String,
     },
-    /// No manifest and nothing to infer the runtime from.
-    #[error("not a plugin directory: {dir} (no plugin.json, and cannot infer the runtime: no main.py, index.js, package.json or executable `{name}`)")]
+    /// No `runtime` in the manifest (or no manifest) and nothing to infer it from.
+    #[error("not a plugin directory: {dir} ({}cannot infer the runtime: no main.py, index.js, package.json or executable `{name}`)", if *.manifest { "plugin.json names no `runtime`, and " } else { "no plugin.json, and " })]
     NoRuntime {
         /// The plugin directory.
         dir: PathBuf,
         /// The directory's name.
         name: String,
+        /// A plugin.json exists (without `runtime`), e.g. another system's manifest.
+        manifest: bool,
     },
     /// The entry file does not exist.
     #[error("plugin {plugin}: entry {entry} does not exist")]
@@ -554,7 +556,14 @@ impl PluginSpec {
                 )
             }
             (None, entry) => {
-                let (rt, inferred) = infer(&dir, &dir_name)?;
+                let (rt, inferred) = infer(&dir, &dir_name).map_err(|e| match e {
+                    ManifestError::NoRuntime { dir, name, .. } => ManifestError::NoRuntime {
+                        dir,
+                        name,
+                        manifest: manifest_path.exists(),
+                    },
+                    other => other,
+                })?;
                 (rt, entry.map(|e| dir.join(e)).unwrap_or(inferred))
             }
         };
@@ -720,7 +729,7 @@ impl PluginSpec {
 }
 
 /// An example of `build`, for error messages.
-const BUILD_EXAMPLE: &str = r#"["go", "build", "-o", "bin/plugin", "."]"#;
+const BUILD_EXAMPLE: &str = r#"["go", "build", "-buildvcs=false", "-o", "bin/plugin", "."]"#;
 
 /// `build` as written → program and arguments; errors name the field. `runtime` must
 /// be explicit (what the build produces cannot be inferred before it ran), and MCP
@@ -1057,6 +1066,7 @@ fn infer(dir: &Path, dir_name: &str) -> Result<(Runtime, PathBuf), ManifestError
     Err(ManifestError::NoRuntime {
         dir: dir.to_path_buf(),
         name: dir_name.to_string(),
+        manifest: false,
     })
 }
 
@@ -1096,6 +1106,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn a_manifest_without_runtime_is_named_as_such_when_nothing_can_be_inferred() {
+        let root = tempdir("noruntime");
+        let dir = root.join("hello_cy");
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("(no plugin.json, and cannot infer"), "{err}");
+        // A Cyrene-style plugin.json: metadata only.
+        std::fs::write(
+            dir.join("plugin.json"),
+            r#"{"name":"hello_cy","version":"1.0.0","author":"me","description":"hi"}"#,
+        )
+        .unwrap();
+        let err = PluginSpec::load(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("(plugin.json names no `runtime`, and cannot infer"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -257,7 +257,7 @@ async fn exit_codes_tell_not_found_refused_plugin_error_timeout_and_unreachable_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_arguments_come_from_stdin_or_a_file() {
-    let b = Broker::start(vec![stress("py", "sa", "", json!({}))]).await;
+    let mut b = Broker::start(vec![stress("py", "sa", "", json!({}))]).await;
     let data = |out: &str| serde_json::from_str::<Value>(out).unwrap()["data"].clone();
 
     let (c, out, err) = hearth_with_stdin(
@@ -285,6 +285,21 @@ async fn tool_arguments_come_from_stdin_or_a_file() {
     let (c, _, err) = b.cli(&["tools", "call", "sa_echo", "@/no/such/file.json"]);
     assert_eq!(c, code(exit::ERROR), "{err}");
     assert!(err.contains("/no/such/file.json"), "{err}");
+
+    // Arguments bigger than one message: a usage error naming the size, not a broker
+    // outage (the stream would be reset).
+    let big = b.root.path().join("big.json");
+    std::fs::write(&big, format!("{{\"s\": \"{}\"}}", "x".repeat(65 << 20))).unwrap();
+    let at = format!("@{}", big.display());
+    let (c, _, err) = b.cli(&["tools", "call", "sa_echo", &at]);
+    assert_eq!(c, code(exit::USAGE), "{err}");
+    assert!(err.contains("over the 64 MiB message limit"), "{err}");
+    assert!(
+        b.call("sa_echo", json!({"after": "big"}))
+            .await
+            .unwrap()
+            .success
+    );
 }
 
 #[test]

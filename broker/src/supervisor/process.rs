@@ -660,10 +660,16 @@ impl ProcessTail {
     }
 }
 
-/// The stderr line that says why a process failed: the first line that names an
-/// error (`SyntaxError: …`, `hearth: … import failed: …`, `Error: Cannot find module`,
-/// a Rust panic with its message), else the last non-empty line; capped.
+/// The stderr line that says why a process failed: a Go runtime panic or fatal error
+/// (`panic: …`, `fatal error: …`; the goroutine dump after it says less), else the
+/// first line that names an error (`SyntaxError: …`, `hearth: … import failed: …`,
+/// `Error: Cannot find module`, a Rust panic with its message), else the last
+/// non-empty line; capped.
 pub fn why_line(lines: &[String]) -> Option<String> {
+    let go_panic = lines.iter().find(|l| {
+        let l = l.trim_end();
+        l.starts_with("panic: ") || l.starts_with("fatal error: ")
+    });
     let names_error = |l: &str| {
         let head = l.trim_start();
         head.contains("Error")
@@ -671,20 +677,24 @@ pub fn why_line(lines: &[String]) -> Option<String> {
             || head.contains("Exception")
             || head.contains("panicked at")
     };
-    let picked = match lines.iter().position(|l| names_error(l)) {
-        Some(i) if lines[i].contains("panicked at") => match lines.get(i + 1) {
-            Some(message) if !message.trim().is_empty() => {
-                format!("{} {}", lines[i].trim(), message.trim())
-            }
-            _ => lines[i].trim().to_string(),
-        },
-        Some(i) => lines[i].trim().to_string(),
-        None => lines
-            .iter()
-            .rev()
-            .find(|l| !l.trim().is_empty())?
-            .trim()
-            .to_string(),
+    let picked = if let Some(go) = go_panic {
+        go.trim().to_string()
+    } else {
+        match lines.iter().position(|l| names_error(l)) {
+            Some(i) if lines[i].contains("panicked at") => match lines.get(i + 1) {
+                Some(message) if !message.trim().is_empty() => {
+                    format!("{} {}", lines[i].trim(), message.trim())
+                }
+                _ => lines[i].trim().to_string(),
+            },
+            Some(i) => lines[i].trim().to_string(),
+            None => lines
+                .iter()
+                .rev()
+                .find(|l| !l.trim().is_empty())?
+                .trim()
+                .to_string(),
+        }
     };
     if picked.len() <= MAX_WHY_BYTES {
         return Some(picked);
@@ -851,6 +861,25 @@ mod tests {
         assert_eq!(
             why_line(&rust).unwrap(),
             "thread 'main' panicked at src/main.rs:3:5: no config"
+        );
+        let go = lines(&[
+            "2026/12/02 serving; last Error count 0",
+            "panic: boom",
+            "",
+            "goroutine 7 [running]:",
+            "main.(*plugin).Start.func1()",
+            "\t/p/main.go:12 +0x25",
+            "created by main.(*plugin).Start in goroutine 1",
+        ]);
+        assert_eq!(why_line(&go).unwrap(), "panic: boom");
+        let fatal = lines(&[
+            "fatal error: concurrent map writes",
+            "",
+            "goroutine 9 [running]:",
+        ]);
+        assert_eq!(
+            why_line(&fatal).unwrap(),
+            "fatal error: concurrent map writes"
         );
         assert_eq!(why_line(&lines(&["starting", "bye", ""])).unwrap(), "bye");
         assert_eq!(why_line(&[]), None);

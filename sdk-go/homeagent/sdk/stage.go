@@ -165,7 +165,11 @@ type ToolResult struct {
 	Plugin string `json:"plugin,omitempty"`
 	// Success says whether the call succeeded.
 	Success bool `json:"success"`
-	// Result is the handler's value (decoded JSON).
+	// Result is the call's outcome as every SDK's after_toolcall hooks see it (the
+	// broker's ToolResultInfo.result_json, decoded): a map {"success": bool,
+	// "content": string (what the LLM reads), "data": the handler's value as JSON or
+	// nil, "error": string}. A hook that changes the result writes that shape back;
+	// anything else (a bare string) reads as a failed call.
 	Result interface{} `json:"result"`
 }
 
