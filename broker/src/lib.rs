@@ -47,6 +47,9 @@
 //! - [`observe`]: what operators see — Prometheus metrics, OpenTelemetry traces
 //!   (GenAI conventions), gRPC health and `/healthz`/`/readyz`, JSON logs, the
 //!   `--http-listen` server and its admin page.
+//! - [`nats`]: the NATS connection (`[nats]` config: servers, TLS, credentials) that
+//!   plugin hosts on other machines will use (issue 17; not wired into `hearth run`
+//!   yet).
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
 pub mod adapters;
@@ -61,6 +64,7 @@ pub mod grpc;
 pub mod llm;
 pub mod manifest;
 pub mod mcp;
+pub mod nats;
 pub mod observe;
 pub mod pipeline;
 pub mod registry;

@@ -19,6 +19,7 @@ mod mcp_host_service;
 mod mcp_import;
 mod mcp_serve;
 mod memory;
+mod nats;
 mod observe;
 mod otlp;
 mod security;
