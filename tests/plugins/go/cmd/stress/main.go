@@ -5,7 +5,8 @@
 //
 // Tool prefix P = $HEARTH_TOOL_PREFIX if set and non-empty, else $HEARTH_PLUGIN.
 // Go specifics: P_fail panics (the SDK turns it into an error result naming the tool);
-// P_hang stops the whole process with SIGSTOP, so no goroutine answers pings;
+// P_hang stops the whole process with SIGSTOP (again if it is ever resumed), so no
+// goroutine answers pings;
 // exit_after_hello and never_register use hearth.Options.AfterHello, wrong_version
 // hearth.Options.ProtocolVersion.
 package main
@@ -44,6 +45,16 @@ func errf(format string, args ...any) {
 func sleepForever() {
 	for {
 		time.Sleep(time.Hour)
+	}
+}
+
+// freeze stops the whole process with SIGSTOP, so no goroutine answers pings, until
+// it is killed. A stray SIGCONT (a CI run once saw the process resume 3.5 ms after
+// stopping itself) only stops it again.
+func freeze() {
+	for {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -118,8 +129,8 @@ func (p *stress) Start(s *sdk.PluginSDK) error {
 	must(reg("hang", "Freezes the whole plugin process.", noArgs, func(map[string]interface{}) (interface{}, error) {
 		p.junk("call")
 		errf("%s_hang: stopping the whole process (SIGSTOP)", p.prefix)
-		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		return "resumed", nil
+		freeze()
+		return nil, nil // not reached
 	}))
 	if p.faults["many_tools"] {
 		for i := 0; i < manyTools; i++ {
@@ -230,9 +241,8 @@ func main() {
 		}
 	case faults["never_register"]:
 		opts.AfterHello = func() {
-			errf("never_register: Hello sent; never registering, sleeping until killed")
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-			sleepForever()
+			errf("never_register: Hello sent; never registering, frozen until killed")
+			freeze()
 		}
 	}
 	hearth.ServeWith(p, opts)
