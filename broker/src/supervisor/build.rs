@@ -236,19 +236,7 @@ pub fn build_env(
         .collect();
     env.insert("TMPDIR".into(), tmp.display().to_string());
     env.extend(spec.env.clone());
-    for (key, value) in broker_env {
-        let passed = spec
-            .env_passthrough
-            .iter()
-            .any(|p| match p.strip_suffix('*') {
-                Some(prefix) => key.starts_with(prefix),
-                None => key == p,
-            });
-        let session = crate::manifest::SESSION_ENV.contains(&key.as_str());
-        if passed && !session && (spec.allow_loader_env || !crate::manifest::is_loader_env(key)) {
-            env.insert(key.clone(), value.clone());
-        }
-    }
+    process::passthrough(spec, broker_env, &mut env);
     env.into_iter().collect()
 }
 

@@ -166,19 +166,7 @@ pub fn plugin_env(
         env.insert("OTEL_SERVICE_NAME".into(), spec.name.clone());
     }
     env.extend(spec.env.clone());
-    for (key, value) in broker_env {
-        let passed = spec
-            .env_passthrough
-            .iter()
-            .any(|p| match p.strip_suffix('*') {
-                Some(prefix) => key.starts_with(prefix),
-                None => key == p,
-            });
-        let session = crate::manifest::SESSION_ENV.contains(&key.as_str());
-        if passed && !session && (spec.allow_loader_env || !crate::manifest::is_loader_env(key)) {
-            env.insert(key.clone(), value.clone());
-        }
-    }
+    passthrough(spec, broker_env, &mut env);
     if spec.runtime == Runtime::Mcp {
         // An MCP server speaks MCP on stdio: no session with the broker, no token.
         return env.into_iter().collect();
@@ -192,6 +180,29 @@ pub fn plugin_env(
     );
     env.insert("PYTHONUNBUFFERED".into(), "1".into());
     env.into_iter().collect()
+}
+
+/// Adds to `env` the variables of `broker_env` the manifest's `env_passthrough` names
+/// (a name, or a prefix ending in `*`), never a session variable and a loader variable
+/// (`LD_PRELOAD` …) only with `allow_loader_env`. Plugins and builds alike.
+pub(super) fn passthrough(
+    spec: &PluginSpec,
+    broker_env: &[(String, String)],
+    env: &mut BTreeMap<String, String>,
+) {
+    for (key, value) in broker_env {
+        let passed = spec
+            .env_passthrough
+            .iter()
+            .any(|p| match p.strip_suffix('*') {
+                Some(prefix) => key.starts_with(prefix),
+                None => key == p,
+            });
+        let session = crate::manifest::SESSION_ENV.contains(&key.as_str());
+        if passed && !session && (spec.allow_loader_env || !crate::manifest::is_loader_env(key)) {
+            env.insert(key.clone(), value.clone());
+        }
+    }
 }
 
 /// `program` as an absolute path: relative to the plugin folder `dir` (its working
