@@ -1450,6 +1450,14 @@ impl Task {
         if !attached {
             return;
         }
+        if self.attached == Some(generation) && !self.stopping && !self.plugin.adhoc {
+            // Not `ready` while nothing serves: the status would otherwise show the
+            // attached process's predecessor as ready until the own process starts.
+            self.plugin.set_state(
+                PluginState::Starting,
+                "the attached process disconnected; starting the plugin's own process",
+            );
+        }
         self.dismiss_attached(generation, "the attached process disconnected");
         if self.attached != Some(generation) {
             return;
