@@ -268,24 +268,8 @@ pub fn prepare(
     };
     let level = kernel_abi.min(TESTED_ABI);
 
-    let mut protected_paths: Vec<PathBuf> = protected
-        .paths
-        .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .collect();
-    protected_paths.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
-
     // What every sandboxed process may use: the system, and its interpreter.
-    let mut grants = Grants::default();
-    for root in SYSTEM_READ {
-        grants.add_except(Path::new(root), &protected_paths, false, false);
-    }
-    for dev in DEVICES_R {
-        grants.add_own(Path::new(dev), false);
-    }
-    for dev in DEVICES_RW {
-        grants.add_own(Path::new(dev), true);
-    }
+    let (mut grants, protected_paths) = system_grants(protected);
     for path in interpreter_paths(spec, program) {
         grants.add_except(&path, &protected_paths, false, false);
     }
@@ -384,6 +368,29 @@ pub struct BuildGrants {
 /// The Landlock ruleset of a build step: the system roots and devices a plugin gets,
 /// plus `grants`; no network rule (a build may download modules and crates). Like
 /// [`prepare`], `Err(state)` when it runs unconfined (`"sandbox": false`, or no
+
+/// What every sandboxed process (plugin or build) may use: the system directories
+/// (minus the protected paths and system secrets) and the devices; with the protected
+/// paths, canonical, which later grants must also leave out.
+fn system_grants(protected: &Protected) -> (Grants, Vec<PathBuf>) {
+    let mut protected_paths: Vec<PathBuf> = protected
+        .paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    protected_paths.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
+    let mut grants = Grants::default();
+    for root in SYSTEM_READ {
+        grants.add_except(Path::new(root), &protected_paths, false, false);
+    }
+    for dev in DEVICES_R {
+        grants.add_own(Path::new(dev), false);
+    }
+    for dev in DEVICES_RW {
+        grants.add_own(Path::new(dev), true);
+    }
+    (grants, protected_paths)
+}
 /// Landlock), and an error text when the ruleset cannot be built.
 pub fn prepare_build(
     enabled: bool,
@@ -397,22 +404,7 @@ pub fn prepare_build(
         return Ok(Err(SandboxState::Unavailable));
     };
     let level = kernel_abi.min(TESTED_ABI);
-    let mut protected_paths: Vec<PathBuf> = protected
-        .paths
-        .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .collect();
-    protected_paths.extend(SYSTEM_SECRETS.iter().map(PathBuf::from));
-    let mut out = Grants::default();
-    for root in SYSTEM_READ {
-        out.add_except(Path::new(root), &protected_paths, false, false);
-    }
-    for dev in DEVICES_R {
-        out.add_own(Path::new(dev), false);
-    }
-    for dev in DEVICES_RW {
-        out.add_own(Path::new(dev), true);
-    }
+    let (mut out, protected_paths) = system_grants(protected);
     for path in &grants.read {
         out.add_except(path, &protected_paths, false, true);
     }
