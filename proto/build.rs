@@ -6,6 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "hearth/v1/admin.proto",
         "hearth/v1/host.proto",
         "hearth/v1/agent.proto",
+        // Broker ⇄ plugin host over NATS (broker only; SDKs get no stubs of it).
+        "hearth/v1/node.proto",
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

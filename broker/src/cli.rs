@@ -231,7 +231,17 @@ pub enum Command {
         /// Adapter for --llm-url (default openai).
         #[arg(long, env = "HEARTH_LLM_ADAPTER", value_name = "NAME")]
         llm_adapter: Option<String>,
+        /// Use plugins of plugin hosts (`hearth node`) through this NATS server, e.g.
+        /// tls://nats.example.com:4222 (over `[nats] url`; credentials and TLS in
+        /// `[nats]` of hearth.toml).
+        #[arg(long, env = "HEARTH_NATS_URL", value_name = "URL")]
+        nats: Option<String>,
     },
+    /// Run a plugin host: supervise the plugins in --plugins DIR (and
+    /// `<data_dir>/plugins`) as `hearth run` does, with no agent, and serve their tools,
+    /// stage hooks and triggers to brokers over NATS. `hearth plugins …` and
+    /// `hearth tools …` work against it with its --data-dir.
+    Node(crate::remote::node::NodeArgs),
     /// Settings in `<data_dir>/hearth.db` (core, or a plugin's with --plugin), read and
     /// written locally: no broker needed; secrets are masked.
     Settings {
@@ -504,7 +514,11 @@ pub fn main() -> ExitCode {
     // which writes to plugin pipes, nor the MCP server on stdio.
     if !matches!(
         cli.command,
-        Command::Run { .. } | Command::Dev(_) | Command::Reaper | Command::Mcp { .. }
+        Command::Run { .. }
+            | Command::Node(_)
+            | Command::Dev(_)
+            | Command::Reaper
+            | Command::Mcp { .. }
     ) {
         // SAFETY: restoring the default disposition before any threads exist.
         unsafe {
@@ -514,6 +528,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Reaper => return crate::supervisor::reaper::reaper_main(),
         Command::Dev(args) => crate::dev::dev_command(args),
+        Command::Node(args) => crate::remote::node::node_command(cli.data_dir, args),
         Command::New(args) => crate::scaffold::new_command(args),
         Command::Completions { shell } => {
             // Into a buffer, then out: piped into `head`, a closed stdout ends quietly
@@ -615,6 +630,7 @@ pub fn main() -> ExitCode {
             llm_url,
             llm_model,
             llm_adapter,
+            nats,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -636,6 +652,7 @@ pub fn main() -> ExitCode {
                         model: llm_model,
                         adapter: llm_adapter,
                     },
+                    nats,
                 }))
                 .map(|()| ExitCode::SUCCESS)
             })
@@ -1133,7 +1150,30 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
         "restarts": p.restarts, "tools": p.tools, "dir": p.dir, "uptime_ms": p.uptime_ms,
         "last_exit": p.last_exit, "reason": p.reason, "version": p.version, "sdk": p.sdk,
         "startup_ms": p.startup_ms, "sandbox": p.sandbox, "attached": p.attached,
+        "remote": p.remote.iter().map(|r| json!({
+            "node": r.node, "version": r.version, "pid": r.pid, "restarts": r.restarts,
+            "sdk": r.sdk, "last_seen_ms": r.last_seen_ms,
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// The `plugins list` line under a plugin served by plugin hosts: "on 2 plugin hosts:
+/// gpu-1 (pid 812), gpu-2 (pid 77)" ("also on …" when it runs here too).
+fn remote_line(p: &PluginStatus) -> Option<String> {
+    if p.remote.is_empty() {
+        return None;
+    }
+    let nodes: Vec<String> = p
+        .remote
+        .iter()
+        .map(|r| format!("{} (pid {})", r.node, r.pid))
+        .collect();
+    Some(format!(
+        "{}on {}: {}",
+        if p.runtime == "remote" { "" } else { "also " },
+        crate::term::count(p.remote.len(), "plugin host", "plugin hosts"),
+        nodes.join(", ")
+    ))
 }
 
 /// The short hints column of `hearth tools list`: MCP annotations and the `confirm`
@@ -1276,6 +1316,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
     let mut conn = AdminConn::connect(data_dir).await?;
     match command {
         Command::Run { .. }
+        | Command::Node(_)
         | Command::Reaper
         | Command::Dev(_)
         | Command::New(_)
@@ -1387,6 +1428,9 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     // Also for a ready plugin: why its last reload failed.
                     if !p.reason.is_empty() {
                         println!("{:<16} └ {}", "", out.line(&p.reason));
+                    }
+                    if let Some(line) = remote_line(p) {
+                        println!("{:<16} └ {}", "", out.line(&line));
                     }
                 }
             }
@@ -1521,7 +1565,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     .map(|t| {
                         let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or_default();
                         json!({
-                            "name": t.name, "plugin": t.plugin, "title": t.title,
+                            "name": t.name, "plugin": t.plugin, "title": t.title, "hosts": t.hosts,
                             "description": t.description,
                             "parameters": parse(&t.parameters_json),
                             "output_schema": parse(&t.output_schema_json),
@@ -1538,15 +1582,29 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                println!(
-                    "{:<24} {:<16} {:<22} DESCRIPTION",
-                    "NAME", "PLUGIN", "HINTS"
-                );
+                // Where each tool runs, when plugin hosts serve any: "local", node names.
+                let remote = tools.iter().any(|t| t.hosts.iter().any(|h| h != "local"));
+                if remote {
+                    println!(
+                        "{:<24} {:<16} {:<22} {:<20} DESCRIPTION",
+                        "NAME", "PLUGIN", "HINTS", "HOSTS"
+                    );
+                } else {
+                    println!(
+                        "{:<24} {:<16} {:<22} DESCRIPTION",
+                        "NAME", "PLUGIN", "HINTS"
+                    );
+                }
                 let out = Printer::stdout();
                 for t in &tools {
                     let first = t.description.lines().next().unwrap_or("");
+                    let hosts = if remote {
+                        format!("{:<20} ", out.line(&t.hosts.join(",")))
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "{:<24} {:<16} {:<22} {}",
+                        "{:<24} {:<16} {:<22} {hosts}{}",
                         out.line(&t.name),
                         out.line(&t.plugin),
                         tool_hints(t),

@@ -214,6 +214,7 @@ fn inner_loop(
                 model: Some("scripted".into()),
                 adapter: None,
             },
+            nats: None,
         })
         .await
     });

@@ -47,9 +47,9 @@
 //! - [`observe`]: what operators see — Prometheus metrics, OpenTelemetry traces
 //!   (GenAI conventions), gRPC health and `/healthz`/`/readyz`, JSON logs, the
 //!   `--http-listen` server and its admin page.
-//! - [`nats`]: the NATS connection (`[nats]` config: servers, TLS, credentials) that
-//!   plugin hosts on other machines will use (issue 17; not wired into `hearth run`
-//!   yet).
+//! - [`nats`]: the NATS connection (`[nats]` config: servers, TLS, credentials);
+//!   [`remote`]: plugins on other machines — `hearth node` (a plugin host) and the
+//!   broker's side that learns and calls its plugins over NATS.
 //! - [`error`]: error types and their one mapping to `tonic::Status`.
 
 pub mod adapters;
@@ -68,6 +68,7 @@ pub mod nats;
 pub mod observe;
 pub mod pipeline;
 pub mod registry;
+pub mod remote;
 pub mod router;
 pub mod scaffold;
 pub mod schema;

@@ -64,6 +64,28 @@ impl Tool {
     }
 }
 
+impl Tool {
+    /// The tool as a wire spec again (what a plugin host announces to brokers): the
+    /// compiled schema as `parameters_json`, so an `ai.tool` tool's derived schema and
+    /// description travel as they are.
+    pub fn to_spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters_json: self.schema.schema().to_string(),
+            ai_tool: self.ai_tool.clone(),
+            serial: self.serial,
+            title: self.title.clone(),
+            output_schema_json: self
+                .output_schema
+                .as_ref()
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            annotations: self.annotations,
+        }
+    }
+}
+
 /// Tool names must be usable as LLM function names (OpenAI, Anthropic, Gemini all
 /// accept this set).
 fn check_name(name: &str) -> Result<(), String> {
@@ -166,6 +188,9 @@ pub struct Registry {
     triggers: RwLock<HashMap<String, Arc<TriggerSet>>>,
     /// Plugin names in load order (hooks and triggers run in it).
     order: RwLock<Vec<String>>,
+    /// Plugins served only by plugin hosts over NATS, sorted by name: their hooks and
+    /// triggers run after the local plugins', in this order (the same on every broker).
+    remote: RwLock<Vec<String>>,
     /// Views rebuilt on change; `None` = stale.
     cache: RwLock<Cache>,
 }
@@ -199,6 +224,7 @@ impl Default for Registry {
             hooks: RwLock::default(),
             triggers: RwLock::default(),
             order: RwLock::default(),
+            remote: RwLock::default(),
             cache: RwLock::default(),
         }
     }
@@ -233,6 +259,30 @@ impl Registry {
         self.invalidate(false, true, true);
     }
 
+    /// Sets the plugins served only remotely (see [`crate::remote`]); sorted here.
+    pub fn set_remote_plugins(&self, mut names: Vec<String>) {
+        names.sort();
+        names.dedup();
+        if *self.remote.read().unwrap() == names {
+            return;
+        }
+        *self.remote.write().unwrap() = names;
+        self.invalidate(false, true, true);
+    }
+
+    /// Local plugins in load order, then remote-only ones by name.
+    fn run_order(&self) -> Vec<String> {
+        let mut order = self.order.read().unwrap().clone();
+        let remote = self.remote.read().unwrap();
+        let extra: Vec<String> = remote
+            .iter()
+            .filter(|r| !order.contains(r))
+            .cloned()
+            .collect();
+        order.extend(extra);
+        order
+    }
+
     /// The tools as the LLM is offered them: a JSON array of
     /// `{"type": "function", "function": {name, description, parameters}}`, sorted by
     /// name. Built once per change of the tool set.
@@ -260,7 +310,7 @@ impl Registry {
         if let Some(all) = &self.cache.read().unwrap().stage_hooks {
             return all[stage as usize].clone();
         }
-        let order = self.order.read().unwrap().clone();
+        let order = self.run_order();
         let hooks = self.hooks.read().unwrap();
         let all: [Arc<[Hook]>; 8] = std::array::from_fn(|i| {
             order
@@ -281,7 +331,7 @@ impl Registry {
         if let Some(t) = &self.cache.read().unwrap().trigger_sets {
             return t.clone();
         }
-        let order = self.order.read().unwrap().clone();
+        let order = self.run_order();
         let triggers = self.triggers.read().unwrap();
         let sets: TriggerSets = order
             .iter()

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use crate::error::{CallError, Target};
 use crate::observe::metrics::{CallRecord, Outcome};
 use crate::registry::{Hook, Registry, Tool};
+use crate::remote::hub::Hub;
 use crate::supervisor::plugin::Plugin;
 use crate::supervisor::session::{InvokeError, ProgressSink, Session};
 use crate::supervisor::Supervisor;
@@ -46,6 +47,8 @@ pub struct ToolRouter {
     supervisor: Arc<Supervisor>,
     /// Per plugin, by name; rebuilt when its `max_concurrency` changes (a reload).
     slots: Mutex<HashMap<String, Arc<Slots>>>,
+    /// Plugin hosts over NATS (`--nats`), once connected.
+    remote: std::sync::OnceLock<Arc<Hub>>,
 }
 
 impl ToolRouter {
@@ -54,6 +57,30 @@ impl ToolRouter {
         ToolRouter {
             supervisor,
             slots: Mutex::new(HashMap::new()),
+            remote: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Routes calls of plugins served by plugin hosts over NATS through `hub` from now
+    /// on (set once; later calls are ignored).
+    pub fn set_remote(&self, hub: Arc<Hub>) {
+        let _ = self.remote.set(hub);
+    }
+
+    /// The NATS hub, when the broker has one.
+    pub fn remote(&self) -> Option<&Arc<Hub>> {
+        self.remote.get()
+    }
+
+    /// The hub to send a call of `plugin` through, when it goes remote: the plugin is
+    /// not loaded here, or it is loaded but not ready while a node serves it (a ready
+    /// local process is always preferred: no hop).
+    fn remote_route(&self, plugin: &str) -> Option<&Arc<Hub>> {
+        let hub = self.remote.get()?;
+        match self.supervisor.plugin(plugin) {
+            None => Some(hub),
+            Some(p) if p.serving_session().is_none() && hub.serves(plugin) => Some(hub),
+            Some(_) => None,
         }
     }
 
@@ -184,19 +211,38 @@ impl ToolRouter {
         progress: Option<ProgressSink>,
     ) -> Result<ToolResult, CallError> {
         let target = Target::Tool(tool.name.clone());
-        let plugin = self.plugin(&tool.plugin, &target)?;
-        let spec = plugin.spec();
-        let timeout = timeout.unwrap_or_else(|| {
-            let policy = tool
-                .ai_tool
-                .as_ref()
-                .map(|a| a.timeout_s)
-                .filter(|t| *t > 0.0 && t.is_finite());
-            Duration::from_secs_f64(policy.unwrap_or(spec.call_timeout_s))
-        });
-        let max_total = Duration::from_secs_f64(spec.max_total_s);
+        let policy = tool
+            .ai_tool
+            .as_ref()
+            .map(|a| a.timeout_s)
+            .filter(|t| *t > 0.0 && t.is_finite());
         let wait = self.supervisor.restart_wait();
         let name = tool.name.as_str();
+        if let Some(hub) = self.remote_route(&tool.plugin) {
+            let (call_timeout_s, max_total_s) = remote_timeouts(hub, &tool.plugin);
+            let timeout = timeout
+                .unwrap_or_else(|| Duration::from_secs_f64(policy.unwrap_or(call_timeout_s)));
+            let max_total = Duration::from_secs_f64(max_total_s);
+            let plugin = tool.plugin.as_str();
+            return dispatch_remote(hub, plugin, &target, wait, |attempt| {
+                hub.invoke(
+                    plugin,
+                    name,
+                    args_json.clone(),
+                    sender.clone(),
+                    timeout,
+                    max_total,
+                    progress.clone(),
+                    attempt,
+                )
+            })
+            .await;
+        }
+        let plugin = self.plugin(&tool.plugin, &target)?;
+        let spec = plugin.spec();
+        let timeout = timeout
+            .unwrap_or_else(|| Duration::from_secs_f64(policy.unwrap_or(spec.call_timeout_s)));
+        let max_total = Duration::from_secs_f64(spec.max_total_s);
         self.dispatch(&plugin, &target, timeout, wait, |session| {
             let args_json = args_json.clone();
             let sender = sender.clone();
@@ -222,8 +268,22 @@ impl ToolRouter {
             stage: hook.stage,
             hook_id: hook.hook_id.clone(),
         };
-        let plugin = self.plugin(&hook.plugin, &target)?;
         let wait = self.supervisor.restart_wait().min(timeout);
+        if let Some(hub) = self.remote_route(&hook.plugin) {
+            let plugin = hook.plugin.as_str();
+            return dispatch_remote(hub, plugin, &target, wait, |attempt| {
+                hub.run_stage(
+                    plugin,
+                    hook.stage,
+                    &hook.hook_id,
+                    context.clone(),
+                    timeout,
+                    attempt,
+                )
+            })
+            .await;
+        }
+        let plugin = self.plugin(&hook.plugin, &target)?;
         self.dispatch(&plugin, &target, timeout, wait, |session| {
             let context = context.clone();
             async move {
@@ -253,11 +313,27 @@ impl ToolRouter {
                 .map(|t| t.pattern.clone())
                 .unwrap_or_default(),
         };
+        let wait = self.supervisor.restart_wait();
+        if let Some(hub) = self.remote_route(plugin) {
+            let (call_timeout_s, max_total_s) = remote_timeouts(hub, plugin);
+            let timeout = Duration::from_secs_f64(call_timeout_s);
+            let max_total = Duration::from_secs_f64(max_total_s);
+            return dispatch_remote(hub, plugin, &target, wait, |attempt| {
+                hub.handle_event(
+                    plugin,
+                    event.clone(),
+                    texts.clone(),
+                    timeout,
+                    max_total,
+                    attempt,
+                )
+            })
+            .await;
+        }
         let p = self.plugin(plugin, &target)?;
         let spec = p.spec();
         let timeout = Duration::from_secs_f64(spec.call_timeout_s);
         let max_total = Duration::from_secs_f64(spec.max_total_s);
-        let wait = self.supervisor.restart_wait();
         self.dispatch(&p, &target, timeout, wait, |session| {
             let event = event.clone();
             let texts = texts.clone();
@@ -359,6 +435,76 @@ impl ToolRouter {
                         });
                     }
                 }
+            }
+        }
+    }
+}
+
+/// `(call_timeout_s, max_total_s)` of a remote plugin, as its node announced them (the
+/// manifest defaults, 30 s and 600 s, before any announcement is known).
+fn remote_timeouts(hub: &Hub, plugin: &str) -> (f64, f64) {
+    let valid = |t: f64| t.is_finite() && t > 0.0;
+    match hub.timeouts(plugin) {
+        Some((call, total)) if valid(call) && valid(total) => (call, total),
+        _ => (30.0, 600.0),
+    }
+}
+
+/// Sends a call of `plugin` through the NATS hub: waits up to `wait` for a node to
+/// serve it, and sends it again (attempt 2, 3 …) while it never reached a plugin
+/// (no-responders, `NotRun`), until a node takes it or `wait` is over. A call that
+/// reached a node is never sent twice.
+async fn dispatch_remote<T, F, Fut>(
+    hub: &Hub,
+    plugin: &str,
+    target: &Target,
+    wait: Duration,
+    send: F,
+) -> Result<T, CallError>
+where
+    F: Fn(u32) -> Fut,
+    Fut: Future<Output = Result<T, InvokeError>>,
+{
+    let wait_until = Instant::now() + wait;
+    let mut attempt = 1u32;
+    let mut last: Option<String> = None;
+    loop {
+        if !hub.wait_for_instance(plugin, wait_until).await {
+            return Err(CallError::NotReady {
+                plugin: plugin.into(),
+                target: target.clone(),
+                reason: match last {
+                    Some(last) => format!(
+                        "{last}, and no plugin host took it within {} ms",
+                        wait.as_millis()
+                    ),
+                    None => format!(
+                        "it is not loaded here and no plugin host served it within {} ms",
+                        wait.as_millis()
+                    ),
+                },
+            });
+        }
+        match send(attempt).await {
+            Ok(reply) => return Ok(reply),
+            Err(InvokeError::Failed(e)) => return Err(e),
+            Err(InvokeError::NotSent(reason)) => {
+                tracing::debug!(plugin, %target, attempt, "not run remotely ({reason}); trying again");
+                if Instant::now() >= wait_until {
+                    return Err(CallError::NotReady {
+                        plugin: plugin.into(),
+                        target: target.clone(),
+                        reason: format!(
+                            "{reason}, and no plugin host took it within {} ms",
+                            wait.as_millis()
+                        ),
+                    });
+                }
+                last = Some(reason);
+                // A node leaving the queue group, or every node busy: back off a little.
+                let pause = Duration::from_millis((5 * u64::from(attempt)).min(100));
+                tokio::time::sleep_until((Instant::now() + pause).min(wait_until)).await;
+                attempt += 1;
             }
         }
     }

@@ -36,8 +36,6 @@ use crate::supervisor::reaper::Reaper;
 use crate::supervisor::sandbox::Protected;
 use crate::supervisor::{Supervisor, SupervisorConfig};
 use hearth_proto::v1::agent_server::AgentServer;
-use hearth_proto::v1::input_server::InputServer;
-use hearth_proto::v1::llm_server::LlmServer;
 
 /// Longest Unix socket path Linux accepts (`sun_path` is 108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -81,6 +79,8 @@ pub struct RunOptions {
     pub watch: bool,
     /// Quick-start LLM source from flags or environment (goes before hearth.toml's).
     pub quick: QuickSource,
+    /// `--nats URL`: the NATS server of plugin hosts (over `[nats] url` of hearth.toml).
+    pub nats: Option<String>,
 }
 
 /// What [`start_agent`] started.
@@ -90,6 +90,8 @@ struct Started {
     sources: Arc<SourcePool>,
     host: HostServices,
     settings: Settings,
+    /// `[nats]` with `--nats` over it: plugin hosts to learn and call.
+    nats: Option<crate::nats::NatsConfig>,
 }
 
 /// Loads adapters, LLM sources, storage and stage hooks, and starts the agent.
@@ -99,6 +101,19 @@ async fn start_agent(
     supervisor: Arc<Supervisor>,
 ) -> anyhow::Result<Started> {
     let config = Config::load(data_dir, &opts.quick).map_err(|e| anyhow::anyhow!(e))?;
+    let nats = match (config.nats.clone(), &opts.nats) {
+        (None, None) => None,
+        (config, url) => {
+            let mut nats = config.unwrap_or_default();
+            if let Some(url) = url {
+                nats.url = Some(url.clone());
+                nats.urls.clear();
+            }
+            nats.validate()
+                .map_err(|e| anyhow::anyhow!("--nats: {e}"))?;
+            Some(nats)
+        }
+    };
     let adapters = Arc::new(AdapterSet::load_with(data_dir, &config.adapter_limits));
     for (name, e) in adapters.errors() {
         tracing::error!(adapter = %name, "adapter not loaded: {e}");
@@ -156,6 +171,7 @@ async fn start_agent(
         sources,
         host,
         settings: settings_handle,
+        nats,
     })
 }
 
@@ -226,7 +242,7 @@ fn mcp_json_root(data_dir: &Path) -> Option<PathBuf> {
     Some(root)
 }
 
-fn write_admin_token(path: &Path) -> anyhow::Result<String> {
+pub(crate) fn write_admin_token(path: &Path) -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
         .map_err(|e| anyhow::anyhow!("reading the OS random source: {e}"))?;
@@ -249,11 +265,66 @@ fn write_admin_token(path: &Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// The supervisor of a broker or plugin host on `data_dir`: plugins dial `socket`; the
+/// data dir and every plugin root are protected from plugins' sandboxes;
+/// `(restart_wait, shutdown_grace, drain_timeout)` as `hearth run`'s flags.
+pub(crate) fn new_supervisor(
+    data_dir: &Path,
+    socket: &Path,
+    plugin_dirs: &[PathBuf],
+    plugin_paths: &[PathBuf],
+    (restart_wait, shutdown_grace, drain_timeout): (Duration, Duration, Duration),
+) -> Arc<Supervisor> {
+    let registry = Arc::new(Registry::default());
+    Arc::new(Supervisor::new(
+        SupervisorConfig {
+            addr: format!("unix://{}", socket.display()),
+            interpreters: Interpreters::from_env(),
+            restart_wait,
+            shutdown_grace,
+            drain_timeout,
+            reaper: Reaper::start().unwrap_or_else(|e| {
+                tracing::error!("cannot start the reaper process ({e}); plugin groups will not be cleaned up if the broker is killed");
+                Reaper::disabled()
+            }),
+            data_dir: data_dir.to_path_buf(),
+            protected: std::sync::RwLock::new(Protected {
+                paths: std::iter::once(data_dir.to_path_buf())
+                    .chain(
+                        plugin_dirs
+                            .iter()
+                            .chain(plugin_paths)
+                            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
+                    )
+                    .collect(),
+            }),
+            settings: std::sync::OnceLock::new(),
+            stop_deadline: std::sync::OnceLock::new(),
+        },
+        registry,
+    ))
+}
+
+/// What a broker or plugin host does to itself first: everything it creates is its
+/// own (umask 077: 0600 files, 0700 folders) while plugins start with the operator's
+/// umask; and it is not dumpable: other processes of the same user (plugins included)
+/// without CAP_SYS_PTRACE cannot read its `/proc/<pid>/environ` (API keys, NATS
+/// secrets) or its memory.
+pub(crate) fn harden_process() {
+    // SAFETY: umask only swaps the process's file mode mask.
+    let operator_umask = unsafe { libc::umask(0o077) };
+    // SAFETY: a plain prctl on the calling process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    crate::supervisor::process::set_plugin_umask(operator_umask as u32);
+}
+
 /// Installs the SIGTERM/SIGINT handlers now and returns the future that ends at the
 /// first of them: a signal that arrives while the broker is still starting (plugins
 /// loading, the watcher walking big folders) is kept, and stops it gracefully once
 /// started, instead of killing it with the default action.
-fn stop_signal() -> impl std::future::Future<Output = ()> {
+pub(crate) fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
@@ -361,17 +432,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
             bail!("--http-listen {addr}: only loopback addresses are served (put a TLS proxy in front for others)");
         }
     }
-    // Everything the broker creates is its own (0600 files, 0700 folders); plugins
-    // start with the operator's umask.
-    // SAFETY: umask only swaps the process's file mode mask.
-    let operator_umask = unsafe { libc::umask(0o077) };
-    // Not dumpable: other processes of the same user (plugins included) without
-    // CAP_SYS_PTRACE cannot read /proc/<broker>/environ (API keys) or its memory.
-    // SAFETY: a plain prctl on the calling process.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-    }
-    crate::supervisor::process::set_plugin_umask(operator_umask as u32);
+    harden_process();
     let stopped = stop_signal();
     let data_dir = std::path::absolute(&opts.data_dir)?;
     prepare_data_dir(&data_dir, &opts.plugin_dirs)?;
@@ -397,34 +458,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         tracing::warn!("Landlock is not available (a kernel without it, or a seccomp filter that refuses it): plugins run without their filesystem sandbox (see SECURITY.md)");
     }
 
-    let registry = Arc::new(Registry::default());
-    let supervisor = Arc::new(Supervisor::new(
-        SupervisorConfig {
-            addr: format!("unix://{}", socket.display()),
-            interpreters: Interpreters::from_env(),
-            restart_wait: opts.restart_wait,
-            shutdown_grace: opts.shutdown_grace,
-            drain_timeout: opts.drain_timeout,
-            reaper: Reaper::start().unwrap_or_else(|e| {
-                tracing::error!("cannot start the reaper process ({e}); plugin groups will not be cleaned up if the broker is killed");
-                Reaper::disabled()
-            }),
-            data_dir: data_dir.clone(),
-            protected: std::sync::RwLock::new(Protected {
-                paths: std::iter::once(data_dir.clone())
-                    .chain(
-                        opts.plugin_dirs
-                            .iter()
-                            .chain(&opts.plugin_paths)
-                            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
-                    )
-                    .collect(),
-            }),
-            settings: std::sync::OnceLock::new(),
-            stop_deadline: std::sync::OnceLock::new(),
-        },
-        registry,
-    ));
+    let supervisor = new_supervisor(
+        &data_dir,
+        &socket,
+        &opts.plugin_dirs,
+        &opts.plugin_paths,
+        (opts.restart_wait, opts.shutdown_grace, opts.drain_timeout),
+    );
 
     match crate::observe::trace::init() {
         Some(Ok(line)) => tracing::info!("{line}"),
@@ -439,6 +479,7 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         sources,
         host,
         settings,
+        nats,
     } = start_agent(&data_dir, &opts, supervisor.clone()).await?;
     readiness.storage_open(sources.clone());
     if opts.http_listen.is_some() {
@@ -449,15 +490,32 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     // Every service checks its token in an interceptor, on the request headers, before
     // tonic reads and decodes the body (AdminAuth, PluginAuth): an unauthenticated call
     // costs its headers, not its (up to 64 MiB) message.
+    // The host services plugins call (with their tokens): on every listener, and in
+    // process for plugins on plugin hosts over NATS.
+    let host_routes = host.routes(
+        InputService::new(agent.clone(), supervisor.clone()),
+        LlmService::new(sources.clone(), supervisor.clone()),
+        crate::grpc::PluginAuth::host_services(supervisor.clone()).admin_token(&admin_token),
+    );
+    if let Some(nats) = nats {
+        let hub = crate::remote::hub::Hub::start(&nats, supervisor.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("--nats: {e}"))?;
+        tokio::spawn(crate::remote::relay::serve_host_calls(
+            hub.clone(),
+            host_routes.clone(),
+        ));
+        router.set_remote(hub);
+    }
     let make_router = || {
         use crate::grpc::{AdminAuth, PluginAuth, SessionGate};
         use tonic::service::interceptor::InterceptedService;
         let admin_auth = AdminAuth::new(&admin_token);
-        let plugin_auth = PluginAuth::host_services(supervisor.clone()).admin_token(&admin_token);
-        let router = tonic::transport::Server::builder()
+        tonic::transport::Server::builder()
             // Every waiting chat is a stream: allow as many as conversations can queue
             // (hyper's default is 200 per connection).
             .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+            .add_routes(host_routes.clone())
             // grpc.health.v1.Health: no token, as load balancers and orchestrators
             // expect; it reveals only the serving status.
             .add_service(health_service.clone())
@@ -484,15 +542,6 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
                 admin_auth,
             ))
-            .add_service(InterceptedService::new(
-                InputServer::new(InputService::new(agent.clone(), supervisor.clone())),
-                plugin_auth.clone(),
-            ))
-            .add_service(InterceptedService::new(
-                LlmServer::new(LlmService::new(sources.clone(), supervisor.clone())),
-                plugin_auth.clone(),
-            ));
-        host.add_to(router, plugin_auth)
     };
     let mut servers = Vec::new();
     let unix_stop = stop.clone();

@@ -161,7 +161,11 @@ type PluginStatus struct {
 	Sandbox string `protobuf:"bytes,14,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	// Served by a process started by hand that attached with a one-time token (its
 	// pid from the socket's peer credentials; 0 if unknown).
-	Attached      bool `protobuf:"varint,15,opt,name=attached,proto3" json:"attached,omitempty"`
+	Attached bool `protobuf:"varint,15,opt,name=attached,proto3" json:"attached,omitempty"`
+	// Where the plugin runs on plugin hosts (`hearth node`) over NATS, one entry per node
+	// serving it; empty when it runs only here. A plugin served only remotely has no
+	// local process (pid 0, runtime "remote") and is ready while any node serves it.
+	Remote        []*RemoteInstance `protobuf:"bytes,16,rep,name=remote,proto3" json:"remote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -301,6 +305,104 @@ func (x *PluginStatus) GetAttached() bool {
 	return false
 }
 
+func (x *PluginStatus) GetRemote() []*RemoteInstance {
+	if x != nil {
+		return x.Remote
+	}
+	return nil
+}
+
+// One plugin host (`hearth node`) serving a plugin.
+type RemoteInstance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's name (`hearth node --node-name`).
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Manifest version on that node.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Its process id on that node's machine.
+	Pid uint32 `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Restarts of the plugin on that node since the node started.
+	Restarts uint32 `protobuf:"varint,4,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// SDK and version the plugin reported.
+	Sdk string `protobuf:"bytes,5,opt,name=sdk,proto3" json:"sdk,omitempty"`
+	// Milliseconds since the broker last heard from the node.
+	LastSeenMs    uint64 `protobuf:"varint,6,opt,name=last_seen_ms,json=lastSeenMs,proto3" json:"last_seen_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoteInstance) Reset() {
+	*x = RemoteInstance{}
+	mi := &file_hearth_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoteInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoteInstance) ProtoMessage() {}
+
+func (x *RemoteInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_hearth_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoteInstance.ProtoReflect.Descriptor instead.
+func (*RemoteInstance) Descriptor() ([]byte, []int) {
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RemoteInstance) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RemoteInstance) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *RemoteInstance) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *RemoteInstance) GetRestarts() uint32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *RemoteInstance) GetSdk() string {
+	if x != nil {
+		return x.Sdk
+	}
+	return ""
+}
+
+func (x *RemoteInstance) GetLastSeenMs() uint64 {
+	if x != nil {
+		return x.LastSeenMs
+	}
+	return 0
+}
+
 type ListPluginsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Plugins       []*PluginStatus        `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
@@ -310,7 +412,7 @@ type ListPluginsResponse struct {
 
 func (x *ListPluginsResponse) Reset() {
 	*x = ListPluginsResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[2]
+	mi := &file_hearth_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +424,7 @@ func (x *ListPluginsResponse) String() string {
 func (*ListPluginsResponse) ProtoMessage() {}
 
 func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[2]
+	mi := &file_hearth_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +437,7 @@ func (x *ListPluginsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginsResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginsResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListPluginsResponse) GetPlugins() []*PluginStatus {
@@ -354,7 +456,7 @@ type RestartPluginRequest struct {
 
 func (x *RestartPluginRequest) Reset() {
 	*x = RestartPluginRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[3]
+	mi := &file_hearth_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +468,7 @@ func (x *RestartPluginRequest) String() string {
 func (*RestartPluginRequest) ProtoMessage() {}
 
 func (x *RestartPluginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[3]
+	mi := &file_hearth_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +481,7 @@ func (x *RestartPluginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartPluginRequest.ProtoReflect.Descriptor instead.
 func (*RestartPluginRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RestartPluginRequest) GetName() string {
@@ -398,7 +500,7 @@ type RestartPluginResponse struct {
 
 func (x *RestartPluginResponse) Reset() {
 	*x = RestartPluginResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[4]
+	mi := &file_hearth_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +512,7 @@ func (x *RestartPluginResponse) String() string {
 func (*RestartPluginResponse) ProtoMessage() {}
 
 func (x *RestartPluginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[4]
+	mi := &file_hearth_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +525,7 @@ func (x *RestartPluginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartPluginResponse.ProtoReflect.Descriptor instead.
 func (*RestartPluginResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RestartPluginResponse) GetPlugin() *PluginStatus {
@@ -443,7 +545,7 @@ type LoadPluginRequest struct {
 
 func (x *LoadPluginRequest) Reset() {
 	*x = LoadPluginRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[5]
+	mi := &file_hearth_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +557,7 @@ func (x *LoadPluginRequest) String() string {
 func (*LoadPluginRequest) ProtoMessage() {}
 
 func (x *LoadPluginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[5]
+	mi := &file_hearth_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +570,7 @@ func (x *LoadPluginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadPluginRequest.ProtoReflect.Descriptor instead.
 func (*LoadPluginRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LoadPluginRequest) GetPath() string {
@@ -487,7 +589,7 @@ type LoadPluginResponse struct {
 
 func (x *LoadPluginResponse) Reset() {
 	*x = LoadPluginResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[6]
+	mi := &file_hearth_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +601,7 @@ func (x *LoadPluginResponse) String() string {
 func (*LoadPluginResponse) ProtoMessage() {}
 
 func (x *LoadPluginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[6]
+	mi := &file_hearth_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +614,7 @@ func (x *LoadPluginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadPluginResponse.ProtoReflect.Descriptor instead.
 func (*LoadPluginResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LoadPluginResponse) GetPlugin() *PluginStatus {
@@ -531,7 +633,7 @@ type UnloadPluginRequest struct {
 
 func (x *UnloadPluginRequest) Reset() {
 	*x = UnloadPluginRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[7]
+	mi := &file_hearth_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +645,7 @@ func (x *UnloadPluginRequest) String() string {
 func (*UnloadPluginRequest) ProtoMessage() {}
 
 func (x *UnloadPluginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[7]
+	mi := &file_hearth_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +658,7 @@ func (x *UnloadPluginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadPluginRequest.ProtoReflect.Descriptor instead.
 func (*UnloadPluginRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnloadPluginRequest) GetName() string {
@@ -575,7 +677,7 @@ type UnloadPluginResponse struct {
 
 func (x *UnloadPluginResponse) Reset() {
 	*x = UnloadPluginResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[8]
+	mi := &file_hearth_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +689,7 @@ func (x *UnloadPluginResponse) String() string {
 func (*UnloadPluginResponse) ProtoMessage() {}
 
 func (x *UnloadPluginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[8]
+	mi := &file_hearth_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +702,7 @@ func (x *UnloadPluginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadPluginResponse.ProtoReflect.Descriptor instead.
 func (*UnloadPluginResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UnloadPluginResponse) GetPlugin() *PluginStatus {
@@ -619,7 +721,7 @@ type ReloadPluginRequest struct {
 
 func (x *ReloadPluginRequest) Reset() {
 	*x = ReloadPluginRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[9]
+	mi := &file_hearth_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +733,7 @@ func (x *ReloadPluginRequest) String() string {
 func (*ReloadPluginRequest) ProtoMessage() {}
 
 func (x *ReloadPluginRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[9]
+	mi := &file_hearth_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +746,7 @@ func (x *ReloadPluginRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPluginRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPluginRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReloadPluginRequest) GetName() string {
@@ -663,7 +765,7 @@ type ReloadPluginResponse struct {
 
 func (x *ReloadPluginResponse) Reset() {
 	*x = ReloadPluginResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[10]
+	mi := &file_hearth_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +777,7 @@ func (x *ReloadPluginResponse) String() string {
 func (*ReloadPluginResponse) ProtoMessage() {}
 
 func (x *ReloadPluginResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[10]
+	mi := &file_hearth_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +790,7 @@ func (x *ReloadPluginResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPluginResponse.ProtoReflect.Descriptor instead.
 func (*ReloadPluginResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReloadPluginResponse) GetPlugin() *PluginStatus {
@@ -710,7 +812,7 @@ type AttachTokenRequest struct {
 
 func (x *AttachTokenRequest) Reset() {
 	*x = AttachTokenRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[11]
+	mi := &file_hearth_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +824,7 @@ func (x *AttachTokenRequest) String() string {
 func (*AttachTokenRequest) ProtoMessage() {}
 
 func (x *AttachTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[11]
+	mi := &file_hearth_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +837,7 @@ func (x *AttachTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachTokenRequest.ProtoReflect.Descriptor instead.
 func (*AttachTokenRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AttachTokenRequest) GetName() string {
@@ -769,7 +871,7 @@ type AttachTokenResponse struct {
 
 func (x *AttachTokenResponse) Reset() {
 	*x = AttachTokenResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[12]
+	mi := &file_hearth_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +883,7 @@ func (x *AttachTokenResponse) String() string {
 func (*AttachTokenResponse) ProtoMessage() {}
 
 func (x *AttachTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[12]
+	mi := &file_hearth_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +896,7 @@ func (x *AttachTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachTokenResponse.ProtoReflect.Descriptor instead.
 func (*AttachTokenResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AttachTokenResponse) GetName() string {
@@ -845,7 +947,7 @@ type PluginLogsRequest struct {
 
 func (x *PluginLogsRequest) Reset() {
 	*x = PluginLogsRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[13]
+	mi := &file_hearth_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +959,7 @@ func (x *PluginLogsRequest) String() string {
 func (*PluginLogsRequest) ProtoMessage() {}
 
 func (x *PluginLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[13]
+	mi := &file_hearth_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +972,7 @@ func (x *PluginLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginLogsRequest.ProtoReflect.Descriptor instead.
 func (*PluginLogsRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PluginLogsRequest) GetName() string {
@@ -918,7 +1020,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[14]
+	mi := &file_hearth_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1032,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[14]
+	mi := &file_hearth_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1045,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LogLine) GetPlugin() string {
@@ -996,7 +1098,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[15]
+	mi := &file_hearth_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1110,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[15]
+	mi := &file_hearth_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1123,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type ToolInfo struct {
@@ -1039,14 +1141,17 @@ type ToolInfo struct {
 	// (`confirm` → destructive_hint).
 	Annotations *ToolAnnotations `protobuf:"bytes,7,opt,name=annotations,proto3" json:"annotations,omitempty"`
 	// The `ai.tool` policies (max_calls, cooldown, confirm, timeout …).
-	AiTool        *AiTool `protobuf:"bytes,8,opt,name=ai_tool,json=aiTool,proto3" json:"ai_tool,omitempty"`
+	AiTool *AiTool `protobuf:"bytes,8,opt,name=ai_tool,json=aiTool,proto3" json:"ai_tool,omitempty"`
+	// Where the tool can run: "local" for this broker's plugin, then the names of the
+	// plugin hosts (`hearth node`) serving it over NATS. Its length is the instance count.
+	Hosts         []string `protobuf:"bytes,9,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolInfo) Reset() {
 	*x = ToolInfo{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[16]
+	mi := &file_hearth_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1163,7 @@ func (x *ToolInfo) String() string {
 func (*ToolInfo) ProtoMessage() {}
 
 func (x *ToolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[16]
+	mi := &file_hearth_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1176,7 @@ func (x *ToolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolInfo.ProtoReflect.Descriptor instead.
 func (*ToolInfo) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolInfo) GetName() string {
@@ -1130,6 +1235,13 @@ func (x *ToolInfo) GetAiTool() *AiTool {
 	return nil
 }
 
+func (x *ToolInfo) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 type ListToolsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tools         []*ToolInfo            `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
@@ -1139,7 +1251,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[17]
+	mi := &file_hearth_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1263,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[17]
+	mi := &file_hearth_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1276,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListToolsResponse) GetTools() []*ToolInfo {
@@ -1203,7 +1315,7 @@ type CallToolRequest struct {
 
 func (x *CallToolRequest) Reset() {
 	*x = CallToolRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[18]
+	mi := &file_hearth_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1327,7 @@ func (x *CallToolRequest) String() string {
 func (*CallToolRequest) ProtoMessage() {}
 
 func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[18]
+	mi := &file_hearth_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1340,7 @@ func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolRequest.ProtoReflect.Descriptor instead.
 func (*CallToolRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CallToolRequest) GetName() string {
@@ -1316,7 +1428,7 @@ type CallToolResponse struct {
 
 func (x *CallToolResponse) Reset() {
 	*x = CallToolResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[19]
+	mi := &file_hearth_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1440,7 @@ func (x *CallToolResponse) String() string {
 func (*CallToolResponse) ProtoMessage() {}
 
 func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[19]
+	mi := &file_hearth_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1453,7 @@ func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolResponse.ProtoReflect.Descriptor instead.
 func (*CallToolResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CallToolResponse) GetTool() string {
@@ -1421,7 +1533,7 @@ type CallToolEvent struct {
 
 func (x *CallToolEvent) Reset() {
 	*x = CallToolEvent{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[20]
+	mi := &file_hearth_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1545,7 @@ func (x *CallToolEvent) String() string {
 func (*CallToolEvent) ProtoMessage() {}
 
 func (x *CallToolEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[20]
+	mi := &file_hearth_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1558,7 @@ func (x *CallToolEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolEvent.ProtoReflect.Descriptor instead.
 func (*CallToolEvent) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CallToolEvent) GetEvent() isCallToolEvent_Event {
@@ -1505,7 +1617,7 @@ type ToolProgress struct {
 
 func (x *ToolProgress) Reset() {
 	*x = ToolProgress{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[21]
+	mi := &file_hearth_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1629,7 @@ func (x *ToolProgress) String() string {
 func (*ToolProgress) ProtoMessage() {}
 
 func (x *ToolProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[21]
+	mi := &file_hearth_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1642,7 @@ func (x *ToolProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
 func (*ToolProgress) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolProgress) GetMessage() string {
@@ -1562,7 +1674,7 @@ type WatchToolsRequest struct {
 
 func (x *WatchToolsRequest) Reset() {
 	*x = WatchToolsRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[22]
+	mi := &file_hearth_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1686,7 @@ func (x *WatchToolsRequest) String() string {
 func (*WatchToolsRequest) ProtoMessage() {}
 
 func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[22]
+	mi := &file_hearth_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1699,7 @@ func (x *WatchToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchToolsRequest.ProtoReflect.Descriptor instead.
 func (*WatchToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 type ToolsChanged struct {
@@ -1600,7 +1712,7 @@ type ToolsChanged struct {
 
 func (x *ToolsChanged) Reset() {
 	*x = ToolsChanged{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[23]
+	mi := &file_hearth_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1724,7 @@ func (x *ToolsChanged) String() string {
 func (*ToolsChanged) ProtoMessage() {}
 
 func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[23]
+	mi := &file_hearth_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1737,7 @@ func (x *ToolsChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolsChanged.ProtoReflect.Descriptor instead.
 func (*ToolsChanged) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ToolsChanged) GetRevision() uint64 {
@@ -1643,7 +1755,7 @@ type ListMcpServersRequest struct {
 
 func (x *ListMcpServersRequest) Reset() {
 	*x = ListMcpServersRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[24]
+	mi := &file_hearth_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1767,7 @@ func (x *ListMcpServersRequest) String() string {
 func (*ListMcpServersRequest) ProtoMessage() {}
 
 func (x *ListMcpServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[24]
+	mi := &file_hearth_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1780,7 @@ func (x *ListMcpServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMcpServersRequest.ProtoReflect.Descriptor instead.
 func (*ListMcpServersRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 type McpServerInfo struct {
@@ -1694,7 +1806,7 @@ type McpServerInfo struct {
 
 func (x *McpServerInfo) Reset() {
 	*x = McpServerInfo{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[25]
+	mi := &file_hearth_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1818,7 @@ func (x *McpServerInfo) String() string {
 func (*McpServerInfo) ProtoMessage() {}
 
 func (x *McpServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[25]
+	mi := &file_hearth_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1831,7 @@ func (x *McpServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpServerInfo.ProtoReflect.Descriptor instead.
 func (*McpServerInfo) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *McpServerInfo) GetPlugin() string {
@@ -1801,7 +1913,7 @@ type ListMcpServersResponse struct {
 
 func (x *ListMcpServersResponse) Reset() {
 	*x = ListMcpServersResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[26]
+	mi := &file_hearth_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1925,7 @@ func (x *ListMcpServersResponse) String() string {
 func (*ListMcpServersResponse) ProtoMessage() {}
 
 func (x *ListMcpServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[26]
+	mi := &file_hearth_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1938,7 @@ func (x *ListMcpServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMcpServersResponse.ProtoReflect.Descriptor instead.
 func (*ListMcpServersResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListMcpServersResponse) GetServers() []*McpServerInfo {
@@ -1849,7 +1961,7 @@ type McpRequestMessage struct {
 
 func (x *McpRequestMessage) Reset() {
 	*x = McpRequestMessage{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[27]
+	mi := &file_hearth_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1973,7 @@ func (x *McpRequestMessage) String() string {
 func (*McpRequestMessage) ProtoMessage() {}
 
 func (x *McpRequestMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[27]
+	mi := &file_hearth_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1986,7 @@ func (x *McpRequestMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpRequestMessage.ProtoReflect.Descriptor instead.
 func (*McpRequestMessage) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *McpRequestMessage) GetPlugin() string {
@@ -1908,7 +2020,7 @@ type McpResponseMessage struct {
 
 func (x *McpResponseMessage) Reset() {
 	*x = McpResponseMessage{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[28]
+	mi := &file_hearth_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2032,7 @@ func (x *McpResponseMessage) String() string {
 func (*McpResponseMessage) ProtoMessage() {}
 
 func (x *McpResponseMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[28]
+	mi := &file_hearth_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2045,7 @@ func (x *McpResponseMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use McpResponseMessage.ProtoReflect.Descriptor instead.
 func (*McpResponseMessage) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *McpResponseMessage) GetResultJson() string {
@@ -1951,7 +2063,7 @@ type ListSourcesRequest struct {
 
 func (x *ListSourcesRequest) Reset() {
 	*x = ListSourcesRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[29]
+	mi := &file_hearth_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2075,7 @@ func (x *ListSourcesRequest) String() string {
 func (*ListSourcesRequest) ProtoMessage() {}
 
 func (x *ListSourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[29]
+	mi := &file_hearth_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2088,7 @@ func (x *ListSourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListSourcesRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 type SourceInfo struct {
@@ -2004,7 +2116,7 @@ type SourceInfo struct {
 
 func (x *SourceInfo) Reset() {
 	*x = SourceInfo{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[30]
+	mi := &file_hearth_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2128,7 @@ func (x *SourceInfo) String() string {
 func (*SourceInfo) ProtoMessage() {}
 
 func (x *SourceInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[30]
+	mi := &file_hearth_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2141,7 @@ func (x *SourceInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceInfo.ProtoReflect.Descriptor instead.
 func (*SourceInfo) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SourceInfo) GetName() string {
@@ -2134,7 +2246,7 @@ type ListSourcesResponse struct {
 
 func (x *ListSourcesResponse) Reset() {
 	*x = ListSourcesResponse{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[31]
+	mi := &file_hearth_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2258,7 @@ func (x *ListSourcesResponse) String() string {
 func (*ListSourcesResponse) ProtoMessage() {}
 
 func (x *ListSourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[31]
+	mi := &file_hearth_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2271,7 @@ func (x *ListSourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListSourcesResponse) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSourcesResponse) GetSources() []*SourceInfo {
@@ -2185,7 +2297,7 @@ type UseSourceRequest struct {
 
 func (x *UseSourceRequest) Reset() {
 	*x = UseSourceRequest{}
-	mi := &file_hearth_v1_admin_proto_msgTypes[32]
+	mi := &file_hearth_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2309,7 @@ func (x *UseSourceRequest) String() string {
 func (*UseSourceRequest) ProtoMessage() {}
 
 func (x *UseSourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_admin_proto_msgTypes[32]
+	mi := &file_hearth_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2322,7 @@ func (x *UseSourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UseSourceRequest.ProtoReflect.Descriptor instead.
 func (*UseSourceRequest) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_hearth_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UseSourceRequest) GetName() string {
@@ -2225,7 +2337,7 @@ var File_hearth_v1_admin_proto protoreflect.FileDescriptor
 const file_hearth_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x15hearth/v1/admin.proto\x12\thearth.v1\x1a\x16hearth/v1/plugin.proto\"\x14\n" +
-	"\x12ListPluginsRequest\"\x93\x03\n" +
+	"\x12ListPluginsRequest\"\xc6\x03\n" +
 	"\fPluginStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x10\n" +
@@ -2243,7 +2355,16 @@ const file_hearth_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"startup_ms\x18\r \x01(\rR\tstartupMs\x12\x18\n" +
 	"\asandbox\x18\x0e \x01(\tR\asandbox\x12\x1a\n" +
-	"\battached\x18\x0f \x01(\bR\battached\"H\n" +
+	"\battached\x18\x0f \x01(\bR\battached\x121\n" +
+	"\x06remote\x18\x10 \x03(\v2\x19.hearth.v1.RemoteInstanceR\x06remote\"\xa0\x01\n" +
+	"\x0eRemoteInstance\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x10\n" +
+	"\x03pid\x18\x03 \x01(\rR\x03pid\x12\x1a\n" +
+	"\brestarts\x18\x04 \x01(\rR\brestarts\x12\x10\n" +
+	"\x03sdk\x18\x05 \x01(\tR\x03sdk\x12 \n" +
+	"\flast_seen_ms\x18\x06 \x01(\x04R\n" +
+	"lastSeenMs\"H\n" +
 	"\x13ListPluginsResponse\x121\n" +
 	"\aplugins\x18\x01 \x03(\v2\x17.hearth.v1.PluginStatusR\aplugins\"*\n" +
 	"\x14RestartPluginRequest\x12\x12\n" +
@@ -2284,7 +2405,7 @@ const file_hearth_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x06 \x01(\x04R\n" +
 	"generation\"\x12\n" +
-	"\x10ListToolsRequest\"\xaf\x02\n" +
+	"\x10ListToolsRequest\"\xc5\x02\n" +
 	"\bToolInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06plugin\x18\x02 \x01(\tR\x06plugin\x12 \n" +
@@ -2293,7 +2414,8 @@ const file_hearth_v1_admin_proto_rawDesc = "" +
 	"\x05title\x18\x05 \x01(\tR\x05title\x12,\n" +
 	"\x12output_schema_json\x18\x06 \x01(\tR\x10outputSchemaJson\x12<\n" +
 	"\vannotations\x18\a \x01(\v2\x1a.hearth.v1.ToolAnnotationsR\vannotations\x12*\n" +
-	"\aai_tool\x18\b \x01(\v2\x11.hearth.v1.AiToolR\x06aiTool\">\n" +
+	"\aai_tool\x18\b \x01(\v2\x11.hearth.v1.AiToolR\x06aiTool\x12\x14\n" +
+	"\x05hosts\x18\t \x03(\tR\x05hosts\">\n" +
 	"\x11ListToolsResponse\x12)\n" +
 	"\x05tools\x18\x01 \x03(\v2\x13.hearth.v1.ToolInfoR\x05tools\"\x8d\x02\n" +
 	"\x0fCallToolRequest\x12\x12\n" +
@@ -2421,95 +2543,97 @@ func file_hearth_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_hearth_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hearth_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_hearth_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_hearth_v1_admin_proto_goTypes = []any{
 	(PluginState)(0),               // 0: hearth.v1.PluginState
 	(*ListPluginsRequest)(nil),     // 1: hearth.v1.ListPluginsRequest
 	(*PluginStatus)(nil),           // 2: hearth.v1.PluginStatus
-	(*ListPluginsResponse)(nil),    // 3: hearth.v1.ListPluginsResponse
-	(*RestartPluginRequest)(nil),   // 4: hearth.v1.RestartPluginRequest
-	(*RestartPluginResponse)(nil),  // 5: hearth.v1.RestartPluginResponse
-	(*LoadPluginRequest)(nil),      // 6: hearth.v1.LoadPluginRequest
-	(*LoadPluginResponse)(nil),     // 7: hearth.v1.LoadPluginResponse
-	(*UnloadPluginRequest)(nil),    // 8: hearth.v1.UnloadPluginRequest
-	(*UnloadPluginResponse)(nil),   // 9: hearth.v1.UnloadPluginResponse
-	(*ReloadPluginRequest)(nil),    // 10: hearth.v1.ReloadPluginRequest
-	(*ReloadPluginResponse)(nil),   // 11: hearth.v1.ReloadPluginResponse
-	(*AttachTokenRequest)(nil),     // 12: hearth.v1.AttachTokenRequest
-	(*AttachTokenResponse)(nil),    // 13: hearth.v1.AttachTokenResponse
-	(*PluginLogsRequest)(nil),      // 14: hearth.v1.PluginLogsRequest
-	(*LogLine)(nil),                // 15: hearth.v1.LogLine
-	(*ListToolsRequest)(nil),       // 16: hearth.v1.ListToolsRequest
-	(*ToolInfo)(nil),               // 17: hearth.v1.ToolInfo
-	(*ListToolsResponse)(nil),      // 18: hearth.v1.ListToolsResponse
-	(*CallToolRequest)(nil),        // 19: hearth.v1.CallToolRequest
-	(*CallToolResponse)(nil),       // 20: hearth.v1.CallToolResponse
-	(*CallToolEvent)(nil),          // 21: hearth.v1.CallToolEvent
-	(*ToolProgress)(nil),           // 22: hearth.v1.ToolProgress
-	(*WatchToolsRequest)(nil),      // 23: hearth.v1.WatchToolsRequest
-	(*ToolsChanged)(nil),           // 24: hearth.v1.ToolsChanged
-	(*ListMcpServersRequest)(nil),  // 25: hearth.v1.ListMcpServersRequest
-	(*McpServerInfo)(nil),          // 26: hearth.v1.McpServerInfo
-	(*ListMcpServersResponse)(nil), // 27: hearth.v1.ListMcpServersResponse
-	(*McpRequestMessage)(nil),      // 28: hearth.v1.McpRequestMessage
-	(*McpResponseMessage)(nil),     // 29: hearth.v1.McpResponseMessage
-	(*ListSourcesRequest)(nil),     // 30: hearth.v1.ListSourcesRequest
-	(*SourceInfo)(nil),             // 31: hearth.v1.SourceInfo
-	(*ListSourcesResponse)(nil),    // 32: hearth.v1.ListSourcesResponse
-	(*UseSourceRequest)(nil),       // 33: hearth.v1.UseSourceRequest
-	(*ToolAnnotations)(nil),        // 34: hearth.v1.ToolAnnotations
-	(*AiTool)(nil),                 // 35: hearth.v1.AiTool
+	(*RemoteInstance)(nil),         // 3: hearth.v1.RemoteInstance
+	(*ListPluginsResponse)(nil),    // 4: hearth.v1.ListPluginsResponse
+	(*RestartPluginRequest)(nil),   // 5: hearth.v1.RestartPluginRequest
+	(*RestartPluginResponse)(nil),  // 6: hearth.v1.RestartPluginResponse
+	(*LoadPluginRequest)(nil),      // 7: hearth.v1.LoadPluginRequest
+	(*LoadPluginResponse)(nil),     // 8: hearth.v1.LoadPluginResponse
+	(*UnloadPluginRequest)(nil),    // 9: hearth.v1.UnloadPluginRequest
+	(*UnloadPluginResponse)(nil),   // 10: hearth.v1.UnloadPluginResponse
+	(*ReloadPluginRequest)(nil),    // 11: hearth.v1.ReloadPluginRequest
+	(*ReloadPluginResponse)(nil),   // 12: hearth.v1.ReloadPluginResponse
+	(*AttachTokenRequest)(nil),     // 13: hearth.v1.AttachTokenRequest
+	(*AttachTokenResponse)(nil),    // 14: hearth.v1.AttachTokenResponse
+	(*PluginLogsRequest)(nil),      // 15: hearth.v1.PluginLogsRequest
+	(*LogLine)(nil),                // 16: hearth.v1.LogLine
+	(*ListToolsRequest)(nil),       // 17: hearth.v1.ListToolsRequest
+	(*ToolInfo)(nil),               // 18: hearth.v1.ToolInfo
+	(*ListToolsResponse)(nil),      // 19: hearth.v1.ListToolsResponse
+	(*CallToolRequest)(nil),        // 20: hearth.v1.CallToolRequest
+	(*CallToolResponse)(nil),       // 21: hearth.v1.CallToolResponse
+	(*CallToolEvent)(nil),          // 22: hearth.v1.CallToolEvent
+	(*ToolProgress)(nil),           // 23: hearth.v1.ToolProgress
+	(*WatchToolsRequest)(nil),      // 24: hearth.v1.WatchToolsRequest
+	(*ToolsChanged)(nil),           // 25: hearth.v1.ToolsChanged
+	(*ListMcpServersRequest)(nil),  // 26: hearth.v1.ListMcpServersRequest
+	(*McpServerInfo)(nil),          // 27: hearth.v1.McpServerInfo
+	(*ListMcpServersResponse)(nil), // 28: hearth.v1.ListMcpServersResponse
+	(*McpRequestMessage)(nil),      // 29: hearth.v1.McpRequestMessage
+	(*McpResponseMessage)(nil),     // 30: hearth.v1.McpResponseMessage
+	(*ListSourcesRequest)(nil),     // 31: hearth.v1.ListSourcesRequest
+	(*SourceInfo)(nil),             // 32: hearth.v1.SourceInfo
+	(*ListSourcesResponse)(nil),    // 33: hearth.v1.ListSourcesResponse
+	(*UseSourceRequest)(nil),       // 34: hearth.v1.UseSourceRequest
+	(*ToolAnnotations)(nil),        // 35: hearth.v1.ToolAnnotations
+	(*AiTool)(nil),                 // 36: hearth.v1.AiTool
 }
 var file_hearth_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: hearth.v1.PluginStatus.state:type_name -> hearth.v1.PluginState
-	2,  // 1: hearth.v1.ListPluginsResponse.plugins:type_name -> hearth.v1.PluginStatus
-	2,  // 2: hearth.v1.RestartPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	2,  // 3: hearth.v1.LoadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	2,  // 4: hearth.v1.UnloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	2,  // 5: hearth.v1.ReloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	34, // 6: hearth.v1.ToolInfo.annotations:type_name -> hearth.v1.ToolAnnotations
-	35, // 7: hearth.v1.ToolInfo.ai_tool:type_name -> hearth.v1.AiTool
-	17, // 8: hearth.v1.ListToolsResponse.tools:type_name -> hearth.v1.ToolInfo
-	22, // 9: hearth.v1.CallToolEvent.progress:type_name -> hearth.v1.ToolProgress
-	20, // 10: hearth.v1.CallToolEvent.result:type_name -> hearth.v1.CallToolResponse
-	0,  // 11: hearth.v1.McpServerInfo.state:type_name -> hearth.v1.PluginState
-	26, // 12: hearth.v1.ListMcpServersResponse.servers:type_name -> hearth.v1.McpServerInfo
-	31, // 13: hearth.v1.ListSourcesResponse.sources:type_name -> hearth.v1.SourceInfo
-	1,  // 14: hearth.v1.Admin.ListPlugins:input_type -> hearth.v1.ListPluginsRequest
-	4,  // 15: hearth.v1.Admin.RestartPlugin:input_type -> hearth.v1.RestartPluginRequest
-	6,  // 16: hearth.v1.Admin.LoadPlugin:input_type -> hearth.v1.LoadPluginRequest
-	8,  // 17: hearth.v1.Admin.UnloadPlugin:input_type -> hearth.v1.UnloadPluginRequest
-	10, // 18: hearth.v1.Admin.ReloadPlugin:input_type -> hearth.v1.ReloadPluginRequest
-	12, // 19: hearth.v1.Admin.AttachToken:input_type -> hearth.v1.AttachTokenRequest
-	14, // 20: hearth.v1.Admin.PluginLogs:input_type -> hearth.v1.PluginLogsRequest
-	30, // 21: hearth.v1.Admin.ListSources:input_type -> hearth.v1.ListSourcesRequest
-	33, // 22: hearth.v1.Admin.UseSource:input_type -> hearth.v1.UseSourceRequest
-	16, // 23: hearth.v1.Admin.ListTools:input_type -> hearth.v1.ListToolsRequest
-	19, // 24: hearth.v1.Admin.CallTool:input_type -> hearth.v1.CallToolRequest
-	19, // 25: hearth.v1.Admin.CallToolStream:input_type -> hearth.v1.CallToolRequest
-	23, // 26: hearth.v1.Admin.WatchTools:input_type -> hearth.v1.WatchToolsRequest
-	25, // 27: hearth.v1.Admin.ListMcpServers:input_type -> hearth.v1.ListMcpServersRequest
-	28, // 28: hearth.v1.Admin.McpRequest:input_type -> hearth.v1.McpRequestMessage
-	3,  // 29: hearth.v1.Admin.ListPlugins:output_type -> hearth.v1.ListPluginsResponse
-	5,  // 30: hearth.v1.Admin.RestartPlugin:output_type -> hearth.v1.RestartPluginResponse
-	7,  // 31: hearth.v1.Admin.LoadPlugin:output_type -> hearth.v1.LoadPluginResponse
-	9,  // 32: hearth.v1.Admin.UnloadPlugin:output_type -> hearth.v1.UnloadPluginResponse
-	11, // 33: hearth.v1.Admin.ReloadPlugin:output_type -> hearth.v1.ReloadPluginResponse
-	13, // 34: hearth.v1.Admin.AttachToken:output_type -> hearth.v1.AttachTokenResponse
-	15, // 35: hearth.v1.Admin.PluginLogs:output_type -> hearth.v1.LogLine
-	32, // 36: hearth.v1.Admin.ListSources:output_type -> hearth.v1.ListSourcesResponse
-	32, // 37: hearth.v1.Admin.UseSource:output_type -> hearth.v1.ListSourcesResponse
-	18, // 38: hearth.v1.Admin.ListTools:output_type -> hearth.v1.ListToolsResponse
-	20, // 39: hearth.v1.Admin.CallTool:output_type -> hearth.v1.CallToolResponse
-	21, // 40: hearth.v1.Admin.CallToolStream:output_type -> hearth.v1.CallToolEvent
-	24, // 41: hearth.v1.Admin.WatchTools:output_type -> hearth.v1.ToolsChanged
-	27, // 42: hearth.v1.Admin.ListMcpServers:output_type -> hearth.v1.ListMcpServersResponse
-	29, // 43: hearth.v1.Admin.McpRequest:output_type -> hearth.v1.McpResponseMessage
-	29, // [29:44] is the sub-list for method output_type
-	14, // [14:29] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	3,  // 1: hearth.v1.PluginStatus.remote:type_name -> hearth.v1.RemoteInstance
+	2,  // 2: hearth.v1.ListPluginsResponse.plugins:type_name -> hearth.v1.PluginStatus
+	2,  // 3: hearth.v1.RestartPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	2,  // 4: hearth.v1.LoadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	2,  // 5: hearth.v1.UnloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	2,  // 6: hearth.v1.ReloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	35, // 7: hearth.v1.ToolInfo.annotations:type_name -> hearth.v1.ToolAnnotations
+	36, // 8: hearth.v1.ToolInfo.ai_tool:type_name -> hearth.v1.AiTool
+	18, // 9: hearth.v1.ListToolsResponse.tools:type_name -> hearth.v1.ToolInfo
+	23, // 10: hearth.v1.CallToolEvent.progress:type_name -> hearth.v1.ToolProgress
+	21, // 11: hearth.v1.CallToolEvent.result:type_name -> hearth.v1.CallToolResponse
+	0,  // 12: hearth.v1.McpServerInfo.state:type_name -> hearth.v1.PluginState
+	27, // 13: hearth.v1.ListMcpServersResponse.servers:type_name -> hearth.v1.McpServerInfo
+	32, // 14: hearth.v1.ListSourcesResponse.sources:type_name -> hearth.v1.SourceInfo
+	1,  // 15: hearth.v1.Admin.ListPlugins:input_type -> hearth.v1.ListPluginsRequest
+	5,  // 16: hearth.v1.Admin.RestartPlugin:input_type -> hearth.v1.RestartPluginRequest
+	7,  // 17: hearth.v1.Admin.LoadPlugin:input_type -> hearth.v1.LoadPluginRequest
+	9,  // 18: hearth.v1.Admin.UnloadPlugin:input_type -> hearth.v1.UnloadPluginRequest
+	11, // 19: hearth.v1.Admin.ReloadPlugin:input_type -> hearth.v1.ReloadPluginRequest
+	13, // 20: hearth.v1.Admin.AttachToken:input_type -> hearth.v1.AttachTokenRequest
+	15, // 21: hearth.v1.Admin.PluginLogs:input_type -> hearth.v1.PluginLogsRequest
+	31, // 22: hearth.v1.Admin.ListSources:input_type -> hearth.v1.ListSourcesRequest
+	34, // 23: hearth.v1.Admin.UseSource:input_type -> hearth.v1.UseSourceRequest
+	17, // 24: hearth.v1.Admin.ListTools:input_type -> hearth.v1.ListToolsRequest
+	20, // 25: hearth.v1.Admin.CallTool:input_type -> hearth.v1.CallToolRequest
+	20, // 26: hearth.v1.Admin.CallToolStream:input_type -> hearth.v1.CallToolRequest
+	24, // 27: hearth.v1.Admin.WatchTools:input_type -> hearth.v1.WatchToolsRequest
+	26, // 28: hearth.v1.Admin.ListMcpServers:input_type -> hearth.v1.ListMcpServersRequest
+	29, // 29: hearth.v1.Admin.McpRequest:input_type -> hearth.v1.McpRequestMessage
+	4,  // 30: hearth.v1.Admin.ListPlugins:output_type -> hearth.v1.ListPluginsResponse
+	6,  // 31: hearth.v1.Admin.RestartPlugin:output_type -> hearth.v1.RestartPluginResponse
+	8,  // 32: hearth.v1.Admin.LoadPlugin:output_type -> hearth.v1.LoadPluginResponse
+	10, // 33: hearth.v1.Admin.UnloadPlugin:output_type -> hearth.v1.UnloadPluginResponse
+	12, // 34: hearth.v1.Admin.ReloadPlugin:output_type -> hearth.v1.ReloadPluginResponse
+	14, // 35: hearth.v1.Admin.AttachToken:output_type -> hearth.v1.AttachTokenResponse
+	16, // 36: hearth.v1.Admin.PluginLogs:output_type -> hearth.v1.LogLine
+	33, // 37: hearth.v1.Admin.ListSources:output_type -> hearth.v1.ListSourcesResponse
+	33, // 38: hearth.v1.Admin.UseSource:output_type -> hearth.v1.ListSourcesResponse
+	19, // 39: hearth.v1.Admin.ListTools:output_type -> hearth.v1.ListToolsResponse
+	21, // 40: hearth.v1.Admin.CallTool:output_type -> hearth.v1.CallToolResponse
+	22, // 41: hearth.v1.Admin.CallToolStream:output_type -> hearth.v1.CallToolEvent
+	25, // 42: hearth.v1.Admin.WatchTools:output_type -> hearth.v1.ToolsChanged
+	28, // 43: hearth.v1.Admin.ListMcpServers:output_type -> hearth.v1.ListMcpServersResponse
+	30, // 44: hearth.v1.Admin.McpRequest:output_type -> hearth.v1.McpResponseMessage
+	30, // [30:45] is the sub-list for method output_type
+	15, // [15:30] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_hearth_v1_admin_proto_init() }
@@ -2518,7 +2642,7 @@ func file_hearth_v1_admin_proto_init() {
 		return
 	}
 	file_hearth_v1_plugin_proto_init()
-	file_hearth_v1_admin_proto_msgTypes[20].OneofWrappers = []any{
+	file_hearth_v1_admin_proto_msgTypes[21].OneofWrappers = []any{
 		(*CallToolEvent_Progress)(nil),
 		(*CallToolEvent_Result)(nil),
 	}
@@ -2528,7 +2652,7 @@ func file_hearth_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hearth_v1_admin_proto_rawDesc), len(file_hearth_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -911,6 +911,7 @@ export namespace hearth {
             startupMs?: (number|null);
             sandbox?: (string|null);
             attached?: (boolean|null);
+            remote?: (hearth.v1.IRemoteInstance[]|null);
         }
 
         class PluginStatus implements IPluginStatus {
@@ -930,9 +931,33 @@ export namespace hearth {
             public startupMs: number;
             public sandbox: string;
             public attached: boolean;
+            public remote: hearth.v1.IRemoteInstance[];
             public static create(properties?: hearth.v1.IPluginStatus): hearth.v1.PluginStatus;
             public static encode(message: hearth.v1.IPluginStatus, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginStatus;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IRemoteInstance {
+            node?: (string|null);
+            version?: (string|null);
+            pid?: (number|null);
+            restarts?: (number|null);
+            sdk?: (string|null);
+            lastSeenMs?: (number|Long|null);
+        }
+
+        class RemoteInstance implements IRemoteInstance {
+            constructor(properties?: hearth.v1.IRemoteInstance);
+            public node: string;
+            public version: string;
+            public pid: number;
+            public restarts: number;
+            public sdk: string;
+            public lastSeenMs: (number|Long);
+            public static create(properties?: hearth.v1.IRemoteInstance): hearth.v1.RemoteInstance;
+            public static encode(message: hearth.v1.IRemoteInstance, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.RemoteInstance;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 
@@ -1149,6 +1174,7 @@ export namespace hearth {
             outputSchemaJson?: (string|null);
             annotations?: (hearth.v1.IToolAnnotations|null);
             aiTool?: (hearth.v1.IAiTool|null);
+            hosts?: (string[]|null);
         }
 
         class ToolInfo implements IToolInfo {
@@ -1161,6 +1187,7 @@ export namespace hearth {
             public outputSchemaJson: string;
             public annotations?: (hearth.v1.IToolAnnotations|null);
             public aiTool?: (hearth.v1.IAiTool|null);
+            public hosts: string[];
             public static create(properties?: hearth.v1.IToolInfo): hearth.v1.ToolInfo;
             public static encode(message: hearth.v1.IToolInfo, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.ToolInfo;

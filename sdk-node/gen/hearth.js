@@ -4227,6 +4227,7 @@ $root.hearth = (function() {
 
             function PluginStatus(properties) {
                 this.tools = [];
+                this.remote = [];
                 if (properties)
                     for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
                         if (properties[keys[i]] != null && keys[i] !== "__proto__")
@@ -4248,6 +4249,7 @@ $root.hearth = (function() {
             PluginStatus.prototype.startupMs = 0;
             PluginStatus.prototype.sandbox = "";
             PluginStatus.prototype.attached = false;
+            PluginStatus.prototype.remote = $util.emptyArray;
 
             PluginStatus.create = function create(properties) {
                 return new PluginStatus(properties);
@@ -4291,6 +4293,9 @@ $root.hearth = (function() {
                     writer.uint32(114).string(message.sandbox);
                 if (message.attached != null && Object.hasOwnProperty.call(message, "attached"))
                     writer.uint32(120).bool(message.attached);
+                if (message.remote != null && message.remote.length)
+                    for (var i = 0; i < message.remote.length; ++i)
+                        $root.hearth.v1.RemoteInstance.encode(message.remote[i], writer.uint32(130).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -4379,6 +4384,12 @@ $root.hearth = (function() {
                             message.attached = reader.bool();
                             break;
                         }
+                    case 16: {
+                            if (!(message.remote && message.remote.length))
+                                message.remote = [];
+                            message.remote.push($root.hearth.v1.RemoteInstance.decode(reader, reader.uint32(), undefined, long + 1));
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -4400,6 +4411,118 @@ $root.hearth = (function() {
             };
 
             return PluginStatus;
+        })();
+
+        v1.RemoteInstance = (function() {
+
+            function RemoteInstance(properties) {
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            RemoteInstance.prototype.node = "";
+            RemoteInstance.prototype.version = "";
+            RemoteInstance.prototype.pid = 0;
+            RemoteInstance.prototype.restarts = 0;
+            RemoteInstance.prototype.sdk = "";
+            RemoteInstance.prototype.lastSeenMs = $util.Long ? $util.Long.fromBits(0,0,true) : 0;
+
+            RemoteInstance.create = function create(properties) {
+                return new RemoteInstance(properties);
+            };
+
+            RemoteInstance.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.node != null && Object.hasOwnProperty.call(message, "node"))
+                    writer.uint32(10).string(message.node);
+                if (message.version != null && Object.hasOwnProperty.call(message, "version"))
+                    writer.uint32(18).string(message.version);
+                if (message.pid != null && Object.hasOwnProperty.call(message, "pid"))
+                    writer.uint32(24).uint32(message.pid);
+                if (message.restarts != null && Object.hasOwnProperty.call(message, "restarts"))
+                    writer.uint32(32).uint32(message.restarts);
+                if (message.sdk != null && Object.hasOwnProperty.call(message, "sdk"))
+                    writer.uint32(42).string(message.sdk);
+                if (message.lastSeenMs != null && Object.hasOwnProperty.call(message, "lastSeenMs"))
+                    writer.uint32(48).uint64(message.lastSeenMs);
+                return writer;
+            };
+
+            RemoteInstance.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.RemoteInstance();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            message.node = reader.string();
+                            break;
+                        }
+                    case 2: {
+                            message.version = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.pid = reader.uint32();
+                            break;
+                        }
+                    case 4: {
+                            message.restarts = reader.uint32();
+                            break;
+                        }
+                    case 5: {
+                            message.sdk = reader.string();
+                            break;
+                        }
+                    case 6: {
+                            message.lastSeenMs = reader.uint64();
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            RemoteInstance.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.RemoteInstance";
+            };
+
+            return RemoteInstance;
         })();
 
         v1.ListPluginsResponse = (function() {
@@ -5563,6 +5686,7 @@ $root.hearth = (function() {
         v1.ToolInfo = (function() {
 
             function ToolInfo(properties) {
+                this.hosts = [];
                 if (properties)
                     for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
                         if (properties[keys[i]] != null && keys[i] !== "__proto__")
@@ -5577,6 +5701,7 @@ $root.hearth = (function() {
             ToolInfo.prototype.outputSchemaJson = "";
             ToolInfo.prototype.annotations = null;
             ToolInfo.prototype.aiTool = null;
+            ToolInfo.prototype.hosts = $util.emptyArray;
 
             ToolInfo.create = function create(properties) {
                 return new ToolInfo(properties);
@@ -5605,6 +5730,9 @@ $root.hearth = (function() {
                     $root.hearth.v1.ToolAnnotations.encode(message.annotations, writer.uint32(58).fork(), q + 1).ldelim();
                 if (message.aiTool != null && Object.hasOwnProperty.call(message, "aiTool"))
                     $root.hearth.v1.AiTool.encode(message.aiTool, writer.uint32(66).fork(), q + 1).ldelim();
+                if (message.hosts != null && message.hosts.length)
+                    for (var i = 0; i < message.hosts.length; ++i)
+                        writer.uint32(74).string(message.hosts[i]);
                 return writer;
             };
 
@@ -5661,6 +5789,12 @@ $root.hearth = (function() {
                         }
                     case 8: {
                             message.aiTool = $root.hearth.v1.AiTool.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
+                    case 9: {
+                            if (!(message.hosts && message.hosts.length))
+                                message.hosts = [];
+                            message.hosts.push(reader.string());
                             break;
                         }
                     default:

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::harness::{go_binary, repo, rust_binary, Broker, PluginDir};
 
 /// LLM sources of the case brokers (nothing listens there; no chat is run).
-const SOURCES: &str = r#"
+pub(crate) const SOURCES: &str = r#"
 [[sources]]
 name = "alpha"
 base_url = "http://127.0.0.1:9/v1"
@@ -31,7 +31,7 @@ priority = 2
 
 /// The case runner's capabilities: all but `settings_secrets` and `input_as_user`
 /// (the cases check what is refused without them).
-const ALL_CAPABILITIES: [&str; 7] = [
+pub(crate) const ALL_CAPABILITIES: [&str; 7] = [
     "settings_cross",
     "settings_core",
     "memory",
@@ -41,13 +41,19 @@ const ALL_CAPABILITIES: [&str; 7] = [
     "input",
 ];
 
-fn cases_file() -> Value {
+pub(crate) fn cases_file() -> Value {
     let text = std::fs::read_to_string(repo().join("tests/host_cases.json")).unwrap();
     serde_json::from_str(&text).expect("tests/host_cases.json is JSON")
 }
 
 /// The case plugin of `lang` named `name` in `role` (runner, nocap, other).
-fn case_plugin(lang: &str, name: &str, role: &str, peer: &str, caps: Option<&[&str]>) -> PluginDir {
+pub(crate) fn case_plugin(
+    lang: &str,
+    name: &str,
+    role: &str,
+    peer: &str,
+    caps: Option<&[&str]>,
+) -> PluginDir {
     let mut manifest = match lang {
         "py" => json!({"runtime": "python", "entry": repo().join("tests/plugins/host_cases.py")}),
         "node" => json!({"runtime": "node", "entry": repo().join("tests/plugins/host_cases.js")}),
@@ -73,7 +79,7 @@ fn case_plugin(lang: &str, name: &str, role: &str, peer: &str, caps: Option<&[&s
 }
 
 /// Calls `<plugin>_run` and returns its report.
-async fn report(b: &mut Broker, plugin: &str) -> Value {
+pub(crate) async fn report(b: &mut Broker, plugin: &str) -> Value {
     let tool = format!("{plugin}_run");
     let r = b
         .call_timeout(&tool, json!({}), 60_000)
@@ -96,7 +102,7 @@ async fn report(b: &mut Broker, plugin: &str) -> Value {
 
 /// Asserts each report ran all the steps of its section of the case file and none
 /// failed; the message shows every report.
-fn assert_clean(reports: &[(&Value, &str, &str, usize)]) {
+pub(crate) fn assert_clean(reports: &[(&Value, &str, &str, usize)]) {
     let mut problems = Vec::new();
     for (report, lang, section, want_total) in reports {
         let failed = report["failed"].as_array().map(Vec::len);

@@ -22,6 +22,7 @@ mod memory;
 mod nats;
 mod observe;
 mod otlp;
+mod remote;
 mod security;
 mod security_io;
 mod security_secrets;

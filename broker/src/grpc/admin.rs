@@ -6,7 +6,7 @@ use hearth_proto::v1::{
     call_tool_event, CallToolEvent, ListMcpServersRequest, ListMcpServersResponse,
     McpRequestMessage, McpResponseMessage, McpServerInfo, ToolsChanged, WatchToolsRequest,
 };
-use hearth_proto::v1::{AttachTokenRequest, AttachTokenResponse};
+use hearth_proto::v1::{AttachTokenRequest, AttachTokenResponse, PluginState, RemoteInstance};
 use hearth_proto::v1::{
     CallToolRequest, CallToolResponse, ListPluginsRequest, ListPluginsResponse, ListToolsRequest,
     ListToolsResponse, LoadPluginRequest, LoadPluginResponse, LogLine, PluginLogsRequest,
@@ -123,6 +123,27 @@ impl AdminService {
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         super::authorize_admin(request, &self.token)
     }
+
+    /// A local plugin's status with the plugin hosts that also serve it.
+    fn to_wire(&self, s: PluginSnapshot) -> PluginStatus {
+        let mut status = to_wire(s);
+        if let Some(hub) = self.router.remote() {
+            status.remote = remote_instances(hub, &status.name);
+        }
+        status
+    }
+
+    /// Where tool `t` can run: "local", then node names.
+    fn hosts(&self, t: &crate::registry::Tool) -> Vec<String> {
+        let mut hosts = Vec::new();
+        if self.supervisor.plugin(&t.plugin).is_some() {
+            hosts.push("local".to_string());
+        }
+        if let Some(hub) = self.router.remote() {
+            hosts.extend(hub.instances(&t.plugin).into_iter().map(|i| i.node));
+        }
+        hosts
+    }
 }
 
 fn to_wire(s: PluginSnapshot) -> PluginStatus {
@@ -142,6 +163,53 @@ fn to_wire(s: PluginSnapshot) -> PluginStatus {
         startup_ms: s.startup.map(|d| d.as_millis() as u32).unwrap_or(0),
         sandbox: s.sandbox.to_string(),
         attached: s.attached,
+        remote: Vec::new(),
+    }
+}
+
+/// `hub`'s nodes serving `plugin`, as `PluginStatus.remote`.
+fn remote_instances(hub: &crate::remote::hub::Hub, plugin: &str) -> Vec<RemoteInstance> {
+    hub.instances(plugin)
+        .into_iter()
+        .map(|i| RemoteInstance {
+            node: i.node,
+            version: i.plugin.version,
+            pid: i.plugin.pid,
+            restarts: i.plugin.restarts,
+            sdk: i.plugin.sdk,
+            last_seen_ms: i.last_seen.as_millis() as u64,
+        })
+        .collect()
+}
+
+/// The `PluginStatus` of a plugin served only by plugin hosts over NATS.
+fn remote_status(
+    hub: &crate::remote::hub::Hub,
+    registry: &crate::registry::Registry,
+    name: &str,
+) -> PluginStatus {
+    let remote = remote_instances(hub, name);
+    let first = remote.first().cloned().unwrap_or_default();
+    PluginStatus {
+        name: name.to_string(),
+        runtime: "remote".into(),
+        state: if remote.is_empty() {
+            PluginState::Stopped
+        } else {
+            PluginState::Ready
+        } as i32,
+        tools: registry.plugin_tools(name),
+        version: first.version,
+        sdk: first.sdk,
+        restarts: remote.iter().map(|r| r.restarts).sum(),
+        reason: if remote.is_empty() {
+            "no plugin host serves it".into()
+        } else {
+            String::new()
+        },
+        sandbox: "on its node".into(),
+        remote,
+        ..Default::default()
     }
 }
 
@@ -214,7 +282,7 @@ impl Admin for AdminService {
         }
         let snapshot = self.supervisor.load_and_wait(&path).await?;
         Ok(Response::new(LoadPluginResponse {
-            plugin: Some(to_wire(snapshot)),
+            plugin: Some(self.to_wire(snapshot)),
         }))
     }
 
@@ -225,7 +293,7 @@ impl Admin for AdminService {
         self.authorize(&request)?;
         let snapshot = self.supervisor.unload(&request.get_ref().name).await?;
         Ok(Response::new(UnloadPluginResponse {
-            plugin: Some(to_wire(snapshot)),
+            plugin: Some(self.to_wire(snapshot)),
         }))
     }
 
@@ -253,7 +321,7 @@ impl Admin for AdminService {
         self.authorize(&request)?;
         let snapshot = self.supervisor.reload(&request.get_ref().name).await?;
         Ok(Response::new(ReloadPluginResponse {
-            plugin: Some(to_wire(snapshot)),
+            plugin: Some(self.to_wire(snapshot)),
         }))
     }
 
@@ -319,12 +387,19 @@ impl Admin for AdminService {
         request: Request<ListPluginsRequest>,
     ) -> Result<Response<ListPluginsResponse>, Status> {
         self.authorize(&request)?;
-        let plugins = self
+        let mut plugins: Vec<PluginStatus> = self
             .supervisor
             .snapshots()
             .into_iter()
-            .map(to_wire)
+            .map(|s| self.to_wire(s))
             .collect();
+        if let Some(hub) = self.router.remote() {
+            for name in hub.plugin_names() {
+                if !plugins.iter().any(|p| p.name == name) {
+                    plugins.push(remote_status(hub, self.supervisor.registry(), &name));
+                }
+            }
+        }
         Ok(Response::new(ListPluginsResponse { plugins }))
     }
 
@@ -335,7 +410,7 @@ impl Admin for AdminService {
         self.authorize(&request)?;
         let snapshot = self.supervisor.restart(&request.get_ref().name).await?;
         Ok(Response::new(RestartPluginResponse {
-            plugin: Some(to_wire(snapshot)),
+            plugin: Some(self.to_wire(snapshot)),
         }))
     }
 
@@ -362,6 +437,7 @@ impl Admin for AdminService {
                     .unwrap_or_default(),
                 annotations: t.effective_annotations(),
                 ai_tool: t.ai_tool.clone(),
+                hosts: self.hosts(&t),
             })
             .collect();
         Ok(Response::new(ListToolsResponse { tools }))

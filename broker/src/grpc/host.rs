@@ -75,39 +75,47 @@ impl HostServices {
         }
     }
 
-    /// `router` with the five services added (DocMemory and Knowledge accept
-    /// messages up to [`hearth_proto::MAX_MESSAGE_BYTES`]: documents can be large).
-    /// Each checks the caller's token before its body is read, with `auth`
-    /// ([`PluginAuth::host_services`](super::PluginAuth::host_services)).
-    pub fn add_to(
+    /// These services, `input` and `llm` as tonic routes, each behind `auth` (the plugin
+    /// token check): what plugins call, served on the broker's listeners and called in
+    /// process for plugins on plugin hosts ([`crate::remote::relay`]).
+    pub fn routes(
         &self,
-        router: tonic::transport::server::Router,
+        input: super::InputService,
+        llm: super::LlmService,
         auth: super::PluginAuth,
-    ) -> tonic::transport::server::Router {
+    ) -> tonic::service::Routes {
+        use hearth_proto::v1::{input_server::InputServer, llm_server::LlmServer};
         use tonic::service::interceptor::InterceptedService;
         let max = hearth_proto::MAX_MESSAGE_BYTES;
-        router
-            .add_service(InterceptedService::new(
-                SettingsServer::new(self.clone()),
-                auth.clone(),
-            ))
-            .add_service(InterceptedService::new(
-                MemoryServer::new(self.clone()),
-                auth.clone(),
-            ))
-            .add_service(InterceptedService::new(
-                TextMemoryServer::new(self.clone()),
-                auth.clone(),
-            ))
-            .add_service(InterceptedService::new(
-                DocMemoryServer::new(self.clone()).max_decoding_message_size(max),
-                auth.clone(),
-            ))
-            .add_service(InterceptedService::new(
-                KnowledgeServer::new(self.clone()).max_decoding_message_size(max),
-                auth.clone(),
-            ))
-            .add_service(InterceptedService::new(McpServer::new(self.clone()), auth))
+        tonic::service::Routes::new(InterceptedService::new(
+            SettingsServer::new(self.clone()),
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            MemoryServer::new(self.clone()),
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            TextMemoryServer::new(self.clone()),
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            DocMemoryServer::new(self.clone()).max_decoding_message_size(max),
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            KnowledgeServer::new(self.clone()).max_decoding_message_size(max),
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            McpServer::new(self.clone()),
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            InputServer::new(input),
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(LlmServer::new(llm), auth))
     }
 
     fn caller<T>(

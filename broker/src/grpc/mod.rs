@@ -40,6 +40,35 @@ fn metadata<'a, T>(request: &'a Request<T>, key: &str) -> Result<&'a str, Status
 #[derive(Debug, Clone)]
 struct Caller(String);
 
+/// A plugin on a plugin host (`hearth node`) whose host-service call its node relayed
+/// over NATS ([`crate::remote::relay`]): who it is and what it may do here. Its calls
+/// carry no token; [`as_remote_caller`] makes them its calls.
+#[derive(Debug, Clone)]
+pub struct RemoteCaller {
+    /// The plugin's name.
+    pub plugin: String,
+    /// The node that relayed the call (from the NATS subject).
+    pub node: String,
+    /// What its manifest asks for, cut by `[nats.nodes.<node>] capabilities`.
+    pub capabilities: std::sync::Arc<[String]>,
+}
+
+tokio::task_local! {
+    static REMOTE_CALLER: RemoteCaller;
+}
+
+/// Runs `fut` (an in-process call of the host services) as `caller`: the token check
+/// admits it, and capability checks use `caller.capabilities` instead of a local
+/// plugin's manifest.
+pub async fn as_remote_caller<F: std::future::Future>(caller: RemoteCaller, fut: F) -> F::Output {
+    REMOTE_CALLER.scope(caller, fut).await
+}
+
+/// The remote caller of the host call being served, if it is one.
+fn remote_caller() -> Option<RemoteCaller> {
+    REMOTE_CALLER.try_with(|c| c.clone()).ok()
+}
+
 /// The plugin calling host-service `method` (e.g. `Settings.GetPlugin`), found by its
 /// spawn token, once it is known to hold `capability` (`None`: any plugin may call).
 /// Errors: UNAUTHENTICATED for a missing or unknown token; PERMISSION_DENIED naming
@@ -61,9 +90,7 @@ fn plugin_caller<T>(
         }
     };
     if let Some(cap) = capability {
-        let granted = supervisor
-            .plugin(&plugin)
-            .is_some_and(|p| p.spec().capabilities.iter().any(|c| c == cap));
+        let granted = holds(supervisor, &plugin, cap);
         if !granted {
             tracing::warn!(plugin = %plugin, "{method} refused: capability `{cap}` not granted");
             return Err(Status::permission_denied(format!(
@@ -77,6 +104,9 @@ fn plugin_caller<T>(
 /// Whether the running plugin `plugin` holds `capability` (for calls whose answer, not
 /// admission, depends on one: masked secrets, speaking as a user).
 fn holds(supervisor: &Supervisor, plugin: &str, capability: &str) -> bool {
+    if let Some(remote) = remote_caller().filter(|c| c.plugin == plugin) {
+        return remote.capabilities.iter().any(|c| c == capability);
+    }
     supervisor
         .plugin(plugin)
         .is_some_and(|p| p.spec().capabilities.iter().any(|c| c == capability))
@@ -260,6 +290,12 @@ impl PluginAuth {
 
 impl tonic::service::Interceptor for PluginAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        // A host call a plugin host relayed: its node checked the token.
+        if let Some(remote) = remote_caller() {
+            let mut request = request;
+            request.extensions_mut().insert(Caller(remote.plugin));
+            return Ok(request);
+        }
         let token = match metadata(&request, hearth_proto::TOKEN_METADATA) {
             Ok(token) => token,
             Err(status) => {

@@ -176,6 +176,7 @@ struct RawConfig {
     llm: RawLlm,
     #[serde(default)]
     adapters: RawAdapters,
+    nats: Option<crate::nats::NatsConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -260,6 +261,9 @@ pub struct Config {
     /// Bounds of adapter scripts: `[llm] adapter_timeout_ms`, `[adapters] http_allow`
     /// (the rest at their defaults).
     pub adapter_limits: crate::adapters::Limits,
+    /// `[nats]`: the bus to plugin hosts on other machines; `None` when absent (relative
+    /// file paths already made relative to the data dir).
+    pub nats: Option<crate::nats::NatsConfig>,
 }
 
 impl Config {
@@ -358,10 +362,15 @@ impl Config {
                 .map_err(|e| format!("{}: [adapters] http_allow: {e}", path.display()))?;
             adapter_limits.http_allow.push(host);
         }
+        let nats = raw.nats.map(|mut n| {
+            n.resolve_paths(data_dir);
+            n
+        });
         Ok(Config {
             sources,
             text_memory,
             adapter_limits,
+            nats,
             agent: AgentSettings {
                 system_prompt: a.system_prompt.unwrap_or(d.system_prompt),
                 max_iterations: a.max_iterations.unwrap_or(d.max_iterations).max(1),

@@ -86,6 +86,51 @@ pub struct NatsConfig {
     /// sharing an account with another). Default [`DEFAULT_SUBJECT_PREFIX`].
     #[serde(default = "default_subject_prefix")]
     pub subject_prefix: String,
+    /// The first token of this client's request inboxes (where answers to its host calls
+    /// and probes come). Default: `_INBOX_<name>` on a node (its NATS user needs to
+    /// subscribe to its own inboxes only), `_INBOX` on a broker. A pool of nodes sharing
+    /// one NATS user sets one prefix for all, e.g. `_INBOX_pool`.
+    pub inbox_prefix: Option<String>,
+    /// Brokers only: per-node policies, `[nats.nodes.<node>]`, keyed by node name. A node
+    /// without an entry serves any plugin with the capabilities its manifest asks for, as
+    /// a local plugin would.
+    #[serde(default)]
+    pub nodes: std::collections::BTreeMap<String, NodePolicy>,
+}
+
+/// `[nats.nodes.<node>]` of a broker's hearth.toml: what a plugin host may do.
+/// `[nats.nodes."*"]` applies to every node without a table of its own (e.g. a pool of
+/// nodes named after their pods).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodePolicy {
+    /// Allow-list of capabilities (e.g. `["memory", "knowledge"]`): a remote plugin holds
+    /// what its manifest asks for *and* this list names. Absent = the manifest's.
+    pub capabilities: Option<Vec<String>>,
+    /// The plugins this node may serve; the broker ignores the others it announces.
+    /// Absent = any.
+    pub plugins: Option<Vec<String>>,
+}
+
+impl NodePolicy {
+    /// Whether the node may serve `plugin`.
+    pub fn allows_plugin(&self, plugin: &str) -> bool {
+        self.plugins
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|p| p == plugin))
+    }
+
+    /// What a plugin of this node that asks for `wanted` holds.
+    pub fn grant(&self, wanted: &[String]) -> Vec<String> {
+        match &self.capabilities {
+            None => wanted.to_vec(),
+            Some(allow) => wanted
+                .iter()
+                .filter(|c| allow.contains(c))
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 fn default_subject_prefix() -> String {
@@ -112,6 +157,8 @@ impl Default for NatsConfig {
             client_key: None,
             local_address: None,
             subject_prefix: default_subject_prefix(),
+            inbox_prefix: None,
+            nodes: Default::default(),
         }
     }
 }
@@ -137,6 +184,8 @@ impl std::fmt::Debug for NatsConfig {
             .field("client_key", &self.client_key)
             .field("local_address", &self.local_address)
             .field("subject_prefix", &self.subject_prefix)
+            .field("inbox_prefix", &self.inbox_prefix)
+            .field("nodes", &self.nodes)
             .finish()
     }
 }
@@ -374,6 +423,19 @@ impl NatsConfig {
             check_name(name)?;
         }
         self.local_socket_addr()?;
+        if let Some(prefix) = &self.inbox_prefix {
+            let ok = !prefix.is_empty()
+                && prefix.len() <= 64
+                && prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok {
+                return Err(NatsError::config(
+                    "inbox_prefix",
+                    format!("`{prefix}` must be 1 to 64 of ASCII letters, digits, `_` and `-` (one subject token, e.g. \"_INBOX_pool\")"),
+                ));
+            }
+        }
         check_subject_prefix(&self.subject_prefix)
     }
 }
@@ -528,6 +590,39 @@ subject_prefix = "hearth.prod"
             cfg.validate().unwrap();
             assert_eq!(cfg.auth_kind(), kind, "{text}");
         }
+    }
+
+    #[test]
+    fn node_policies_and_inbox_prefix() {
+        let cfg = parse(
+            r#"
+[nats]
+url = "nats://127.0.0.1:4222"
+inbox_prefix = "_INBOX_pool"
+[nats.nodes.gpu-1]
+capabilities = ["memory", "knowledge"]
+plugins = ["ocr"]
+[nats.nodes."*"]
+capabilities = []
+"#,
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        let gpu = &cfg.nodes["gpu-1"];
+        let wanted = ["memory".to_string(), "settings_secrets".to_string()];
+        assert_eq!(gpu.grant(&wanted), vec!["memory".to_string()]);
+        assert!(gpu.allows_plugin("ocr") && !gpu.allows_plugin("shell"));
+        assert!(cfg.nodes["*"].grant(&wanted).is_empty());
+        assert_eq!(NodePolicy::default().grant(&wanted), wanted.to_vec());
+        let err = parse("[nats]\nurl = \"h:1\"\n[nats.nodes.a]\ncaps = []\n").unwrap_err();
+        assert!(err.contains("unknown field `caps`"), "{err}");
+        let mut bad = cfg.clone();
+        bad.inbox_prefix = Some("_INBOX.x".into());
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("inbox_prefix"));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! NATS: the bus between brokers and plugin hosts on other machines (issue 17).
 //!
-//! This is the groundwork: [`NatsConfig`] (the `[nats]` table of `hearth.toml`) and
-//! [`connect`], which turns it into an `async_nats::Client` or an error that says what
-//! failed. No broker or node uses it yet. Design and measurements:
+//! [`NatsConfig`] (the `[nats]` table of `hearth.toml`) and [`connect`], which turns it
+//! into an `async_nats::Client` or an error that says what failed. Brokers and plugin
+//! hosts use it through [`crate::remote`]. Design and measurements:
 //! `docs/design/nats-research.md`.
 //!
 //! The client is `async-nats` with rustls on the ring provider (no aws-lc, no OpenSSL),
@@ -13,7 +13,7 @@ mod config;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use config::{AuthKind, NatsConfig, DEFAULT_SUBJECT_PREFIX};
+pub use config::{AuthKind, NatsConfig, NodePolicy, DEFAULT_SUBJECT_PREFIX};
 
 /// How often the client PINGs the server; after 2 unanswered PINGs (~3 intervals) it
 /// drops the connection and reconnects. async-nats' default is 60 s; the research
@@ -112,6 +112,16 @@ impl NatsError {
 /// traffic; then [`NatsError::Unreachable`], [`NatsError::AuthRefused`],
 /// [`NatsError::Tls`] or [`NatsError::Connect`] naming the server URL.
 pub async fn connect(config: &NatsConfig) -> Result<async_nats::Client, NatsError> {
+    connect_with_inbox(config, None).await
+}
+
+/// [`connect`], with request inboxes under `inbox_prefix` instead of `_INBOX` (a node
+/// uses `_INBOX_<node>`, so its NATS user needs subscribe permission on its own inboxes
+/// only); `[nats] inbox_prefix` wins over it.
+pub async fn connect_with_inbox(
+    config: &NatsConfig,
+    inbox_prefix: Option<String>,
+) -> Result<async_nats::Client, NatsError> {
     config.validate()?;
     let servers: Vec<async_nats::ServerAddr> = config
         .servers()
@@ -150,6 +160,9 @@ pub async fn connect(config: &NatsConfig) -> Result<async_nats::Client, NatsErro
         )?;
         options = options.add_client_certificate(cert.clone(), key.clone());
     }
+    if let Some(prefix) = config.inbox_prefix.clone().or(inbox_prefix) {
+        options = options.custom_inbox_prefix(prefix);
+    }
     let local = config.local_socket_addr()?;
     if let Some(local) = local {
         options = options.local_address(local);
@@ -164,7 +177,7 @@ pub async fn connect(config: &NatsConfig) -> Result<async_nats::Client, NatsErro
 
 /// The connection name when `[nats] name` is unset: `<host>-<pid>`, host name cut to
 /// ASCII letters, digits, `_` and `-`.
-fn default_name() -> String {
+pub(crate) fn default_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host: String = host
         .trim()

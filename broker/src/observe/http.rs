@@ -100,6 +100,28 @@ async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
     (status, [(header::CACHE_CONTROL, "no-store")], body).into_response()
 }
 
+/// A plugin host's (`hearth node`) HTTP endpoints: `/metrics`, `/healthz`, and `/readyz`
+/// (200 while `ready()` says so: connected to NATS and not stopping; else 503).
+pub fn node_router(ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready();
+                async move {
+                    let (status, body) = if ready {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                    };
+                    (status, [(header::CACHE_CONTROL, "no-store")], body).into_response()
+                }
+            }),
+        )
+}
+
 /// Binds `addr` (loopback only; checked by the caller before anything is created).
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     use anyhow::Context as _;

@@ -247,6 +247,7 @@ impl Supervisor {
             return Some(reason);
         }
         let session = Arc::new(Session::new(name.clone(), generation, out));
+        session.set_registration(register.clone());
         {
             let mut s = plugin.status.lock().unwrap();
             let Some(i) = s.instance_mut(generation).filter(|i| !i.retiring) else {

@@ -187,6 +187,11 @@ impl Supervisor {
         let _ = self.settings.set(settings);
     }
 
+    /// The settings store given by [`Supervisor::set_settings`], if any.
+    pub fn settings_store(&self) -> Option<&crate::storage::Settings> {
+        self.settings.get()
+    }
+
     /// Loads the plugin in `dir` and starts supervising it. A directory that cannot
     /// be loaded (bad manifest, name in use, folder writable by group or others, name
     /// owned by another folder — see [`homes`]) is logged and listed as failed; it

@@ -527,6 +527,17 @@ impl Plugin {
         generation
     }
 
+    /// The session calls go to now, if the plugin is ready.
+    pub fn serving_session(&self) -> Option<Arc<Session>> {
+        self.session.borrow().clone()
+    }
+
+    /// Watches the published session: `Some` while the plugin is ready (a new value at
+    /// each registration of a new process), `None` while it is not.
+    pub fn watch_session(&self) -> watch::Receiver<Option<Arc<Session>>> {
+        self.session.subscribe()
+    }
+
     /// Waits up to `wait` for a registered session to call `target` on. Failed and
     /// stopped plugins are refused at once.
     pub(crate) async fn ready_session(

@@ -365,10 +365,6 @@ pub struct BuildGrants {
     pub own: Vec<PathBuf>,
 }
 
-/// The Landlock ruleset of a build step: the system roots and devices a plugin gets,
-/// plus `grants`; no network rule (a build may download modules and crates). Like
-/// [`prepare`], `Err(state)` when it runs unconfined (`"sandbox": false`, or no
-
 /// What every sandboxed process (plugin or build) may use: the system directories
 /// (minus the protected paths and system secrets) and the devices; with the protected
 /// paths, canonical, which later grants must also leave out.
@@ -391,6 +387,10 @@ fn system_grants(protected: &Protected) -> (Grants, Vec<PathBuf>) {
     }
     (grants, protected_paths)
 }
+
+/// The Landlock ruleset of a build step: the system roots and devices a plugin gets,
+/// plus `grants`; no network rule (a build may download modules and crates). Like
+/// [`prepare`], `Err(state)` when it runs unconfined (`"sandbox": false`, or no
 /// Landlock), and an error text when the ruleset cannot be built.
 pub fn prepare_build(
     enabled: bool,

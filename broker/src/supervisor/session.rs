@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hearth_proto::v1::{
@@ -89,6 +89,8 @@ pub struct Session {
     calls: Mutex<Calls>,
     next_call_id: AtomicU64,
     last_pong: Mutex<Instant>,
+    /// What the plugin registered at its handshake (set once, before calls come).
+    registration: std::sync::OnceLock<Arc<hearth_proto::v1::Register>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -144,7 +146,19 @@ impl Session {
             }),
             next_call_id: AtomicU64::new(1),
             last_pong: Mutex::new(Instant::now()),
+            registration: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records the `Register` message of the handshake (the first call wins).
+    pub fn set_registration(&self, register: hearth_proto::v1::Register) {
+        let _ = self.registration.set(Arc::new(register));
+    }
+
+    /// What the plugin registered at its handshake: stage hooks, triggers, inject spec,
+    /// config defs and its first tools (runtime `RegisterTool`s are in the registry).
+    pub fn registration(&self) -> Option<Arc<hearth_proto::v1::Register>> {
+        self.registration.get().cloned()
     }
 
     /// Records a `Pong`.

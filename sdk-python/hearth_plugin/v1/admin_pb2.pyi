@@ -34,7 +34,7 @@ class ListPluginsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PluginStatus(_message.Message):
-    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms", "sandbox", "attached")
+    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms", "sandbox", "attached", "remote")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class PluginStatus(_message.Message):
     STARTUP_MS_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     ATTACHED_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_FIELD_NUMBER: _ClassVar[int]
     name: str
     runtime: str
     pid: int
@@ -65,7 +66,24 @@ class PluginStatus(_message.Message):
     startup_ms: int
     sandbox: str
     attached: bool
-    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ..., sandbox: _Optional[str] = ..., attached: _Optional[bool] = ...) -> None: ...
+    remote: _containers.RepeatedCompositeFieldContainer[RemoteInstance]
+    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ..., sandbox: _Optional[str] = ..., attached: _Optional[bool] = ..., remote: _Optional[_Iterable[_Union[RemoteInstance, _Mapping]]] = ...) -> None: ...
+
+class RemoteInstance(_message.Message):
+    __slots__ = ("node", "version", "pid", "restarts", "sdk", "last_seen_ms")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    SDK_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_MS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    version: str
+    pid: int
+    restarts: int
+    sdk: str
+    last_seen_ms: int
+    def __init__(self, node: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., restarts: _Optional[int] = ..., sdk: _Optional[str] = ..., last_seen_ms: _Optional[int] = ...) -> None: ...
 
 class ListPluginsResponse(_message.Message):
     __slots__ = ("plugins",)
@@ -174,7 +192,7 @@ class ListToolsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ToolInfo(_message.Message):
-    __slots__ = ("name", "plugin", "description", "parameters_json", "title", "output_schema_json", "annotations", "ai_tool")
+    __slots__ = ("name", "plugin", "description", "parameters_json", "title", "output_schema_json", "annotations", "ai_tool", "hosts")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +201,7 @@ class ToolInfo(_message.Message):
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     AI_TOOL_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     plugin: str
     description: str
@@ -191,7 +210,8 @@ class ToolInfo(_message.Message):
     output_schema_json: str
     annotations: _plugin_pb2.ToolAnnotations
     ai_tool: _plugin_pb2.AiTool
-    def __init__(self, name: _Optional[str] = ..., plugin: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., title: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., annotations: _Optional[_Union[_plugin_pb2.ToolAnnotations, _Mapping]] = ..., ai_tool: _Optional[_Union[_plugin_pb2.AiTool, _Mapping]] = ...) -> None: ...
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., plugin: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., title: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., annotations: _Optional[_Union[_plugin_pb2.ToolAnnotations, _Mapping]] = ..., ai_tool: _Optional[_Union[_plugin_pb2.AiTool, _Mapping]] = ..., hosts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
     __slots__ = ("tools",)
