@@ -372,19 +372,22 @@ async fn every_trigger_type(trig_lang: &str, ev_lang: &str) {
     );
 }
 
-/// The seed's translate (inject only) and hybrid weather plugins in `lang` (`py`:
-/// tests/plugins/lz_*.py, `nd`: lz_translate.js and examples/plugins/weather, `go`: the
-/// binaries of tests/plugins/go/cmd/lz_*): commands typed by the user, a command the LLM
-/// writes, and the weather tool the LLM calls.
-async fn inject_round_trip(lang: &str) -> (String, String) {
+/// The scripted LLM of [`inject_round_trip`].
+pub(crate) fn lz_llm() -> ScriptedLlm {
     let script = json!({"steps": [
         {"match": "in Japanese", "content": "Here you go:\n/translate 你好 ja"},
         {"match": "weather in 北京", "after_tool": false,
          "tool_calls": [{"name": "weather", "arguments": {"city": "北京"}}]},
         {"match": "weather in 北京", "after_tool": true, "content": "Forecast: {tool_results}"},
     ]});
-    let llm = ScriptedLlm::start(Script::from_value(script).unwrap());
-    let plugins = match lang {
+    ScriptedLlm::start(Script::from_value(script).unwrap())
+}
+
+/// The seed's translate (inject only) and hybrid weather plugins in `lang` (`py`:
+/// tests/plugins/lz_*.py, `nd`: lz_translate.js and examples/plugins/weather, `go`: the
+/// binaries of tests/plugins/go/cmd/lz_*).
+pub(crate) fn lz_plugins(lang: &str) -> Vec<PluginDir> {
+    match lang {
         "py" => vec![
             test_plugin("translate", "python", "tests/plugins/lz_translate.py"),
             test_plugin("weather", "python", "tests/plugins/lz_weather.py"),
@@ -402,9 +405,24 @@ async fn inject_round_trip(lang: &str) -> (String, String) {
             test_plugin("weather", "exec", go_binary("lz_weather")),
         ],
         other => panic!("unknown language {other}"),
-    };
-    let mut b = Broker::with_llm(plugins, &llm, &[]).await;
+    }
+}
 
+/// The [`lz_plugins`] of `lang` in a broker of their own: commands typed by the user, a
+/// command the LLM writes, and the weather tool the LLM calls.
+async fn inject_round_trip(lang: &str) -> (String, String) {
+    let llm = lz_llm();
+    let mut b = Broker::with_llm(lz_plugins(lang), &llm, &[]).await;
+    lz_round_trip(&mut b, &llm, lang).await
+}
+
+/// Drives [`lz_plugins`] through broker `b` (whose LLM is [`lz_llm`]) and returns the
+/// weather command's reply and the weather tool's result.
+pub(crate) async fn lz_round_trip(
+    b: &mut Broker,
+    llm: &ScriptedLlm,
+    lang: &str,
+) -> (String, String) {
     // Typed by the user: the plugin answers, the LLM is not asked.
     let ev = b.chat("/translate 你好 en", "ann").await;
     assert_eq!(

@@ -27,6 +27,17 @@ impl Node {
     /// Starts `hearth node --nats URL --node-name NAME` with `plugins`, its NATS client
     /// bound to `local` (e.g. `127.0.0.2`).
     pub fn spawn(url: &str, name: &str, local: &str, plugins: &[PluginDir]) -> Node {
+        Node::spawn_as(url, name, local, "", plugins)
+    }
+
+    /// [`Node::spawn`] with `nats_keys` (e.g. its login) in its `[nats]` table.
+    pub fn spawn_as(
+        url: &str,
+        name: &str,
+        local: &str,
+        nats_keys: &str,
+        plugins: &[PluginDir],
+    ) -> Node {
         let root = tempfile::Builder::new()
             .prefix("hearth-node")
             .tempdir_in("/tmp")
@@ -41,7 +52,7 @@ impl Node {
         std::fs::create_dir_all(&data).unwrap();
         std::fs::write(
             data.join("hearth.toml"),
-            format!("[nats]\nlocal_address = \"{local}\"\n"),
+            format!("[nats]\nlocal_address = \"{local}\"\n{nats_keys}\n"),
         )
         .unwrap();
         node.start(url)
@@ -177,24 +188,18 @@ impl Drop for Node {
     }
 }
 
-/// A broker with no plugins of its own, on `nats` (its client from 127.0.0.1), with
-/// `args` and `files` as [`Broker::spawn_with_files`].
-async fn broker(nats: &NatsServer, args: &[&str], files: &[(&str, &str)]) -> Broker {
+/// A broker named `b1` with no plugins of its own, on `nats` (its client from
+/// 127.0.0.1), with `args`; `toml` goes into its hearth.toml before `[nats]`.
+async fn broker(nats: &NatsServer, args: &[&str], toml: &str) -> Broker {
+    broker_as(nats, args, toml, "name = \"b1\"").await
+}
+
+/// [`broker`] with `nats_keys` (e.g. its name and login) in its `[nats]` table.
+async fn broker_as(nats: &NatsServer, args: &[&str], toml: &str, nats_keys: &str) -> Broker {
     let mut all = vec!["--nats", nats.url()];
     all.extend_from_slice(args);
-    // `sources.toml` in `files` goes into hearth.toml, before `[nats]`.
-    let sources = files
-        .iter()
-        .find(|(name, _)| *name == "sources.toml")
-        .map_or("", |(_, text)| *text);
-    let toml = format!("{sources}\n[nats]\nname = \"b1\"\nlocal_address = \"127.0.0.1\"\n");
-    let mut files: Vec<(&str, &str)> = files
-        .iter()
-        .filter(|(name, _)| *name != "sources.toml")
-        .copied()
-        .collect();
-    files.push(("hearth.toml", &toml));
-    Broker::spawn_with_files(vec![], &all, &files).await
+    let toml = format!("{toml}\n[nats]\nlocal_address = \"127.0.0.1\"\n{nats_keys}\n");
+    Broker::spawn_with_files(vec![], &all, &[("hearth.toml", &toml)]).await
 }
 
 /// Waits until `plugin` is served by exactly `nodes` (sorted names) as the broker sees it.
@@ -250,7 +255,7 @@ async fn a_tool_served_by_two_nodes_gets_calls_on_both() {
     let nats = NatsServer::plain();
     let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
     let bn = Node::spawn(nats.url(), "b", "127.0.0.3", &[st("")]);
-    let mut b = broker(&nats, &[], &[]).await;
+    let mut b = broker(&nats, &[], "").await;
     let status = wait_nodes(&mut b, "st", &["a", "b"]).await;
     assert_eq!(status.runtime, "remote");
     assert_eq!(status.state, PluginState::Ready as i32);
@@ -315,7 +320,7 @@ async fn a_killed_node_fails_its_calls_fast_and_the_other_node_takes_new_ones() 
     let nats = NatsServer::plain();
     let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
     let bn = Node::spawn(nats.url(), "b", "127.0.0.3", &[st("")]);
-    let mut b = broker(&nats, &[], &[]).await;
+    let mut b = broker(&nats, &[], "").await;
     wait_nodes(&mut b, "st", &["a", "b"]).await;
 
     // 12 callers, each a loop of 300 ms calls, for 4 s; node a is SIGKILLed at 1.5 s.
@@ -386,7 +391,7 @@ async fn a_killed_node_fails_its_calls_fast_and_the_other_node_takes_new_ones() 
 async fn a_plugin_crash_on_a_node_fails_its_call_at_once_and_the_plugin_restarts() {
     let nats = NatsServer::plain();
     let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("crash_mid_call")]);
-    let mut b = broker(&nats, &[], &[]).await;
+    let mut b = broker(&nats, &[], "").await;
     wait_nodes(&mut b, "st", &["a"]).await;
     let t0 = Instant::now();
     let err = call(&mut b.admin, "st_sleep", json!({"ms": 1000}), 20_000)
@@ -410,7 +415,7 @@ async fn a_plugin_crash_on_a_node_fails_its_call_at_once_and_the_plugin_restarts
 async fn timeout_cancel_and_progress_cross_the_hop() {
     let nats = NatsServer::plain();
     let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
-    let mut b = broker(&nats, &[], &[]).await;
+    let mut b = broker(&nats, &[], "").await;
     wait_nodes(&mut b, "st", &["a"]).await;
 
     // Progress every 100 ms keeps a 400 ms timeout alive for a 1.5 s call, and reaches
@@ -483,7 +488,7 @@ async fn stage_hooks_and_tools_of_a_remote_plugin_run_in_the_agent() {
         .unwrap(),
     );
     let url = llm.base_url();
-    let mut b = broker(&nats, &["--llm-url", &url], &[]).await;
+    let mut b = broker(&nats, &["--llm-url", &url], "").await;
     wait_nodes(&mut b, "guard", &["a"]).await;
 
     let f = final_of(&b.chat("hello", "mallory").await);
@@ -523,7 +528,7 @@ async fn host_services_of_remote_plugins_pass_the_shared_cases_through_the_broke
         case_plugin("py", "hc_nocap", "nocap", "hc_peer", Some(&[])),
     ];
     let a = Node::spawn(nats.url(), "a", "127.0.0.2", &plugins);
-    let mut b = broker(&nats, &[], &[("sources.toml", SOURCES)]).await;
+    let mut b = broker(&nats, &[], SOURCES).await;
     for name in ["hc_peer", "hc", "hc_nocap"] {
         wait_nodes(&mut b, name, &["a"]).await;
     }
@@ -547,7 +552,7 @@ async fn host_services_of_remote_plugins_pass_the_shared_cases_through_the_broke
 async fn a_node_restarted_with_a_changed_plugin_changes_the_brokers_tools() {
     let nats = NatsServer::plain();
     let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
-    let mut b = broker(&nats, &[], &[]).await;
+    let mut b = broker(&nats, &[], "").await;
     wait_nodes(&mut b, "st", &["a"]).await;
     assert!(b.tools().await.contains(&"st_echo".to_string()));
 
@@ -569,4 +574,220 @@ async fn a_node_restarted_with_a_changed_plugin_changes_the_brokers_tools() {
     }
     let got = call(&mut b.admin, "v2_echo", json!({"v": 2}), 10_000).await;
     assert_eq!(as_json(got), json!({"v": 2}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linkzone_triggers_inject_and_tools_of_remote_plugins_answer_as_local_ones() {
+    use crate::inject::{lz_llm, lz_plugins, lz_round_trip};
+    let nats = NatsServer::plain();
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &lz_plugins("py"));
+    let llm = lz_llm();
+    let url = llm.base_url();
+    let mut b = broker(&nats, &["--llm-url", &url], "").await;
+    wait_nodes(&mut b, "translate", &["a"]).await;
+    wait_nodes(&mut b, "weather", &["a"]).await;
+    let remote = lz_round_trip(&mut b, &llm, "py on node a").await;
+    let llm = lz_llm();
+    let mut local = Broker::with_llm(lz_plugins("py"), &llm, &[]).await;
+    let here = lz_round_trip(&mut local, &llm, "py").await;
+    assert_eq!(remote, here, "remote and local plugins answer alike");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_results_cross_in_pieces_and_oversized_arguments_are_refused_by_name() {
+    let nats = NatsServer::plain();
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    // 3 MB: six pieces on a server whose max_payload is 1 MiB.
+    let got = call(&mut b.admin, "st_big", json!({"bytes": 3_000_000}), 30_000).await;
+    let text = got.unwrap_or_else(|e| panic!("{e}\n{}", b.log()));
+    assert_eq!(text.len(), 3_000_000);
+    assert!(text.bytes().all(|c| c == b'x'));
+    // 2 MB of arguments cannot be sent: the error says why, and nothing hangs.
+    let big = "y".repeat(2_000_000);
+    let err = call(&mut b.admin, "st_echo", json!({"s": big}), 10_000)
+        .await
+        .expect_err("refused");
+    assert!(
+        err.contains("max_payload") && err.contains("not sent"),
+        "{err}"
+    );
+    // The plugin still serves.
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"ok": 1}), 10_000).await),
+        json!({"ok": 1})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_fails_its_calls_in_flight_and_rejoins_when_it_resumes() {
+    let nats = NatsServer::plain();
+    let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let _bn = Node::spawn(nats.url(), "b", "127.0.0.3", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a", "b"]).await;
+    // Six 4 s calls spread over both nodes; then node a freezes (as if cut off).
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let mut admin = Broker::admin_clone(&b);
+        tasks.push(tokio::spawn(async move {
+            let r = call(&mut admin, "st_sleep", json!({"ms": 4000}), 20_000).await;
+            (started.elapsed(), r)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    a.signal(libc::SIGSTOP);
+    let stopped = started.elapsed();
+    let mut failed = 0;
+    for t in tasks {
+        let (at, r) = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("a call hung")
+            .unwrap();
+        match r {
+            Ok(_) => assert!(at > Duration::from_secs(4), "{at:?}"),
+            Err(e) => {
+                failed += 1;
+                assert!(e.contains("node a") && e.contains("probes"), "{e}");
+                assert!(
+                    at < stopped + Duration::from_millis(2500),
+                    "failed {at:?}, frozen at {stopped:?}"
+                );
+            }
+        }
+    }
+    assert!(failed > 0, "some calls were on node a");
+    // Once the server dropped the frozen node, calls go to b.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for i in 0..6 {
+        let got = call(&mut b.admin, "st_echo", json!({"i": i}), 10_000).await;
+        assert_eq!(as_json(got), json!({"i": i}), "{}", b.log());
+    }
+    // Resumed, it reconnects and is offered again.
+    a.signal(libc::SIGCONT);
+    wait_nodes(&mut b, "st", &["a", "b"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_nats_permissions_serve_calls_and_refuse_a_nodes_forged_call() {
+    // The accounts block of deploy/nats/nats-server.conf, as written (passwords set).
+    let conf = std::fs::read_to_string(repo().join("deploy/nats/nats-server.conf")).unwrap();
+    let accounts = &conf[conf.find("\naccounts {").expect("an accounts block")..];
+    let accounts = accounts
+        .replace("$HEARTH_NATS_BROKER_1_PASSWORD", "\"b-secret\"")
+        .replace("$HEARTH_NATS_NODE_GPU_1_PASSWORD", "\"n-secret\"");
+    let nats = NatsServer::start(crate::nats::NatsServerConfig {
+        extra: accounts,
+        ..Default::default()
+    });
+    let probe = PluginDir {
+        dir: "probe".into(),
+        manifest: json!({"name": "probe", "runtime": "python",
+            "entry": repo().join("tests/plugins/host_probe.py")}),
+    };
+    let node_login = "user = \"node-gpu-1\"\npassword = \"n-secret\"";
+    let a = Node::spawn_as(
+        nats.url(),
+        "gpu-1",
+        "127.0.0.2",
+        node_login,
+        &[st(""), probe],
+    );
+    let mut b = broker_as(
+        &nats,
+        &[],
+        "",
+        "name = \"broker-1\"\nuser = \"broker-1\"\npassword = \"b-secret\"",
+    )
+    .await;
+    wait_nodes(&mut b, "st", &["gpu-1"]).await;
+    wait_nodes(&mut b, "probe", &["gpu-1"]).await;
+
+    // Calls, progress, a host call and its answer all pass the permissions.
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"x": 1}), 10_000).await),
+        json!({"x": 1})
+    );
+    let set = json!({"call": "settings.set", "args": ["k", "v"], "kwargs": {}});
+    assert_eq!(
+        as_json(call(&mut b.admin, "probe_host", set, 20_000).await),
+        json!({"ok": null})
+    );
+    let get = json!({"call": "settings.get", "args": ["k"], "kwargs": {}});
+    assert_eq!(
+        as_json(call(&mut b.admin, "probe_host", get, 20_000).await),
+        json!({"ok": "v"})
+    );
+    let answered = a.calls_answered();
+
+    // A client with the node's credentials forges a call: the server refuses it and
+    // the node never runs it.
+    let cfg = hearth_broker::nats::NatsConfig {
+        url: Some(nats.url().into()),
+        user: Some("node-gpu-1".into()),
+        password: Some("n-secret".into()),
+        ..Default::default()
+    };
+    let rogue = hearth_broker::nats::connect(&cfg).await.unwrap();
+    let forged = hearth_broker::remote::encode(&hearth_proto::v1::NodeCall {
+        broker: "broker-1".into(),
+        attempt: 1,
+        msg: Some(hearth_proto::v1::HostMessage {
+            msg: Some(hearth_proto::v1::host_message::Msg::InvokeTool(
+                hearth_proto::v1::InvokeTool {
+                    call_id: 4242,
+                    tool: "st_echo".into(),
+                    args_json: "{}".into(),
+                    ..Default::default()
+                },
+            )),
+        }),
+    });
+    rogue
+        .publish_with_reply(
+            "hearth.call.st.tool.st_echo",
+            "hearth.r.broker-1.4242",
+            forged,
+        )
+        .await
+        .unwrap();
+    rogue.flush().await.unwrap();
+    let started = Instant::now();
+    let violation = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("Violation") && l.contains("hearth.call.st.tool.st_echo"))
+    };
+    while !violation(&nats.log()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no violation logged:\n{}",
+            nats.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        a.calls_answered(),
+        answered,
+        "the node ran a forged call:\n{}",
+        a.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operating_a_remote_only_plugin_on_the_broker_says_where_it_runs() {
+    let nats = NatsServer::plain();
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    for what in ["restart", "reload", "unload", "logs"] {
+        let (code, _, err) = b.cli(&["plugins", what, "st"]);
+        assert_ne!(code, 0, "{what}");
+        assert!(
+            err.contains("runs on plugin hosts (a)") && err.contains(&format!("plugins {what} st")),
+            "{what}: {err}"
+        );
+    }
 }

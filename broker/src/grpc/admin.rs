@@ -124,6 +124,25 @@ impl AdminService {
         super::authorize_admin(request, &self.token)
     }
 
+    /// FAILED_PRECONDITION for `what` (restart, reload, unload, logs) of a plugin that
+    /// is not loaded here but runs on plugin hosts: it is operated on its nodes.
+    fn only_remote(&self, name: &str, what: &str) -> Result<(), Status> {
+        let Some(hub) = self.router.remote() else {
+            return Ok(());
+        };
+        if self.supervisor.plugin(name).is_some() {
+            return Ok(());
+        }
+        let nodes: Vec<String> = hub.instances(name).into_iter().map(|i| i.node).collect();
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        Err(Status::failed_precondition(format!(
+            "plugin {name} runs on plugin hosts ({}), not on this broker; {what} it there: hearth --data-dir <the node's data dir> plugins {what} {name}",
+            nodes.join(", ")
+        )))
+    }
+
     /// A local plugin's status with the plugin hosts that also serve it.
     fn to_wire(&self, s: PluginSnapshot) -> PluginStatus {
         let mut status = to_wire(s);
@@ -291,6 +310,7 @@ impl Admin for AdminService {
         request: Request<UnloadPluginRequest>,
     ) -> Result<Response<UnloadPluginResponse>, Status> {
         self.authorize(&request)?;
+        self.only_remote(&request.get_ref().name, "unload")?;
         let snapshot = self.supervisor.unload(&request.get_ref().name).await?;
         Ok(Response::new(UnloadPluginResponse {
             plugin: Some(self.to_wire(snapshot)),
@@ -319,6 +339,7 @@ impl Admin for AdminService {
         request: Request<ReloadPluginRequest>,
     ) -> Result<Response<ReloadPluginResponse>, Status> {
         self.authorize(&request)?;
+        self.only_remote(&request.get_ref().name, "reload")?;
         let snapshot = self.supervisor.reload(&request.get_ref().name).await?;
         Ok(Response::new(ReloadPluginResponse {
             plugin: Some(self.to_wire(snapshot)),
@@ -331,6 +352,7 @@ impl Admin for AdminService {
     ) -> Result<Response<Self::PluginLogsStream>, Status> {
         self.authorize(&request)?;
         let req = request.into_inner();
+        self.only_remote(&req.name, "logs")?;
         let plugin = self
             .supervisor
             .plugin(&req.name)
@@ -408,6 +430,7 @@ impl Admin for AdminService {
         request: Request<RestartPluginRequest>,
     ) -> Result<Response<RestartPluginResponse>, Status> {
         self.authorize(&request)?;
+        self.only_remote(&request.get_ref().name, "restart")?;
         let snapshot = self.supervisor.restart(&request.get_ref().name).await?;
         Ok(Response::new(RestartPluginResponse {
             plugin: Some(self.to_wire(snapshot)),
