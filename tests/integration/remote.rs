@@ -402,13 +402,16 @@ async fn a_plugin_crash_on_a_node_fails_its_call_at_once_and_the_plugin_restarts
         err.contains("plugin st on node a") && err.contains("exit status 1"),
         "names plugin, node and exit: {err}"
     );
-    // Restarted on its node, as locally: the next call is answered.
-    b.wait_for("st", Duration::from_secs(30), "restarted once", |p| {
-        p.remote.first().is_some_and(|r| r.restarts >= 1)
-    })
-    .await;
+    // Restarted on its node, as locally: its tools stay offered meanwhile, and a call
+    // made at once waits for the new process.
     let got = call(&mut b.admin, "st_echo", json!({"x": 1}), 10_000).await;
     assert_eq!(as_json(got), json!({"x": 1}), "{}", a.log());
+    let p = b
+        .wait_for("st", Duration::from_secs(30), "restarted once", |p| {
+            p.remote.first().is_some_and(|r| r.restarts >= 1)
+        })
+        .await;
+    assert_eq!(p.state, PluginState::Ready as i32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

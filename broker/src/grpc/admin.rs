@@ -209,22 +209,23 @@ fn remote_status(
 ) -> PluginStatus {
     let remote = remote_instances(hub, name);
     let first = remote.first().cloned().unwrap_or_default();
+    let restarting = hub.restarting_on(name);
     PluginStatus {
         name: name.to_string(),
         runtime: "remote".into(),
-        state: if remote.is_empty() {
-            PluginState::Stopped
-        } else {
-            PluginState::Ready
+        state: match (remote.is_empty(), restarting.is_empty()) {
+            (false, _) => PluginState::Ready,
+            (true, false) => PluginState::Starting,
+            (true, true) => PluginState::Stopped,
         } as i32,
         tools: registry.plugin_tools(name),
         version: first.version,
         sdk: first.sdk,
         restarts: remote.iter().map(|r| r.restarts).sum(),
-        reason: if remote.is_empty() {
-            "no plugin host serves it".into()
-        } else {
-            String::new()
+        reason: match (remote.is_empty(), restarting.is_empty()) {
+            (false, _) => String::new(),
+            (true, false) => format!("restarting on {}", restarting.join(", ")),
+            (true, true) => "no plugin host serves it".into(),
         },
         sandbox: "on its node".into(),
         remote,

@@ -54,8 +54,18 @@ struct NodeEntry {
     announced: Instant,
     /// Its ready plugins (taking calls).
     plugins: Vec<RemotePlugin>,
-    /// Every plugin it runs, ready or not (host calls from a starting plugin's start()).
+    /// Every plugin it runs, ready or not (host calls from a starting plugin's start()),
+    /// each with its last registration while it restarts (its tools stay offered and
+    /// calls wait for it, as for a restarting local plugin).
     loaded: Vec<RemotePlugin>,
+}
+
+impl NodeEntry {
+    /// Its plugins brokers offer: ready ones, and restarting ones with their last
+    /// registration.
+    fn offered(&self) -> impl Iterator<Item = &RemotePlugin> {
+        self.loaded.iter().filter(|p| p.register.is_some())
+    }
 }
 
 /// One node serving a plugin, as `plugins list` shows it.
@@ -234,17 +244,30 @@ impl Hub {
         out
     }
 
-    /// Every plugin some node serves, sorted.
+    /// Every plugin some node serves or restarts, sorted.
     pub fn plugin_names(&self) -> Vec<String> {
         let dir = self.directory.lock().unwrap();
         let mut names: Vec<String> = dir
             .nodes
             .values()
-            .flat_map(|e| e.plugins.iter().map(|p| p.name.clone()))
+            .flat_map(|e| e.offered().map(|p| p.name.clone()))
             .collect();
         names.sort();
         names.dedup();
         names
+    }
+
+    /// The nodes that run `plugin` but where it is not ready now (restarting).
+    pub fn restarting_on(&self, plugin: &str) -> Vec<String> {
+        let dir = self.directory.lock().unwrap();
+        let mut nodes: Vec<String> = dir
+            .nodes
+            .iter()
+            .filter(|(_, e)| e.offered().any(|p| p.name == plugin && !p.ready))
+            .map(|(n, _)| n.clone())
+            .collect();
+        nodes.sort();
+        nodes
     }
 
     /// `(call_timeout_s, max_total_s)` of `plugin` as its newest announcement says.
@@ -676,9 +699,17 @@ impl Hub {
                 )));
                 return;
             }
+            if slot.buf.is_empty() {
+                // The node has the call: its first piece counts as `Accepted` (a large
+                // result may take longer than the ack timeout to arrive whole).
+                let _ = slot.tx.send(Event::Reply(Box::new(NodeReply {
+                    node: reply.node.clone(),
+                    boot: reply.boot.clone(),
+                    msg: Some(node_reply::Msg::Accepted(Default::default())),
+                })));
+            }
             slot.buf.extend_from_slice(&chunk.data);
             if !chunk.last {
-                // Tell the call the node is there (its ack) without waking it per chunk.
                 return;
             }
             std::mem::take(&mut slot.buf)
@@ -761,6 +792,7 @@ impl Hub {
                 if old.is_none() {
                     tracing::info!(node = %a.node, plugins = a.plugins.len(), "NATS: node joined");
                 }
+                let previous: Vec<RemotePlugin> = old.map(|o| o.loaded.clone()).unwrap_or_default();
                 let loaded: Vec<RemotePlugin> = a
                     .plugins
                     .into_iter()
@@ -770,6 +802,26 @@ impl Hub {
                             tracing::warn!(node = %a.node, plugin = %p.name, "NATS: the node may not serve this plugin ([nats.nodes.{}] plugins); ignored", a.node);
                         }
                         ok
+                    })
+                    .collect();
+                // A plugin restarting on the node keeps its last registration.
+                let loaded: Vec<RemotePlugin> = loaded
+                    .into_iter()
+                    .map(|mut p| {
+                        let restarting = matches!(
+                            hearth_proto::v1::PluginState::try_from(p.state),
+                            Ok(hearth_proto::v1::PluginState::Starting
+                                | hearth_proto::v1::PluginState::Crashed
+                                | hearth_proto::v1::PluginState::Backoff
+                                | hearth_proto::v1::PluginState::Building)
+                        );
+                        if p.register.is_none() && restarting {
+                            p.register = previous
+                                .iter()
+                                .find(|q| q.name == p.name)
+                                .and_then(|q| q.register.clone());
+                        }
+                        p
                     })
                     .collect();
                 let plugins = loaded.iter().filter(|p| p.ready).cloned().collect();
@@ -930,7 +982,7 @@ impl Hub {
             let names: HashSet<String> = dir
                 .nodes
                 .values()
-                .flat_map(|e| e.plugins.iter().map(|p| p.name.clone()))
+                .flat_map(|e| e.offered().map(|p| p.name.clone()))
                 .collect();
             let mut remote_only = Vec::new();
             for name in &names {
@@ -1010,7 +1062,7 @@ fn newest<'a>(
 ) -> Option<(&'a str, &'a NodeEntry, &'a RemotePlugin)> {
     nodes
         .iter()
-        .filter_map(|(n, e)| Some((n.as_str(), e, e.plugins.iter().find(|p| p.name == plugin)?)))
+        .filter_map(|(n, e)| Some((n.as_str(), e, e.offered().find(|p| p.name == plugin)?)))
         .max_by(|a, b| a.1.announced.cmp(&b.1.announced).then_with(|| b.0.cmp(a.0)))
 }
 

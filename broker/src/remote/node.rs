@@ -424,6 +424,7 @@ impl NodeLink {
                 version: spec.version.clone(),
                 generation: session.as_ref().map_or(0, |s| s.generation()),
                 ready: register.is_some(),
+                state: snapshot.state as i32,
                 register,
                 capabilities: spec.capabilities.clone(),
                 call_timeout_s: spec.call_timeout_s,

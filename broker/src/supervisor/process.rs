@@ -41,11 +41,23 @@ pub struct Interpreters {
 }
 
 impl Interpreters {
-    /// From `HEARTH_PYTHON` / `HEARTH_NODE`, else `python3` / `node`.
+    /// From `HEARTH_PYTHON` / `HEARTH_NODE`, else `python3` / `node`. A relative path
+    /// (`.venv/bin/python`) is taken from the current directory, as a shell would, not
+    /// from each plugin's folder, where plugins start.
     pub fn from_env() -> Interpreters {
+        let program = |var: &str, default: &str| {
+            let value = std::env::var(var).unwrap_or_else(|_| default.into());
+            let path = std::path::Path::new(&value);
+            if value.contains('/') && path.is_relative() {
+                if let Ok(abs) = std::path::absolute(path) {
+                    return abs.to_string_lossy().into_owned();
+                }
+            }
+            value
+        };
         Interpreters {
-            python: std::env::var("HEARTH_PYTHON").unwrap_or_else(|_| "python3".into()),
-            node: std::env::var("HEARTH_NODE").unwrap_or_else(|_| "node".into()),
+            python: program("HEARTH_PYTHON", "python3"),
+            node: program("HEARTH_NODE", "node"),
         }
     }
 }
