@@ -794,3 +794,42 @@ async fn operating_a_remote_only_plugin_on_the_broker_says_where_it_runs() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_plugin_joins_the_brokers_trace() {
+    let nats = NatsServer::plain();
+    // Nothing listens on port 9: spans are made and their export fails quietly.
+    let otel = PluginDir {
+        dir: "otel_py".into(),
+        manifest: json!({"name": "otel_py", "runtime": "python",
+            "entry": repo().join("tests/plugins/otel/otel_py.py"),
+            "env": {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}}),
+    };
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[otel]);
+    let toml = "[nats]\nname = \"b1\"\nlocal_address = \"127.0.0.1\"\n";
+    let mut b = Broker::spawn_with_env(
+        vec![],
+        &["--nats", nats.url()],
+        &[("hearth.toml", toml)],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")],
+    )
+    .await;
+    wait_nodes(&mut b, "otel_py", &["a"]).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut req = b.admin.with_token(CallToolRequest {
+        name: "traced".into(),
+        args_json: json!({"text": "hi"}).to_string(),
+        timeout_ms: 30_000,
+        ..Default::default()
+    });
+    req.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace_id}-00f067aa0ba902b7-01").parse().unwrap(),
+    );
+    let r = b.admin.client().call_tool(req).await.unwrap().into_inner();
+    assert!(r.success, "{}\n{}", r.error, b.log());
+    let got: Value = serde_json::from_str(&r.content).unwrap();
+    let seen = got["traceparent"].as_str().unwrap();
+    assert!(seen.starts_with(&format!("00-{trace_id}-")), "the plugin on the node saw {seen}");
+    assert!(!seen.contains("00f067aa0ba902b7"), "its parent is the broker's execute_tool span: {seen}");
+}

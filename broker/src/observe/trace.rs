@@ -207,17 +207,38 @@ pub fn start(
     })
 }
 
+tokio::task_local! {
+    /// The `traceparent`/`tracestate` a broker sent with a call a plugin host runs.
+    static FORWARDED: (String, String);
+}
+
+/// Runs `fut` (a plugin host's run of a broker's call) with the broker's `traceparent`
+/// and `tracestate`: [`current_w3c`] gives them to the plugin when the node has no
+/// span of its own, so the plugin's spans join the broker's trace.
+pub async fn with_forwarded<F: std::future::Future>(
+    traceparent: String,
+    tracestate: String,
+    fut: F,
+) -> F::Output {
+    FORWARDED.scope((traceparent, tracestate), fut).await
+}
+
+fn forwarded() -> (String, String) {
+    FORWARDED.try_with(Clone::clone).unwrap_or_default()
+}
+
 /// The W3C `traceparent` and `tracestate` of the current context's span, for a plugin
-/// request; empty strings when tracing is off or there is no span.
+/// request; else what a broker forwarded with the call ([`with_forwarded`]); empty
+/// strings when there is neither.
 pub fn current_w3c() -> (String, String) {
     if TRACING.get().is_none() {
-        return (String::new(), String::new());
+        return forwarded();
     }
     let cx = Context::current();
     let span = cx.span();
     let sc = span.span_context();
     if !sc.is_valid() {
-        return (String::new(), String::new());
+        return forwarded();
     }
     // The W3C format, written directly (what TraceContextPropagator::inject writes,
     // without its carrier map): version 00, trace id, span id, flags.

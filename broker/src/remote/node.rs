@@ -688,6 +688,23 @@ impl NodeLink {
             let why = format!("plugin {plugin} is not ready on node {}", self.inner.node);
             return self.send(reply, not_run(why)).await;
         }
+        let (traceparent, tracestate) = match &msg {
+            Msg::InvokeTool(t) => (t.traceparent.clone(), t.tracestate.clone()),
+            Msg::RunStage(r) => (r.traceparent.clone(), r.tracestate.clone()),
+            Msg::HandleEvent(e) => (e.traceparent.clone(), e.tracestate.clone()),
+            _ => Default::default(),
+        };
+        crate::observe::trace::with_forwarded(
+            traceparent,
+            tracestate,
+            self.run_ready_call(plugin, call_id, msg, reply),
+        )
+        .await
+    }
+
+    /// [`NodeLink::run_call`] once the plugin is known to be ready.
+    async fn run_ready_call(&self, plugin: &str, call_id: u64, msg: Msg, reply: &async_nats::Subject) {
+        let not_run = |reason: String| node_reply::Msg::NotRun(NotRun { reason });
         let router = &self.inner.router;
         let timeout_of = |ms: u32| (ms > 0).then(|| Duration::from_millis(u64::from(ms)));
         let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
