@@ -116,7 +116,6 @@ impl NatsServer {
     /// up to [`NATS_START_TIMEOUT`] for `DIR/nats-server_<pid>.ports`. Panics with the
     /// server's log if it exits or the file does not come.
     pub fn start(cfg: NatsServerConfig) -> NatsServer {
-        let bin = nats_server_binary();
         let dir = tempfile::Builder::new()
             .prefix("hearth-nats-")
             .tempdir()
@@ -144,62 +143,94 @@ impl NatsServer {
         }
         conf.push_str(&cfg.extra);
         conf.push('\n');
-        let conf_path = dir.path().join("server.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-        let child = Command::new(&bin)
-            .arg("-c")
-            .arg(&conf_path)
-            .arg("--ports_file_dir")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+        std::fs::write(dir.path().join("server.conf"), conf).unwrap();
+        let child = NatsServer::spawn(dir.path());
         let mut server = NatsServer {
             child,
             dir,
             url: String::new(),
             monitor_url: None,
         };
-        let ports_file = server
-            .dir
-            .path()
-            .join(format!("nats-server_{}.ports", server.child.id()));
-        let started = Instant::now();
-        let ports: Value = loop {
-            if let Some(v) = std::fs::read_to_string(&ports_file)
-                .ok()
-                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            {
-                break v;
-            }
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!(
-                    "{} exited ({status}) before writing its ports file; config:\n{}\nlog:\n{}",
-                    bin.display(),
-                    std::fs::read_to_string(&conf_path).unwrap_or_default(),
-                    server.log()
-                );
-            }
-            if started.elapsed() > NATS_START_TIMEOUT {
-                panic!(
-                    "{} wrote no ports file ({}) within {NATS_START_TIMEOUT:?}; log:\n{}",
-                    bin.display(),
-                    ports_file.display(),
-                    server.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        let ports = server.wait_ports();
         server.url = ports["nats"][0]
             .as_str()
             .unwrap_or_else(|| panic!("no nats URL in {ports}"))
             .to_owned();
         server.monitor_url = ports["monitoring"][0].as_str().map(str::to_owned);
         server
+    }
+
+    /// Starts `nats-server -c DIR/server.conf --ports_file_dir DIR` in its own process
+    /// group, its output in `DIR/server.log` (appended).
+    fn spawn(dir: &Path) -> Child {
+        let bin = nats_server_binary();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("server.log"))
+            .unwrap();
+        Command::new(&bin)
+            .arg("-c")
+            .arg(dir.join("server.conf"))
+            .arg("--ports_file_dir")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()))
+    }
+
+    /// Waits up to [`NATS_START_TIMEOUT`] for the ports file of the running process.
+    fn wait_ports(&mut self) -> Value {
+        let conf_path = self.dir.path().join("server.conf");
+        let ports_file = self
+            .dir
+            .path()
+            .join(format!("nats-server_{}.ports", self.child.id()));
+        let started = Instant::now();
+        loop {
+            if let Some(v) = std::fs::read_to_string(&ports_file)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            {
+                return v;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "nats-server exited ({status}) before writing its ports file; config:\n{}\nlog:\n{}",
+                    std::fs::read_to_string(&conf_path).unwrap_or_default(),
+                    self.log()
+                );
+            }
+            if started.elapsed() > NATS_START_TIMEOUT {
+                panic!(
+                    "nats-server wrote no ports file ({}) within {NATS_START_TIMEOUT:?}; log:\n{}",
+                    ports_file.display(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Kills the server (SIGKILL of its group) and, after `down`, starts it again on the
+    /// same port with the same configuration, as an operator's restart would.
+    pub fn restart_after(&mut self, down: Duration) {
+        // SAFETY: plain syscall; the group is the server's own (process_group(0)).
+        unsafe {
+            libc::killpg(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        let port = self.url.rsplit(':').next().unwrap().to_string();
+        let conf_path = self.dir.path().join("server.conf");
+        let conf = std::fs::read_to_string(&conf_path).unwrap();
+        let conf = conf.replacen(":-1\"", &format!(":{port}\""), 1);
+        std::fs::write(&conf_path, conf).unwrap();
+        self.child = NatsServer::spawn(self.dir.path());
+        self.wait_ports();
     }
 
     /// The client URL, e.g. `nats://127.0.0.1:40123` (`tls://…` with TLS on).

@@ -824,12 +824,129 @@ async fn a_remote_plugin_joins_the_brokers_trace() {
     });
     req.metadata_mut().insert(
         "traceparent",
-        format!("00-{trace_id}-00f067aa0ba902b7-01").parse().unwrap(),
+        format!("00-{trace_id}-00f067aa0ba902b7-01")
+            .parse()
+            .unwrap(),
     );
     let r = b.admin.client().call_tool(req).await.unwrap().into_inner();
     assert!(r.success, "{}\n{}", r.error, b.log());
     let got: Value = serde_json::from_str(&r.content).unwrap();
     let seen = got["traceparent"].as_str().unwrap();
-    assert!(seen.starts_with(&format!("00-{trace_id}-")), "the plugin on the node saw {seen}");
-    assert!(!seen.contains("00f067aa0ba902b7"), "its parent is the broker's execute_tool span: {seen}");
+    assert!(
+        seen.starts_with(&format!("00-{trace_id}-")),
+        "the plugin on the node saw {seen}"
+    );
+    assert!(
+        !seen.contains("00f067aa0ba902b7"),
+        "its parent is the broker's execute_tool span: {seen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_share_a_node_and_each_gets_its_own_answers() {
+    let nats = NatsServer::plain();
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b1 = broker_as(&nats, &[], "", "name = \"b1\"").await;
+    let mut b2 = broker_as(&nats, &[], "", "name = \"b2\"").await;
+    wait_nodes(&mut b1, "st", &["a"]).await;
+    wait_nodes(&mut b2, "st", &["a"]).await;
+    let mut tasks = Vec::new();
+    for (who, b) in [("b1", &b1), ("b2", &b2)] {
+        for i in 0..4 {
+            let mut admin = Broker::admin_clone(b);
+            tasks.push(tokio::spawn(async move {
+                for j in 0..10 {
+                    let args = json!({"broker": who, "i": i, "j": j});
+                    let got = call(&mut admin, "st_echo", args.clone(), 10_000).await;
+                    assert_eq!(as_json(got), args);
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_learns_nodes_that_start_after_it_and_a_restarted_broker_learns_them_again() {
+    let nats = NatsServer::plain();
+    let mut b = broker(&nats, &[], "").await;
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    wait_nodes(&mut b, "st", &["a"]).await;
+    b.stop_with(libc::SIGTERM);
+    // A new broker (another data dir, same NATS) asks the running node to announce.
+    let t0 = Instant::now();
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"n": 1}), 10_000).await),
+        json!({"n": 1})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopping_lets_its_calls_in_flight_finish_and_leaves_at_once() {
+    let nats = NatsServer::plain();
+    let mut a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    let mut admin = Broker::admin_clone(&b);
+    let running =
+        tokio::spawn(
+            async move { call(&mut admin, "st_sleep", json!({"ms": 1500}), 20_000).await },
+        );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    a.signal(libc::SIGTERM);
+    // The node announced it is leaving: the broker has no instance any more …
+    let t0 = Instant::now();
+    while b.plugins().await.iter().any(|p| p.name == "st") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the broker still lists st:\n{}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // … and the call it had finishes.
+    let got = running.await.unwrap();
+    assert!(got.is_ok(), "{got:?}\n{}", a.log());
+    a.wait_exit(Duration::from_secs(20));
+    // With no node left, its tools are gone, as after an unload.
+    let err = call(&mut b.admin, "st_echo", json!({}), 10_000)
+        .await
+        .expect_err("no node serves st");
+    assert!(err.contains("unknown tool `st_echo`"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_work_again_after_the_nats_server_restarts() {
+    let mut nats = NatsServer::plain();
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    nats.restart_after(Duration::from_millis(500));
+    // Both reconnect by themselves; the node announces itself again.
+    let started = Instant::now();
+    loop {
+        match call(&mut b.admin, "st_echo", json!({"back": true}), 10_000).await {
+            Ok(text) => {
+                assert_eq!(
+                    serde_json::from_str::<Value>(&text).unwrap(),
+                    json!({"back": true})
+                );
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "still failing: {e}\n{}",
+                    b.log()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    wait_nodes(&mut b, "st", &["a"]).await;
 }

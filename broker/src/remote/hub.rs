@@ -29,8 +29,12 @@ enum Event {
     Reply(Box<NodeReply>),
     /// The server had no subscriber for the call's subject (503).
     NoResponders,
-    /// The node that took the call is gone; the text says how.
-    Lost(String),
+    /// The node that took the call is gone, or sent what cannot be read: which node,
+    /// and what happened ("was lost (no answer to probes for 1000 ms)").
+    Lost {
+        node: String,
+        why: String,
+    },
 }
 
 /// One remote call in flight.
@@ -576,12 +580,12 @@ impl Hub {
                         "no plugin host serves plugin {plugin} right now"
                     )));
                 }
-                Event::Lost(reason) => {
+                Event::Lost { node, why } => {
                     guard.done = true;
                     return Err(InvokeError::Failed(CallError::PluginGone {
-                        plugin: on(&node),
+                        plugin: format!("{plugin} on node {node}"),
                         target: what,
-                        reason,
+                        reason: why,
                     }));
                 }
                 Event::Reply(r) => *r,
@@ -692,11 +696,13 @@ impl Hub {
                 return;
             };
             if slot.buf.len() + chunk.data.len() > hearth_proto::MAX_MESSAGE_BYTES + 64 * 1024 {
-                let _ = slot.tx.send(Event::Lost(format!(
-                    "on node {} sent a reply larger than {} MiB",
-                    reply.node,
-                    hearth_proto::MAX_MESSAGE_BYTES >> 20
-                )));
+                let _ = slot.tx.send(Event::Lost {
+                    node: reply.node.clone(),
+                    why: format!(
+                        "sent a reply larger than {} MiB",
+                        hearth_proto::MAX_MESSAGE_BYTES >> 20
+                    ),
+                });
                 return;
             }
             if slot.buf.is_empty() {
@@ -716,7 +722,13 @@ impl Hub {
         };
         match decode::<NodeReply>("chunked node reply", &whole) {
             Ok(r) => self.deliver(call_id, Event::Reply(Box::new(r))),
-            Err(e) => self.deliver(call_id, Event::Lost(format!("on node {} {e}", reply.node))),
+            Err(e) => self.deliver(
+                call_id,
+                Event::Lost {
+                    node: reply.node,
+                    why: format!("sent an {e}"),
+                },
+            ),
         }
     }
 
@@ -733,9 +745,10 @@ impl Hub {
         for slot in calls.values() {
             if let Some((slot_node, slot_boot)) = &slot.node {
                 if slot_node == node && boot.is_none_or(|b| b == slot_boot) {
-                    let _ = slot
-                        .tx
-                        .send(Event::Lost(format!("on node {node} was lost ({why})")));
+                    let _ = slot.tx.send(Event::Lost {
+                        node: node.to_string(),
+                        why: format!("was lost ({why})"),
+                    });
                     n += 1;
                 }
             }
@@ -844,9 +857,8 @@ impl Hub {
             let n = self.fail_node_calls(&a.node, Some(&old_boot), "the node restarted");
             tracing::warn!(node = %a.node, calls = n, "NATS: node restarted");
         }
-        if a.leaving {
-            self.fail_node_calls(&a.node, None, "the node stopped");
-        }
+        // A node that leaves lets its calls in flight finish; if it exits first, the
+        // probes fail them.
         self.sync_registry();
     }
 

@@ -703,7 +703,13 @@ impl NodeLink {
     }
 
     /// [`NodeLink::run_call`] once the plugin is known to be ready.
-    async fn run_ready_call(&self, plugin: &str, call_id: u64, msg: Msg, reply: &async_nats::Subject) {
+    async fn run_ready_call(
+        &self,
+        plugin: &str,
+        call_id: u64,
+        msg: Msg,
+        reply: &async_nats::Subject,
+    ) {
         let not_run = |reason: String| node_reply::Msg::NotRun(NotRun { reason });
         let router = &self.inner.router;
         let timeout_of = |ms: u32| (ms > 0).then(|| Duration::from_millis(u64::from(ms)));
