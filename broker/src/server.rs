@@ -498,14 +498,45 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
         crate::grpc::PluginAuth::host_services(supervisor.clone()).admin_token(&admin_token),
     );
     if let Some(nats) = nats {
-        let hub = crate::remote::hub::Hub::start(&nats, supervisor.clone())
-            .await
-            .map_err(|e| anyhow::anyhow!("--nats: {e}"))?;
-        tokio::spawn(crate::remote::relay::serve_host_calls(
-            hub.clone(),
-            host_routes.clone(),
-        ));
-        router.set_remote(hub);
+        // A wrong config, login or certificate stops the start; an unreachable server
+        // does not: the broker serves its own plugins and joins NATS once it answers.
+        let start = {
+            let (nats, supervisor, router, host_routes) = (
+                nats.clone(),
+                supervisor.clone(),
+                router.clone(),
+                host_routes.clone(),
+            );
+            move |client| async move {
+                let hub = crate::remote::hub::Hub::start_with(client, &nats, supervisor).await?;
+                tokio::spawn(crate::remote::relay::serve_host_calls(
+                    hub.clone(),
+                    host_routes,
+                ));
+                router.set_remote(hub);
+                Ok::<(), crate::nats::NatsError>(())
+            }
+        };
+        match crate::nats::connect(&nats).await {
+            Ok(client) => start(client)
+                .await
+                .map_err(|e| anyhow::anyhow!("--nats: {e}"))?,
+            Err(e @ crate::nats::NatsError::Unreachable { .. }) => {
+                tracing::warn!(
+                    "--nats: {e}; serving local plugins, and joining NATS when it answers"
+                );
+                tokio::spawn(async move {
+                    let joined = match crate::nats::connect_retrying(&nats, None).await {
+                        Ok(client) => start(client).await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = joined {
+                        tracing::error!("--nats: {e}; plugins on plugin hosts are not used");
+                    }
+                });
+            }
+            Err(e) => return Err(anyhow::anyhow!("--nats: {e}")),
+        }
     }
     let make_router = || {
         use crate::grpc::{AdminAuth, PluginAuth, SessionGate};

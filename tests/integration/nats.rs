@@ -218,12 +218,22 @@ impl NatsServer {
     /// Kills the server (SIGKILL of its group) and, after `down`, starts it again on the
     /// same port with the same configuration, as an operator's restart would.
     pub fn restart_after(&mut self, down: Duration) {
+        self.kill();
+        std::thread::sleep(down);
+        self.start_again();
+    }
+
+    /// Kills the server (SIGKILL of its group); [`NatsServer::start_again`] brings it back.
+    pub fn kill(&mut self) {
         // SAFETY: plain syscall; the group is the server's own (process_group(0)).
         unsafe {
             libc::killpg(self.child.id() as i32, libc::SIGKILL);
         }
         let _ = self.child.wait();
-        std::thread::sleep(down);
+    }
+
+    /// Starts the server again on the port it had, with the same configuration.
+    pub fn start_again(&mut self) {
         let port = self.url.rsplit(':').next().unwrap().to_string();
         let conf_path = self.dir.path().join("server.conf");
         let conf = std::fs::read_to_string(&conf_path).unwrap();

@@ -950,3 +950,27 @@ async fn calls_work_again_after_the_nats_server_restarts() {
     }
     wait_nodes(&mut b, "st", &["a"]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_and_a_node_started_while_nats_is_down_join_when_it_comes_up() {
+    let mut nats = NatsServer::plain();
+    nats.kill();
+    let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    // The broker serves (its socket answers) although NATS is down.
+    let mut b = broker(&nats, &[], "").await;
+    assert!(b.plugins().await.is_empty());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        b.log()
+            .contains("serving local plugins, and joining NATS when it answers"),
+        "{}",
+        b.log()
+    );
+    nats.start_again();
+    wait_nodes(&mut b, "st", &["a"]).await;
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"up": 1}), 10_000).await),
+        json!({"up": 1})
+    );
+    drop(a);
+}

@@ -175,6 +175,37 @@ pub async fn connect_with_inbox(
         .map_err(|e| classify(e, &url, &auth, config, local))
 }
 
+/// How often [`connect_retrying`] tries again while the server is unreachable.
+pub const RETRY_EVERY: Duration = Duration::from_secs(2);
+
+/// [`connect_with_inbox`], trying again every [`RETRY_EVERY`] while the server is
+/// unreachable (it may start after us, or be restarting): a warning is logged at the
+/// first failure and every minute after. Other errors (config, login, TLS) are returned
+/// at once: trying again would not help.
+pub async fn connect_retrying(
+    config: &NatsConfig,
+    inbox_prefix: Option<String>,
+) -> Result<async_nats::Client, NatsError> {
+    let mut failures = 0u32;
+    loop {
+        match connect_with_inbox(config, inbox_prefix.clone()).await {
+            Err(e @ NatsError::Unreachable { .. }) => {
+                if failures % 30 == 0 {
+                    tracing::warn!("{e}; trying again every {} s", RETRY_EVERY.as_secs());
+                }
+                failures += 1;
+                tokio::time::sleep(RETRY_EVERY).await;
+            }
+            other => {
+                if failures > 0 && other.is_ok() {
+                    tracing::info!("NATS server reachable again after {failures} attempts");
+                }
+                return other;
+            }
+        }
+    }
+}
+
 /// The connection name when `[nats] name` is unset: `<host>-<pid>`, host name cut to
 /// ASCII letters, digits, `_` and `-`.
 pub(crate) fn default_name() -> String {

@@ -153,6 +153,15 @@ impl Hub {
         supervisor: Arc<Supervisor>,
     ) -> Result<Arc<Hub>, NatsError> {
         let client = crate::nats::connect(config).await?;
+        Hub::start_with(client, config, supervisor).await
+    }
+
+    /// [`Hub::start`] on a connected `client`.
+    pub async fn start_with(
+        client: async_nats::Client,
+        config: &NatsConfig,
+        supervisor: Arc<Supervisor>,
+    ) -> Result<Arc<Hub>, NatsError> {
         let id = config
             .name
             .clone()

@@ -131,9 +131,15 @@ async fn run(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<()> {
     crate::server::harden_process();
     let stopped = crate::server::stop_signal();
     crate::server::prepare_data_dir(&data_dir, &args.plugins)?;
-    let client = crate::nats::connect_with_inbox(&nats, Some(format!("_INBOX_{node}")))
-        .await
-        .map_err(|e| anyhow::anyhow!("hearth node: {e}"))?;
+    // Waits for an unreachable server (it may start after the node); a wrong config,
+    // login or certificate stops the node.
+    let mut stopped = std::pin::pin!(stopped);
+    let client = tokio::select! {
+        client = crate::nats::connect_retrying(&nats, Some(format!("_INBOX_{node}"))) => {
+            client.map_err(|e| anyhow::anyhow!("hearth node: {e}"))?
+        }
+        () = &mut stopped => return Ok(()),
+    };
     let subjects = Subjects::new(&nats.subject_prefix);
 
     let socket = data_dir.join(crate::server::SOCKET_FILE);
