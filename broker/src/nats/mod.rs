@@ -190,7 +190,7 @@ pub async fn connect_retrying(
     loop {
         match connect_with_inbox(config, inbox_prefix.clone()).await {
             Err(e @ NatsError::Unreachable { .. }) => {
-                if failures % 30 == 0 {
+                if failures.is_multiple_of(30) {
                     tracing::warn!("{e}; trying again every {} s", RETRY_EVERY.as_secs());
                 }
                 failures += 1;
