@@ -359,8 +359,11 @@ async fn a_killed_node_fails_its_calls_fast_and_the_other_node_takes_new_ones() 
             *t0 < killed,
             "only calls in flight at the kill fail: {e} (started {t0:?}, kill {killed:?})"
         );
+        // A call the node had for less than 1 ms (no `Accepted` yet) when it died
+        // fails after the ack timeout, saying no node answered; the others name it.
         assert!(
-            e.contains("st") && e.contains("node a"),
+            e.contains("plugin st on node a was lost")
+                || e.contains("plugin st got no answer from any node within 1000 ms"),
             "the error names plugin and node: {e}"
         );
         assert!(
