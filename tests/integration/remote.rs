@@ -977,3 +977,62 @@ async fn a_broker_and_a_node_started_while_nats_is_down_join_when_it_comes_up() 
     );
     drop(a);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_served_here_and_on_a_node_is_one_tool_with_two_instances() {
+    let nats = NatsServer::plain();
+    let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let toml = "[nats]\nname = \"b1\"\nlocal_address = \"127.0.0.1\"\n";
+    let mut b = Broker::spawn_with_files(
+        vec![st("")],
+        &["--nats", nats.url()],
+        &[("hearth.toml", toml)],
+    )
+    .await;
+    b.wait_ready("st").await;
+    let status = wait_nodes(&mut b, "st", &["a"]).await;
+    assert_eq!(
+        status.runtime, "python",
+        "the local plugin's row, with its remote instance"
+    );
+    let req = b.admin.with_token(ListToolsRequest {});
+    let tools = b
+        .admin
+        .client()
+        .list_tools(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let echo = tools.iter().find(|t| t.name == "st_echo").unwrap();
+    assert_eq!(echo.hosts, vec!["local", "a"]);
+    assert_eq!(tools.iter().filter(|t| t.name == "st_echo").count(), 1);
+    // A ready local process takes the calls: no hop.
+    for i in 0..5 {
+        assert_eq!(
+            as_json(call(&mut b.admin, "st_echo", json!({"i": i}), 10_000).await),
+            json!({"i": i})
+        );
+    }
+    assert_eq!(a.calls_answered(), 0);
+    // Without it, the node's instance does.
+    let (code, _, err) = b.cli(&["plugins", "unload", "st"]);
+    assert_eq!(code, 0, "{err}");
+    let started = Instant::now();
+    loop {
+        match call(&mut b.admin, "st_echo", json!({"remote": true}), 10_000).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "{e}\n{}",
+                    b.log()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert_eq!(a.calls_answered(), 1);
+    let status = b.plugin("st").await;
+    assert_eq!(status.runtime, "remote");
+}
