@@ -538,20 +538,25 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            unsafe {
-                libc::kill(child.id() as i32, libc::SIGTERM);
-            }
-            let started = Instant::now();
-            while child.try_wait().ok().flatten().is_none() {
-                if started.elapsed() > Duration::from_secs(10) {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if let Some(child) = self.child.take() {
+            terminate(child);
         }
+    }
+}
+
+/// Stops a `hearth` process as an operator would: SIGTERM, then SIGKILL after 10 s.
+pub fn terminate(mut child: Child) {
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let started = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -171,19 +171,8 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            unsafe {
-                libc::kill(child.id() as i32, libc::SIGTERM);
-            }
-            let started = Instant::now();
-            while child.try_wait().ok().flatten().is_none() {
-                if started.elapsed() > Duration::from_secs(10) {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        if let Some(child) = self.child.take() {
+            crate::harness::terminate(child);
         }
     }
 }
@@ -212,6 +201,13 @@ async fn wait_nodes(b: &mut Broker, plugin: &str, nodes: &[&str]) -> PluginStatu
         |p| p.remote.iter().map(|r| r.node.clone()).collect::<Vec<_>>() == want,
     )
     .await
+}
+
+/// The broker's `tools list`.
+async fn tool_infos(b: &mut Broker) -> Vec<hearth_proto::v1::ToolInfo> {
+    let req = b.admin.with_token(ListToolsRequest {});
+    let tools = b.admin.client().list_tools(req).await.unwrap();
+    tools.into_inner().tools
 }
 
 /// One tool call's outcome: Ok(content) or Err(error text).
@@ -262,15 +258,7 @@ async fn a_tool_served_by_two_nodes_gets_calls_on_both() {
     assert!(status.tools.contains(&"st_echo".to_string()), "{status:?}");
 
     // One tool with two instances, and where they run.
-    let req = b.admin.with_token(ListToolsRequest {});
-    let tools = b
-        .admin
-        .client()
-        .list_tools(req)
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = tool_infos(&mut b).await;
     let echo = tools.iter().find(|t| t.name == "st_echo").unwrap();
     assert_eq!(echo.hosts, vec!["a", "b"]);
     let (code, out, _) = b.cli(&["plugins", "list"]);
@@ -995,15 +983,7 @@ async fn a_plugin_served_here_and_on_a_node_is_one_tool_with_two_instances() {
         status.runtime, "python",
         "the local plugin's row, with its remote instance"
     );
-    let req = b.admin.with_token(ListToolsRequest {});
-    let tools = b
-        .admin
-        .client()
-        .list_tools(req)
-        .await
-        .unwrap()
-        .into_inner()
-        .tools;
+    let tools = tool_infos(&mut b).await;
     let echo = tools.iter().find(|t| t.name == "st_echo").unwrap();
     assert_eq!(echo.hosts, vec!["local", "a"]);
     assert_eq!(tools.iter().filter(|t| t.name == "st_echo").count(), 1);

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt as _;
 use hearth_proto::v1::{
     failed, host_message::Msg, node_reply, plugin_message::Msg as PluginMsg, EventDone,
-    HandleEvent, HostMessage, InvokeTool, NodeAnnounce, NodeCall, NodeCancel, NodeDiscover,
-    NodeHeartbeat, NodePong, NodeReply, RemotePlugin, RunStage, Sender, Stage, StageContext,
-    StageResult, ToolProgress, ToolResult,
+    HandleEvent, HostMessage, NodeAnnounce, NodeCall, NodeCancel, NodeDiscover, NodeHeartbeat,
+    NodePong, NodeReply, RemotePlugin, Sender, Stage, StageContext, StageResult, ToolProgress,
+    ToolResult,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -20,7 +20,7 @@ use super::{decode, encode, Subjects, ACK_TIMEOUT, NODE_SILENT, PROBE_EVERY, PRO
 use crate::error::{CallError, Target};
 use crate::nats::{NatsConfig, NatsError, NodePolicy};
 use crate::registry::Registry;
-use crate::supervisor::session::{InvokeError, ProgressSink, Reply};
+use crate::supervisor::session::{self, InvokeError, ProgressSink, Reply};
 use crate::supervisor::Supervisor;
 
 /// What reaches a waiting remote call.
@@ -342,19 +342,7 @@ impl Hub {
         progress: Option<ProgressSink>,
         attempt: u32,
     ) -> Result<ToolResult, InvokeError> {
-        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let (traceparent, tracestate) = crate::observe::trace::current_w3c();
-        let build = |call_id| {
-            Msg::InvokeTool(InvokeTool {
-                call_id,
-                tool: tool.into(),
-                args_json,
-                sender,
-                timeout_ms,
-                traceparent,
-                tracestate,
-            })
-        };
+        let build = session::invoke_tool(tool, args_json, sender, timeout);
         let what = Target::Tool(tool.into());
         let subject = self.subjects.tool_call(plugin, tool);
         let call = Call {
@@ -391,19 +379,7 @@ impl Hub {
             stage,
             hook_id: hook_id.into(),
         };
-        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let (traceparent, tracestate) = crate::observe::trace::current_w3c();
-        let build = |call_id| {
-            Msg::RunStage(RunStage {
-                call_id,
-                stage: stage as i32,
-                hook_id: hook_id.into(),
-                context: Some(context),
-                timeout_ms,
-                traceparent,
-                tracestate,
-            })
-        };
+        let build = session::run_stage(stage, hook_id, context, timeout);
         let call = Call {
             plugin,
             what: what.clone(),
@@ -429,25 +405,13 @@ impl Hub {
     pub async fn handle_event(
         &self,
         plugin: &str,
-        mut event: HandleEvent,
+        event: HandleEvent,
         texts: mpsc::UnboundedSender<String>,
         timeout: Duration,
         max_total: Duration,
         attempt: u32,
     ) -> Result<EventDone, InvokeError> {
-        let what = Target::Event {
-            trigger: event
-                .trigger
-                .as_ref()
-                .map(|t| t.pattern.clone())
-                .unwrap_or_default(),
-        };
-        event.timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        (event.traceparent, event.tracestate) = crate::observe::trace::current_w3c();
-        let build = |call_id| {
-            event.call_id = call_id;
-            Msg::HandleEvent(event)
-        };
+        let (what, build) = session::handle_event(event, timeout);
         let call = Call {
             plugin,
             what: what.clone(),

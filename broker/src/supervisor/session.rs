@@ -133,6 +133,76 @@ impl Drop for CallGuard<'_> {
     }
 }
 
+/// The `InvokeTool` of a call of `tool`, once its id is known; the trace context is
+/// the current one, taken now. Shared by local sessions and remote calls.
+pub(crate) fn invoke_tool(
+    tool: &str,
+    args_json: String,
+    sender: Option<Sender>,
+    timeout: Duration,
+) -> impl FnOnce(u64) -> Msg {
+    let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+    let (traceparent, tracestate) = crate::observe::trace::current_w3c();
+    let tool = tool.to_string();
+    move |call_id| {
+        Msg::InvokeTool(InvokeTool {
+            call_id,
+            tool,
+            args_json,
+            sender,
+            timeout_ms,
+            traceparent,
+            tracestate,
+        })
+    }
+}
+
+/// The `RunStage` of stage hook `hook_id` on `context`, once its id is known (see
+/// [`invoke_tool`]).
+pub(crate) fn run_stage(
+    stage: Stage,
+    hook_id: &str,
+    context: StageContext,
+    timeout: Duration,
+) -> impl FnOnce(u64) -> Msg {
+    let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+    let (traceparent, tracestate) = crate::observe::trace::current_w3c();
+    let hook_id = hook_id.to_string();
+    move |call_id| {
+        Msg::RunStage(RunStage {
+            call_id,
+            stage: stage as i32,
+            hook_id,
+            context: Some(context),
+            timeout_ms,
+            traceparent,
+            tracestate,
+        })
+    }
+}
+
+/// What a `HandleEvent` is called in errors (its trigger's pattern), and the message
+/// once its id is known (see [`invoke_tool`]).
+pub(crate) fn handle_event(
+    mut event: HandleEvent,
+    timeout: Duration,
+) -> (Target, impl FnOnce(u64) -> Msg) {
+    let what = Target::Event {
+        trigger: event
+            .trigger
+            .as_ref()
+            .map(|t| t.pattern.clone())
+            .unwrap_or_default(),
+    };
+    event.timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+    (event.traceparent, event.tracestate) = crate::observe::trace::current_w3c();
+    let build = move |call_id| {
+        event.call_id = call_id;
+        Msg::HandleEvent(event)
+    };
+    (what, build)
+}
+
 impl Session {
     /// A session of generation `generation` of `plugin`, writing to `out`.
     pub fn new(plugin: String, generation: u64, out: Outbound) -> Session {
@@ -236,19 +306,7 @@ impl Session {
         max_total: Duration,
         progress: Option<ProgressSink>,
     ) -> Result<ToolResult, InvokeError> {
-        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let (traceparent, tracestate) = crate::observe::trace::current_w3c();
-        let build = |call_id| {
-            Msg::InvokeTool(InvokeTool {
-                call_id,
-                tool: tool.into(),
-                args_json,
-                sender,
-                timeout_ms,
-                traceparent,
-                tracestate,
-            })
-        };
+        let build = invoke_tool(tool, args_json, sender, timeout);
         let what = Target::Tool(tool.into());
         match self
             .request(what.clone(), build, None, progress, timeout, max_total)
@@ -274,19 +332,7 @@ impl Session {
             stage,
             hook_id: hook_id.into(),
         };
-        let timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let (traceparent, tracestate) = crate::observe::trace::current_w3c();
-        let build = |call_id| {
-            Msg::RunStage(RunStage {
-                call_id,
-                stage: stage as i32,
-                hook_id: hook_id.into(),
-                context: Some(context),
-                timeout_ms,
-                traceparent,
-                tracestate,
-            })
-        };
+        let build = run_stage(stage, hook_id, context, timeout);
         match self
             .request(what.clone(), build, None, None, timeout, timeout)
             .await?
@@ -304,24 +350,12 @@ impl Session {
     /// [`Session::invoke`], naming the trigger.
     pub async fn handle_event(
         &self,
-        mut event: HandleEvent,
+        event: HandleEvent,
         texts: mpsc::UnboundedSender<String>,
         timeout: Duration,
         max_total: Duration,
     ) -> Result<EventDone, InvokeError> {
-        let what = Target::Event {
-            trigger: event
-                .trigger
-                .as_ref()
-                .map(|t| t.pattern.clone())
-                .unwrap_or_default(),
-        };
-        event.timeout_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        (event.traceparent, event.tracestate) = crate::observe::trace::current_w3c();
-        let build = |call_id| {
-            event.call_id = call_id;
-            Msg::HandleEvent(event)
-        };
+        let (what, build) = handle_event(event, timeout);
         match self
             .request(what.clone(), build, Some(texts), None, timeout, max_total)
             .await?
