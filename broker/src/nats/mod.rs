@@ -206,9 +206,14 @@ pub async fn connect_retrying(
     }
 }
 
-/// The connection name when `[nats] name` is unset: `<host>-<pid>`, host name cut to
-/// ASCII letters, digits, `_` and `-`.
+/// The connection name when `[nats] name` is unset: `<host>-<pid>` ([`host_name`]).
 pub(crate) fn default_name() -> String {
+    format!("{}-{}", host_name(), std::process::id())
+}
+
+/// This machine's host name cut to a valid `[nats] name`: ASCII letters, digits, `_`
+/// and `-` (others become `-`), at most 48 characters; `hearth` when there is none.
+pub(crate) fn host_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host: String = host
         .trim()
@@ -222,12 +227,11 @@ pub(crate) fn default_name() -> String {
         })
         .take(48)
         .collect();
-    let host = if host.is_empty() {
+    if host.is_empty() {
         "hearth".into()
     } else {
         host
-    };
-    format!("{host}-{}", std::process::id())
+    }
 }
 
 /// The login part of the options, and how it is described in errors (never the secret).

@@ -82,28 +82,6 @@ pub fn node_command(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// The host name cut to a valid node name (`hearth` when there is none).
-fn host_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let name: String = host
-        .trim()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(64)
-        .collect();
-    if name.is_empty() {
-        "hearth".into()
-    } else {
-        name
-    }
-}
-
 async fn run(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.http_listen {
         if !addr.ip().is_loopback() {
@@ -123,7 +101,7 @@ async fn run(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<()> {
     if let Some(name) = args.node_name {
         nats.name = Some(name);
     }
-    let node = nats.name.clone().unwrap_or_else(host_name);
+    let node = nats.name.clone().unwrap_or_else(crate::nats::host_name);
     nats.name = Some(node.clone());
     nats.validate()
         .map_err(|e| anyhow::anyhow!("hearth node: {e}"))?;
