@@ -637,7 +637,11 @@ async fn part_a(pids_seen: &mut Vec<u32>, roots: &mut Vec<PathBuf>) {
     let mut hop_line = "| **hop = remote − local** | `elapsed_us` p50 |".to_string();
     let mut hop_client = "| **hop = remote − local** | client p50 |".to_string();
     let (mut hops, mut hops_c) = (Vec::new(), Vec::new());
-    for (remote, local) in seq[&Path::Remote].iter().zip(&seq[&Path::Local]).take(rounds) {
+    for (remote, local) in seq[&Path::Remote]
+        .iter()
+        .zip(&seq[&Path::Local])
+        .take(rounds)
+    {
         let h = remote.1.unwrap().p50 - local.1.unwrap().p50;
         let hc = remote.0.p50 - local.0.p50;
         hop_line.push_str(&format!(" {h:.0} |"));
