@@ -51,7 +51,6 @@ struct Slot {
 struct NodeEntry {
     boot: String,
     seq: u64,
-    version: String,
     last_seen: Instant,
     /// When its current plugin list was announced (the newest registration of a plugin
     /// served by several nodes is the one offered).
@@ -776,7 +775,7 @@ impl Hub {
                     restarted = Some(o.boot.clone());
                 }
                 if old.is_none() {
-                    tracing::info!(node = %a.node, plugins = a.plugins.len(), "NATS: node joined");
+                    tracing::info!(node = %a.node, version = %a.version, plugins = a.plugins.len(), "NATS: node joined");
                 }
                 let previous: Vec<RemotePlugin> = old.map(|o| o.loaded.clone()).unwrap_or_default();
                 let loaded: Vec<RemotePlugin> = a
@@ -816,7 +815,6 @@ impl Hub {
                     NodeEntry {
                         boot: a.boot.clone(),
                         seq: a.seq,
-                        version: a.version,
                         last_seen: Instant::now(),
                         announced: Instant::now(),
                         plugins,
@@ -1061,24 +1059,4 @@ struct Call<'a> {
     timeout: Duration,
     max_total: Duration,
     attempt: u32,
-}
-
-impl Hub {
-    /// Every known node with its hearth version and plugin names, sorted by node.
-    pub fn nodes(&self) -> Vec<(String, String, Vec<String>)> {
-        let dir = self.directory.lock().unwrap();
-        let mut out: Vec<_> = dir
-            .nodes
-            .iter()
-            .map(|(n, e)| {
-                (
-                    n.clone(),
-                    e.version.clone(),
-                    e.plugins.iter().map(|p| p.name.clone()).collect(),
-                )
-            })
-            .collect();
-        out.sort();
-        out
-    }
 }
