@@ -1016,3 +1016,48 @@ async fn a_plugin_served_here_and_on_a_node_is_one_tool_with_two_instances() {
     let status = b.plugin("st").await;
     assert_eq!(status.runtime, "remote");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_and_nodes_speak_tls_with_mutual_certificates() {
+    use crate::nats::{NatsServerConfig, ServerTls, TestCa};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "hearth-test-ca");
+    let (cert, key) = ca.issue("server", &["IP:127.0.0.1", "DNS:localhost"]);
+    let nats = NatsServer::start(NatsServerConfig {
+        tls: Some(ServerTls {
+            cert,
+            key,
+            client_ca: Some(ca.cert()),
+        }),
+        ..NatsServerConfig::default()
+    });
+    assert!(nats.url().starts_with("tls://"), "{}", nats.url());
+    let tls = |who: &str| {
+        let (cert, key) = ca.issue(who, &["DNS:localhost"]);
+        format!(
+            "ca = {:?}\nclient_cert = {:?}\nclient_key = {:?}",
+            ca.cert().display().to_string(),
+            cert.display().to_string(),
+            key.display().to_string()
+        )
+    };
+    let a = Node::spawn_as(nats.url(), "a", "127.0.0.2", &tls("node-a"), &[st("")]);
+    let mut b = broker_as(&nats, &[], "", &format!("name = \"b1\"\n{}", tls("broker"))).await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"tls": true}), 10_000).await),
+        json!({"tls": true}),
+        "{}",
+        a.log()
+    );
+    // A node without a client certificate is refused by the server and says why.
+    let mut rogue = Node::spawn_as(
+        nats.url(),
+        "rogue",
+        "127.0.0.3",
+        &format!("ca = {:?}", ca.cert().display().to_string()),
+        &[st("")],
+    );
+    rogue.wait_exit(Duration::from_secs(20));
+    assert!(rogue.log().contains("hearth node:"), "{}", rogue.log());
+}
