@@ -1061,3 +1061,16 @@ async fn brokers_and_nodes_speak_tls_with_mutual_certificates() {
     rogue.wait_exit(Duration::from_secs(20));
     assert!(rogue.log().contains("hearth node:"), "{}", rogue.log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stops_on_sigterm_while_its_nats_server_is_gone() {
+    let mut nats = NatsServer::plain();
+    let mut a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    nats.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.signal(libc::SIGTERM);
+    a.wait_exit(Duration::from_secs(15));
+    assert!(a.log().contains("stopped"), "{}", a.log());
+}

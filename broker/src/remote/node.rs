@@ -248,7 +248,8 @@ async fn run(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<()> {
     if let Some(http) = http {
         let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
     }
-    let _ = client.flush().await;
+    // Not forever: with the server gone, a flush waits for a reconnect that may not come.
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.flush()).await;
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(data_dir.join(crate::server::ADMIN_TOKEN_FILE));
     tracing::info!("stopped");
@@ -845,8 +846,15 @@ impl NodeLink {
         for s in serving {
             s.stop.cancel();
         }
-        self.announce(Vec::new(), true).await;
-        let _ = self.inner.client.flush().await;
+        // Bounded: with the server unreachable, publishing and flushing wait for a
+        // reconnect that may not come; the node stops all the same.
+        let bye = async {
+            self.announce(Vec::new(), true).await;
+            let _ = self.inner.client.flush().await;
+        };
+        if tokio::time::timeout(Duration::from_secs(1), bye).await.is_err() {
+            tracing::warn!("NATS: could not announce leaving (server unreachable); brokers will drop this node when its heartbeats stop");
+        }
         while !self.inner.calls.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
