@@ -852,7 +852,10 @@ impl NodeLink {
             self.announce(Vec::new(), true).await;
             let _ = self.inner.client.flush().await;
         };
-        if tokio::time::timeout(Duration::from_secs(1), bye).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(1), bye)
+            .await
+            .is_err()
+        {
             tracing::warn!("NATS: could not announce leaving (server unreachable); brokers will drop this node when its heartbeats stop");
         }
         while !self.inner.calls.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline
