@@ -419,7 +419,7 @@ impl ToolRouter {
             match send(session.clone()).await {
                 Ok(reply) => return Ok(reply),
                 Err(InvokeError::Failed(e)) => return Err(e),
-                Err(InvokeError::NotSent(reason)) => {
+                Err(InvokeError::NotSent(reason) | InvokeError::Refused(reason)) => {
                     tracing::debug!(plugin = %plugin.name(), %target, "not sent ({reason}); waiting for the next process");
                     plugin
                         .session_replaced(session.generation(), wait_until)
@@ -467,6 +467,7 @@ where
 {
     let wait_until = Instant::now() + wait;
     let mut attempt = 1u32;
+    let mut refused = 0usize;
     let mut last: Option<String> = None;
     loop {
         if !hub.wait_for_instance(plugin, wait_until).await {
@@ -485,10 +486,29 @@ where
                 },
             });
         }
-        match send(attempt).await {
+        let outcome = send(attempt).await;
+        if let Err(InvokeError::Refused(reason)) = &outcome {
+            // The server picks a random member of the queue group each time, so a call
+            // only one of N nodes can run is refused N-1 times in N on average; when
+            // every instance refuses (no node has the tool), stop after enough tries
+            // that an instance which could run it would have been picked.
+            refused += 1;
+            if refused > 16 * hub.instances(plugin).len().max(1) {
+                return Err(CallError::NotReady {
+                    plugin: plugin.into(),
+                    target: target.clone(),
+                    reason: format!(
+                        "{reason} ({} by plugin hosts; not sent again)",
+                        crate::term::count(refused, "refusal", "refusals")
+                    ),
+                });
+            }
+        }
+        let back_off = matches!(outcome, Err(InvokeError::NotSent(_)));
+        match outcome {
             Ok(reply) => return Ok(reply),
             Err(InvokeError::Failed(e)) => return Err(e),
-            Err(InvokeError::NotSent(reason)) => {
+            Err(InvokeError::NotSent(reason) | InvokeError::Refused(reason)) => {
                 tracing::debug!(plugin, %target, attempt, "not run remotely ({reason}); trying again");
                 if Instant::now() >= wait_until {
                     return Err(CallError::NotReady {
@@ -501,9 +521,13 @@ where
                     });
                 }
                 last = Some(reason);
-                // A node leaving the queue group, or every node busy: back off a little.
-                let pause = Duration::from_millis((5 * u64::from(attempt)).min(100));
-                tokio::time::sleep_until((Instant::now() + pause).min(wait_until)).await;
+                // No node subscribed, or the one that got it is not ready (leaving the
+                // queue group, restarting): back off a little. A refusal is sent again
+                // at once: the server picks another member.
+                if back_off {
+                    let pause = Duration::from_millis((5 * u64::from(attempt)).min(100));
+                    tokio::time::sleep_until((Instant::now() + pause).min(wait_until)).await;
+                }
                 attempt += 1;
             }
         }

@@ -1074,3 +1074,34 @@ async fn a_node_stops_on_sigterm_while_its_nats_server_is_gone() {
     a.wait_exit(Duration::from_secs(15));
     assert!(a.log().contains("stopped"), "{}", a.log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_another_version_refuses_tools_it_lacks_and_the_call_goes_to_one_that_has_them()
+{
+    let nats = NatsServer::plain();
+    let a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    // Node b runs a newer `st` whose tools are v2_*: the broker offers the newest.
+    let newer = stress("py", "st", "", json!({"env": {"HEARTH_TOOL_PREFIX": "v2"}}));
+    let _bn = Node::spawn(nats.url(), "b", "127.0.0.3", &[newer]);
+    wait_nodes(&mut b, "st", &["a", "b"]).await;
+    let started = Instant::now();
+    while !b.tools().await.contains(&"v2_echo".to_string()) {
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", b.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // About half the calls first reach node a, which has no v2_echo: it refuses them
+    // (not run) and they go on to node b.
+    for i in 0..20 {
+        let got = call(&mut b.admin, "v2_echo", json!({"i": i}), 10_000).await;
+        assert_eq!(as_json(got), json!({"i": i}), "{}", b.log());
+    }
+    assert_eq!(a.calls_answered(), 0, "node a ran none of them");
+    assert!(
+        b.log()
+            .contains("plugin st on node a has no tool `v2_echo`"),
+        "some calls were refused by node a first:\n{}",
+        b.log()
+    );
+}

@@ -326,8 +326,9 @@ impl Hub {
 
     /// Calls `tool` of `plugin` on one of its nodes. Same contract as
     /// [`Session::invoke`](crate::supervisor::session::Session::invoke): the result, or
-    /// [`InvokeError::NotSent`] (no node took it: no-responders, or `NotRun` — safe to
-    /// send again) or [`InvokeError::Failed`] (the call reached a node and failed there,
+    /// [`InvokeError::NotSent`] (no node subscribed: no-responders; or the node that got
+    /// it is not ready) or [`InvokeError::Refused`] (a node cannot run it: a tool its
+    /// version lacks) — both safe to send again — or [`InvokeError::Failed`] (the call reached a node and failed there,
     /// timed out, or its node was lost; errors name the node).
     #[allow(clippy::too_many_arguments)]
     pub async fn invoke(
@@ -569,10 +570,12 @@ impl Hub {
                 None | Some(node_reply::Msg::Accepted(_)) | Some(node_reply::Msg::Chunk(_)) => {}
                 Some(node_reply::Msg::NotRun(n)) => {
                     guard.done = true;
-                    return Err(InvokeError::NotSent(format!(
-                        "node {} did not run it: {}",
-                        reply.node, n.reason
-                    )));
+                    let reason = format!("node {} did not run it: {}", reply.node, n.reason);
+                    return Err(if n.not_ready {
+                        InvokeError::NotSent(reason)
+                    } else {
+                        InvokeError::Refused(reason)
+                    });
                 }
                 Some(node_reply::Msg::Failed(f)) => {
                     guard.done = true;

@@ -583,6 +583,7 @@ impl NodeLink {
                     &reply,
                     node_reply::Msg::NotRun(NotRun {
                         reason: reason.clone(),
+                        not_ready: true,
                     }),
                 )
                 .await;
@@ -602,8 +603,14 @@ impl NodeLink {
             Ok(c) => c,
             Err(e) => {
                 tokio::spawn(async move {
-                    link.send(&reply, node_reply::Msg::NotRun(NotRun { reason: e }))
-                        .await;
+                    link.send(
+                        &reply,
+                        node_reply::Msg::NotRun(NotRun {
+                            reason: e,
+                            not_ready: false,
+                        }),
+                    )
+                    .await;
                 });
                 return;
             }
@@ -614,6 +621,7 @@ impl NodeLink {
                     &reply,
                     node_reply::Msg::NotRun(NotRun {
                         reason: "the call holds no message".into(),
+                        not_ready: false,
                     }),
                 )
                 .await;
@@ -664,14 +672,19 @@ impl NodeLink {
 
     /// Runs one call through the node's router and answers it.
     async fn run_call(&self, plugin: &str, call_id: u64, msg: Msg, reply: &async_nats::Subject) {
-        let not_run = |reason: String| node_reply::Msg::NotRun(NotRun { reason });
+        let not_ready = |reason: String| {
+            node_reply::Msg::NotRun(NotRun {
+                reason,
+                not_ready: true,
+            })
+        };
         let ready = self
             .supervisor()
             .plugin(plugin)
             .is_some_and(|p| p.serving_session().is_some());
         if !ready || self.inner.leaving.load(Ordering::Relaxed) {
             let why = format!("plugin {plugin} is not ready on node {}", self.inner.node);
-            return self.send(reply, not_run(why)).await;
+            return self.send(reply, not_ready(why)).await;
         }
         let (traceparent, tracestate) = match &msg {
             Msg::InvokeTool(t) => (t.traceparent.clone(), t.tracestate.clone()),
@@ -695,7 +708,13 @@ impl NodeLink {
         msg: Msg,
         reply: &async_nats::Subject,
     ) {
-        let not_run = |reason: String| node_reply::Msg::NotRun(NotRun { reason });
+        // This node cannot run it (another version): the broker tries another instance.
+        let not_run = |reason: String| {
+            node_reply::Msg::NotRun(NotRun {
+                reason,
+                not_ready: false,
+            })
+        };
         let router = &self.inner.router;
         let timeout_of = |ms: u32| (ms > 0).then(|| Duration::from_millis(u64::from(ms)));
         let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -811,6 +830,13 @@ impl NodeLink {
         }
         let answer = match outcome {
             Ok(msg) => node_reply::Msg::Plugin(PluginMessage { msg: Some(msg) }),
+            // Waited for a restarting plugin, or a free slot, and got neither.
+            Err(e @ (CallError::NotReady { .. } | CallError::Saturated { .. })) => {
+                node_reply::Msg::NotRun(NotRun {
+                    reason: e.to_string(),
+                    not_ready: true,
+                })
+            }
             Err(e) if e.not_sent() => not_run(e.to_string()),
             Err(CallError::Timeout { after_ms, .. }) => node_reply::Msg::Failed(Failed {
                 kind: failed::Kind::Timeout as i32,

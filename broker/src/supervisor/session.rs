@@ -72,6 +72,10 @@ pub enum InvokeError {
     NotSent(String),
     /// The call was sent and then lost; never retried.
     Failed(CallError),
+    /// A plugin host received the call and answered that it did not run it (`NotRun`:
+    /// the plugin is not ready there, or lacks the tool). Safe to send to another
+    /// instance, a bounded number of times (only remote calls give it).
+    Refused(String),
 }
 
 struct Calls {
