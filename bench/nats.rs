@@ -75,7 +75,7 @@ use harness::{alive, stress, Broker};
 use hearth_broker::cli::AdminConn;
 use hearth_proto::v1::CallToolRequest;
 use nats::NatsServer;
-use remote::Node;
+use remote::{wait_nodes, Node};
 use serde_json::json;
 
 /// Arguments of every echo call.
@@ -96,18 +96,6 @@ const FLOOR_BYTES: usize = 120;
 async fn remote_broker(nats: &NatsServer) -> Broker {
     let toml = "[nats]\nname = \"b1\"\nlocal_address = \"127.0.0.1\"\n";
     Broker::spawn_with_files(vec![], &["--nats", nats.url()], &[("hearth.toml", toml)]).await
-}
-
-/// Waits until `plugin` is served by exactly `nodes` (sorted) as the broker sees it.
-async fn wait_nodes(b: &mut Broker, plugin: &str, nodes: &[&str]) {
-    let want: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
-    b.wait_for(
-        plugin,
-        Duration::from_secs(60),
-        &format!("served by {want:?}"),
-        |p| p.remote.iter().map(|r| r.node.clone()).collect::<Vec<_>>() == want,
-    )
-    .await;
 }
 
 /// The pid of `plugin` as the broker lists it: its own process, or on `node`.

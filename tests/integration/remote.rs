@@ -192,7 +192,7 @@ async fn broker_as(nats: &NatsServer, args: &[&str], toml: &str, nats_keys: &str
 }
 
 /// Waits until `plugin` is served by exactly `nodes` (sorted names) as the broker sees it.
-async fn wait_nodes(b: &mut Broker, plugin: &str, nodes: &[&str]) -> PluginStatus {
+pub async fn wait_nodes(b: &mut Broker, plugin: &str, nodes: &[&str]) -> PluginStatus {
     let want: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
     b.wait_for(
         plugin,
