@@ -109,8 +109,7 @@ async fn start_agent(
                 nats.url = Some(url.clone());
                 nats.urls.clear();
             }
-            nats.validate()
-                .map_err(|e| anyhow::anyhow!("--nats: {e}"))?;
+            nats.validate()?;
             Some(nats)
         }
     };
@@ -507,35 +506,45 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                 router.clone(),
                 host_routes.clone(),
             );
-            move |client| async move {
+            move |client: async_nats::Client, violations: crate::nats::Violations| async move {
                 let hub = crate::remote::hub::Hub::start_with(client, &nats, supervisor).await?;
-                tokio::spawn(crate::remote::relay::serve_host_calls(
-                    hub.clone(),
-                    host_routes,
-                ));
+                crate::remote::relay::serve_host_calls(hub.clone(), host_routes)
+                    .await
+                    .map_err(|e| crate::nats::NatsError::Connect {
+                        url: nats.servers().join(", "),
+                        detail: format!("subscribing to host calls: {e}"),
+                    })?;
+                // A refused subscription or publish would leave this broker deaf to
+                // replies, nodes or host calls: stop with the subjects instead.
+                violations
+                    .check(hub.client(), &nats, || {
+                        format!(
+                            "the broker's NATS user must be allowed what deploy/nats/nats-server.conf grants a broker, for its name {:?} ([nats] name)",
+                            hub.id()
+                        )
+                    })
+                    .await?;
                 router.set_remote(hub);
                 Ok::<(), crate::nats::NatsError>(())
             }
         };
-        match crate::nats::connect(&nats).await {
-            Ok(client) => start(client)
-                .await
-                .map_err(|e| anyhow::anyhow!("--nats: {e}"))?,
+        let violations = crate::nats::Violations::default();
+        match crate::nats::connect_with_inbox(&nats, None, &violations).await {
+            Ok(client) => start(client, violations).await?,
             Err(e @ crate::nats::NatsError::Unreachable { .. }) => {
-                tracing::warn!(
-                    "--nats: {e}; serving local plugins, and joining NATS when it answers"
-                );
+                tracing::warn!("{e}; serving local plugins, and joining NATS when it answers");
                 tokio::spawn(async move {
-                    let joined = match crate::nats::connect_retrying(&nats, None).await {
-                        Ok(client) => start(client).await,
+                    let joined = match crate::nats::connect_retrying(&nats, None, &violations).await
+                    {
+                        Ok(client) => start(client, violations).await,
                         Err(e) => Err(e),
                     };
                     if let Err(e) = joined {
-                        tracing::error!("--nats: {e}; plugins on plugin hosts are not used");
+                        tracing::error!("{e}; plugins on plugin hosts are not used");
                     }
                 });
             }
-            Err(e) => return Err(anyhow::anyhow!("--nats: {e}")),
+            Err(e) => return Err(e.into()),
         }
     }
     let make_router = || {

@@ -125,22 +125,25 @@ impl Node {
         }
     }
 
-    /// Waits for the node process to exit (panics after `within`).
-    pub fn wait_exit(&mut self, within: Duration) {
-        if let Some(mut child) = self.child.take() {
-            let started = Instant::now();
-            while child.try_wait().unwrap().is_none() {
-                if started.elapsed() > within {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!(
-                        "node {} did not exit within {within:?}\n{}",
-                        self.name,
-                        self.log()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(20));
+    /// Waits for the node process to exit (panics after `within`): its exit status,
+    /// `None` if it was not running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status);
             }
+            if started.elapsed() > within {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "node {} did not exit within {within:?}\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -767,6 +770,184 @@ async fn the_documented_nats_permissions_serve_calls_and_refuse_a_nodes_forged_c
         answered,
         "the node ran a forged call:\n{}",
         a.log()
+    );
+
+    // A node whose name its NATS user may not speak as stops at start, naming the
+    // refused subjects and the flag, instead of running unheard.
+    let mut misnamed = Node::spawn_as(nats.url(), "gpu-2", "127.0.0.3", node_login, &[st("")]);
+    let status = misnamed.wait_exit(Duration::from_secs(20)).unwrap();
+    let log = misnamed.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("Permissions Violation") && log.contains("hearth.node.gpu-2.ping"),
+        "{log}"
+    );
+    assert!(log.contains("--node-name"), "{log}");
+    // So does a broker whose name its user may not read replies for.
+    let (status, log) = run_to_exit(
+        &[
+            "run",
+            "--nats",
+            nats.url(),
+            "--plugins",
+            misnamed.root.path().join("plugins").to_str().unwrap(),
+        ],
+        "[nats]\nname = \"broker-2\"\nuser = \"broker-1\"\npassword = \"b-secret\"\n",
+    );
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("Permissions Violation") && log.contains("hearth.r.broker-2.>"),
+        "{log}"
+    );
+    assert!(log.contains("[nats] name"), "{log}");
+    // The right node and broker were not disturbed.
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"x": 2}), 10_000).await),
+        json!({"x": 2})
+    );
+}
+
+/// Runs `hearth --data-dir TMP ARGS` with `toml` as its hearth.toml until it exits
+/// (killed after 20 s): its status and stderr.
+fn run_to_exit(args: &[&str], toml: &str) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("hearth-exit")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::write(dir.path().join("hearth.toml"), toml).unwrap();
+    let log = dir.path().join("stderr.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(args)
+        .env("HEARTH_PYTHON", python())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "hearth {args:?} did not exit within 20 s:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_name_is_one_process_and_a_replacement_waits_for_a_leaving_node() {
+    let nats = NatsServer::plain();
+    let mut a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    let mut b = broker(&nats, &[], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+
+    // A second process as node a stops at once naming the name; a keeps serving.
+    let mut twin = Node::spawn(nats.url(), "a", "127.0.0.3", &[st("")]);
+    let status = twin.wait_exit(Duration::from_secs(20)).unwrap();
+    assert_eq!(status.code(), Some(1), "{}", twin.log());
+    assert!(
+        twin.log()
+            .contains("another plugin host already runs as node \"a\""),
+        "{}",
+        twin.log()
+    );
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"x": 1}), 10_000).await),
+        json!({"x": 1})
+    );
+
+    // A replacement started while node a is leaving (its call still running) waits
+    // for it, then serves.
+    let mut admin = Broker::admin_clone(&b);
+    let running =
+        tokio::spawn(
+            async move { call(&mut admin, "st_sleep", json!({"ms": 1500}), 20_000).await },
+        );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.signal(libc::SIGTERM);
+    let t0 = Instant::now();
+    while b.plugins().await.iter().any(|p| p.name == "st") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{}", b.log());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let next = Node::spawn(nats.url(), "a", "127.0.0.3", &[st("")]);
+    let got = running.await.unwrap();
+    assert!(got.is_ok(), "{got:?}\n{}", a.log());
+    a.wait_exit(Duration::from_secs(20));
+    wait_nodes(&mut b, "st", &["a"]).await;
+    assert!(
+        next.log().contains("waiting for the previous process"),
+        "{}",
+        next.log()
+    );
+    assert_eq!(
+        as_json(call(&mut b.admin, "st_echo", json!({"x": 2}), 10_000).await),
+        json!({"x": 2})
+    );
+
+    // Two processes announcing one name anyway (e.g. a user that may not probe its
+    // own name): the broker says so and keeps one instead of flipping between them.
+    let raw = hearth_broker::nats::connect(&crate::nats::nats_config(nats.url()))
+        .await
+        .unwrap();
+    let announce = |boot: &str, seq: u64| {
+        hearth_broker::remote::encode(&hearth_proto::v1::NodeAnnounce {
+            node: "dup".into(),
+            boot: boot.into(),
+            seq,
+            protocol_version: hearth_proto::PROTOCOL_VERSION.into(),
+            ..Default::default()
+        })
+    };
+    for (boot, seq) in [("boot-1", 1), ("boot-2", 1), ("boot-1", 2), ("boot-2", 2)] {
+        raw.publish("hearth.reg.dup", announce(boot, seq))
+            .await
+            .unwrap();
+        raw.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let t0 = Instant::now();
+    while !b.log().contains("two plugin hosts run as node dup") {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{}", b.log());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        b.log()
+            .lines()
+            .filter(|l| l.contains("NATS: node restarted") && l.contains("dup"))
+            .count(),
+        1,
+        "the broker flipped between the two:\n{}",
+        b.log()
+    );
+
+    // A node's --plugins that is not a directory is a typo: it stops.
+    let (status, log) = run_to_exit(
+        &[
+            "node",
+            "--nats",
+            nats.url(),
+            "--node-name",
+            "typo",
+            "--plugins",
+            "/nonexistent/plugins",
+        ],
+        "",
+    );
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("--plugins /nonexistent/plugins: not a directory"),
+        "{log}"
     );
 }
 

@@ -11,6 +11,7 @@
 mod config;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use config::{AuthKind, NatsConfig, NodePolicy, DEFAULT_SUBJECT_PREFIX};
@@ -80,6 +81,18 @@ pub enum NatsError {
         /// What rustls said, and a hint.
         detail: String,
     },
+    /// The server refused a subscription or publish this process needs: its NATS
+    /// user's permissions do not cover its name's subjects.
+    #[error("NATS server {url} refused {refused}; {hint}")]
+    Permission {
+        /// The configured server URL(s), comma-separated.
+        url: String,
+        /// The server's words (`Permissions Violation for Publish to "hearth.reg.a"`),
+        /// joined with "; ".
+        refused: String,
+        /// Which name must match the user's permissions.
+        hint: String,
+    },
     /// Any other connect failure.
     #[error("connecting to NATS server {url} failed: {detail}")]
     Connect {
@@ -112,15 +125,63 @@ impl NatsError {
 /// traffic; then [`NatsError::Unreachable`], [`NatsError::AuthRefused`],
 /// [`NatsError::Tls`] or [`NatsError::Connect`] naming the server URL.
 pub async fn connect(config: &NatsConfig) -> Result<async_nats::Client, NatsError> {
-    connect_with_inbox(config, None).await
+    connect_with_inbox(config, None, &Violations::default()).await
+}
+
+/// Permission violations the server reported on one connection (its
+/// `-ERR 'Permissions Violation for …'` lines), oldest first. They are also logged as
+/// errors; a process checks them after its first subscriptions and publishes
+/// ([`Violations::settle`]) to stop with a clear error instead of serving half-deaf.
+#[derive(Clone, Debug, Default)]
+pub struct Violations(Arc<Mutex<Vec<String>>>);
+
+impl Violations {
+    fn push(&self, what: String) {
+        self.0.lock().unwrap().push(what);
+    }
+
+    /// The violations reported so far, removed.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+
+    /// Waits until the server has answered everything `client` sent so far (a flush is
+    /// a PING round trip, and the server reports a refused publish or subscription
+    /// before that PONG), lets the client's event task deliver the reports, and takes
+    /// them. Bounded: 2 s with the server unreachable.
+    pub async fn settle(&self, client: &async_nats::Client) -> Vec<String> {
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.flush()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.take()
+    }
+
+    /// [`Violations::settle`] as an error naming the refused subjects and `hint`.
+    pub async fn check(
+        &self,
+        client: &async_nats::Client,
+        config: &NatsConfig,
+        hint: impl FnOnce() -> String,
+    ) -> Result<(), NatsError> {
+        let refused = self.settle(client).await;
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(NatsError::Permission {
+            url: config.servers().join(", "),
+            refused: refused.join("; "),
+            hint: hint(),
+        })
+    }
 }
 
 /// [`connect`], with request inboxes under `inbox_prefix` instead of `_INBOX` (a node
 /// uses `_INBOX_<node>`, so its NATS user needs subscribe permission on its own inboxes
-/// only); `[nats] inbox_prefix` wins over it.
+/// only); `[nats] inbox_prefix` wins over it. Permission violations the server reports
+/// on the connection are collected in `violations`.
 pub async fn connect_with_inbox(
     config: &NatsConfig,
     inbox_prefix: Option<String>,
+    violations: &Violations,
 ) -> Result<async_nats::Client, NatsError> {
     config.validate()?;
     let servers: Vec<async_nats::ServerAddr> = config
@@ -135,7 +196,13 @@ pub async fn connect_with_inbox(
         .name(config.name.clone().unwrap_or_else(default_name))
         .ping_interval(CLIENT_PING_INTERVAL)
         .connection_timeout(CONNECT_TIMEOUT)
-        .event_callback(|event| async move { log_event(event) });
+        .event_callback({
+            let violations = violations.clone();
+            move |event| {
+                let violations = violations.clone();
+                async move { log_event(event, &violations) }
+            }
+        });
     if let Some(ca) = &config.ca {
         check_pem(
             "ca",
@@ -185,10 +252,11 @@ pub const RETRY_EVERY: Duration = Duration::from_secs(2);
 pub async fn connect_retrying(
     config: &NatsConfig,
     inbox_prefix: Option<String>,
+    violations: &Violations,
 ) -> Result<async_nats::Client, NatsError> {
     let mut failures = 0u32;
     loop {
-        match connect_with_inbox(config, inbox_prefix.clone()).await {
+        match connect_with_inbox(config, inbox_prefix.clone(), violations).await {
             Err(e @ NatsError::Unreachable { .. }) => {
                 if failures.is_multiple_of(30) {
                     tracing::warn!("{e}; trying again every {} s", RETRY_EVERY.as_secs());
@@ -497,10 +565,16 @@ fn tls_hint(err: &rustls::Error, config: &NatsConfig) -> String {
 }
 
 /// Logs the client's connection events (reconnects, server errors such as permission
-/// violations, slow consumers).
-fn log_event(event: async_nats::Event) {
+/// violations, slow consumers); collects permission violations in `violations`.
+fn log_event(event: async_nats::Event, violations: &Violations) {
     use async_nats::Event as E;
     match event {
+        E::ServerError(async_nats::ServerError::Other(e))
+            if e.to_ascii_lowercase().contains("permissions violation") =>
+        {
+            tracing::error!("nats: the server refused: {e}");
+            violations.push(e);
+        }
         E::Connected => tracing::info!("nats: connected"),
         E::Disconnected => tracing::warn!("nats: disconnected; reconnecting"),
         E::LameDuckMode => tracing::warn!("nats: the server is entering lame duck mode"),

@@ -91,6 +91,45 @@ struct Directory {
     strikes: HashMap<String, u32>,
     /// When a re-announcement was last asked for (at most one a second).
     asked: Option<Instant>,
+    /// Per node: the boot its current boot replaced. If that boot speaks again, two
+    /// processes run under one node name.
+    displaced: HashMap<String, Displaced>,
+}
+
+/// A node's boot replaced by a newer one (see [`Directory::displaced`]).
+struct Displaced {
+    boot: String,
+    /// When it was replaced or last heard from.
+    seen: Instant,
+    /// When the duplicate name was last logged (every 10 s at most).
+    warned: Option<Instant>,
+}
+
+impl Directory {
+    /// Whether `boot` of `node` is a boot the current one replaced that is still
+    /// speaking: a second process with the same node name. Logs it (every 10 s at
+    /// most); the current boot is kept, so the node does not flip between the two.
+    fn is_duplicate(&mut self, node: &str, boot: &str) -> bool {
+        let current = self.nodes.get(node).map(|e| e.boot.clone());
+        let Some(d) = self.displaced.get_mut(node) else {
+            return false;
+        };
+        if d.boot != boot || d.seen.elapsed() > NODE_SILENT || current.is_none() {
+            return false;
+        }
+        d.seen = Instant::now();
+        if d.warned
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(10))
+        {
+            d.warned = Some(Instant::now());
+            tracing::error!(
+                node,
+                "NATS: two plugin hosts run as node {node} (boots {} and {boot}); brokers cannot tell their calls and probes apart: give each its own --node-name. Keeping the newer one",
+                current.unwrap_or_default()
+            );
+        }
+        true
+    }
 }
 
 /// The broker's NATS link to plugin hosts (see the module docs). One per broker.
@@ -766,10 +805,16 @@ impl Hub {
         {
             let mut dir = self.directory.lock().unwrap();
             if a.leaving {
-                if dir.nodes.remove(&a.node).is_some() {
+                if dir.nodes.get(&a.node).is_some_and(|e| e.boot == a.boot) {
+                    dir.nodes.remove(&a.node);
                     tracing::info!(node = %a.node, "NATS: node left");
+                } else if dir.displaced.get(&a.node).is_some_and(|d| d.boot == a.boot) {
+                    dir.displaced.remove(&a.node);
                 }
             } else {
+                if dir.is_duplicate(&a.node, &a.boot) {
+                    return;
+                }
                 let old = dir.nodes.get(&a.node);
                 if old.is_some_and(|o| o.boot == a.boot && o.seq > a.seq) {
                     return; // an older announcement overtaken by a newer one
@@ -777,6 +822,17 @@ impl Hub {
                 if let Some(o) = old.filter(|o| o.boot != a.boot) {
                     restarted = Some(o.boot.clone());
                 }
+                if let Some(old_boot) = &restarted {
+                    dir.displaced.insert(
+                        a.node.clone(),
+                        Displaced {
+                            boot: old_boot.clone(),
+                            seen: Instant::now(),
+                            warned: None,
+                        },
+                    );
+                }
+                let old = dir.nodes.get(&a.node);
                 if old.is_none() {
                     tracing::info!(node = %a.node, version = %a.version, plugins = a.plugins.len(), "NATS: node joined");
                 }
@@ -844,7 +900,7 @@ impl Hub {
                     e.last_seen = Instant::now();
                     e.seq < h.seq
                 }
-                _ => true,
+                _ => !dir.is_duplicate(&h.node, &h.boot),
             };
             let recently = dir
                 .asked

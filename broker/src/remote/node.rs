@@ -106,14 +106,23 @@ async fn run(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<()> {
     nats.validate()
         .map_err(|e| anyhow::anyhow!("hearth node: {e}"))?;
 
+    // A node exists to serve plugins: a folder that is not there is a typo, not a
+    // node with fewer plugins.
+    for root in &args.plugins {
+        if !root.is_dir() {
+            anyhow::bail!("--plugins {}: not a directory", root.display());
+        }
+    }
+
     crate::server::harden_process();
     let stopped = crate::server::stop_signal();
     crate::server::prepare_data_dir(&data_dir, &args.plugins)?;
     // Waits for an unreachable server (it may start after the node); a wrong config,
     // login or certificate stops the node.
     let mut stopped = std::pin::pin!(stopped);
+    let violations = crate::nats::Violations::default();
     let client = tokio::select! {
-        client = crate::nats::connect_retrying(&nats, Some(format!("_INBOX_{node}"))) => {
+        client = crate::nats::connect_retrying(&nats, Some(format!("_INBOX_{node}")), &violations) => {
             client.map_err(|e| anyhow::anyhow!("hearth node: {e}"))?
         }
         () = &mut stopped => return Ok(()),
@@ -216,14 +225,23 @@ async fn run(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<()> {
         }
     };
 
+    // Another process running as this node (its probes would answer for ours, and
+    // its calls' replies mix with ours): refuse, or wait for one that is leaving.
+    tokio::select! {
+        unique = link.wait_until_name_free(drain_timeout + Duration::from_secs(2)) => unique?,
+        () = &mut stopped => return Ok(()),
+    }
     link.clone().start().await?;
+    // A NATS user whose permissions do not cover this node's name would leave it
+    // running but unheard (announcements refused) or deaf (no calls): stop instead.
+    violations
+        .check(&client, &nats, || {
+            format!("the node's NATS user must be allowed to speak as node {node:?} (--node-name, or [nats] name); see deploy/nats/nats-server.conf")
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("hearth node: {e}"))?;
     let mut roots = vec![data_dir.join("plugins")];
     roots.extend(args.plugins.iter().cloned());
-    for root in &args.plugins {
-        if !root.is_dir() {
-            tracing::error!("--plugins {}: not a directory", root.display());
-        }
-    }
     let dirs = crate::manifest::discover(&roots);
     for dir in &dirs {
         let _ = supervisor.load_reporting(dir);
@@ -338,6 +356,10 @@ impl NodeLink {
             .subscribe(i.subjects.discover())
             .await
             .map_err(sub("discovery"))?;
+        // The first announcement and heartbeat go out before this returns, so a
+        // permission check after it covers every subject the node speaks on.
+        self.announce(self.announced_plugins(), false).await;
+        self.heartbeat().await;
         tokio::spawn(self.clone().answer_pings(pings));
         tokio::spawn(self.clone().take_cancels(cancels));
         tokio::spawn(self.clone().take_discover(discover));
@@ -346,14 +368,62 @@ impl NodeLink {
     }
 
     async fn answer_pings(self, mut pings: async_nats::Subscriber) {
-        let pong = encode(&NodePong {
-            node: self.inner.node.clone(),
-            boot: self.inner.boot.clone(),
-        });
         while let Some(msg) = pings.next().await {
             if let Some(reply) = msg.reply {
-                let _ = self.inner.client.publish(reply, pong.clone()).await;
+                let pong = encode(&NodePong {
+                    node: self.inner.node.clone(),
+                    boot: self.inner.boot.clone(),
+                    leaving: self.inner.leaving.load(Ordering::Relaxed),
+                });
+                let _ = self.inner.client.publish(reply, pong).await;
             }
+        }
+    }
+
+    /// Probes this node's own name before taking it: an answer means another process
+    /// runs as this node. One that is leaving is waited for (up to `wait`); one that is
+    /// not is an error naming the name. No answer (no responders, or a timeout, e.g. a
+    /// probe the NATS user may not send, which the permission check reports) is a free
+    /// name.
+    ///
+    /// # Errors
+    /// Another node serves the name, or a leaving one is still there after `wait`.
+    pub async fn wait_until_name_free(&self, wait: Duration) -> anyhow::Result<()> {
+        let i = &self.inner;
+        let until = tokio::time::Instant::now() + wait;
+        let mut told = false;
+        loop {
+            let request = async_nats::Request::new()
+                .payload(bytes::Bytes::new())
+                .timeout(Some(super::PROBE_TIMEOUT));
+            let Ok(msg) = i
+                .client
+                .send_request(i.subjects.ping(&i.node), request)
+                .await
+            else {
+                return Ok(());
+            };
+            let other = decode::<NodePong>("pong", &msg.payload).unwrap_or_default();
+            if !other.leaving {
+                anyhow::bail!(
+                    "hearth node: another plugin host already runs as node {:?} on this NATS server (boot {}); give each node its own --node-name (or [nats] name)",
+                    i.node,
+                    other.boot
+                );
+            }
+            if tokio::time::Instant::now() >= until {
+                anyhow::bail!(
+                    "hearth node: the previous node {:?} (boot {}) is still leaving after {} ms; start this one when it has stopped",
+                    i.node,
+                    other.boot,
+                    wait.as_millis()
+                );
+            }
+            if !told {
+                told = true;
+                tracing::info!(node = %i.node, "waiting for the previous process of this node to finish its calls and leave");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -468,19 +538,23 @@ impl NodeLink {
             }
             if tokio::time::Instant::now() >= next_heartbeat {
                 next_heartbeat += HEARTBEAT_EVERY;
-                let hb = encode(&NodeHeartbeat {
-                    node: self.inner.node.clone(),
-                    boot: self.inner.boot.clone(),
-                    seq: self.inner.seq.load(Ordering::Relaxed),
-                    in_flight: self.inner.calls.lock().unwrap().len() as u32,
-                });
-                let _ = self
-                    .inner
-                    .client
-                    .publish(self.inner.subjects.heartbeat(&self.inner.node), hb)
-                    .await;
+                self.heartbeat().await;
             }
         }
+    }
+
+    async fn heartbeat(&self) {
+        let hb = encode(&NodeHeartbeat {
+            node: self.inner.node.clone(),
+            boot: self.inner.boot.clone(),
+            seq: self.inner.seq.load(Ordering::Relaxed),
+            in_flight: self.inner.calls.lock().unwrap().len() as u32,
+        });
+        let _ = self
+            .inner
+            .client
+            .publish(self.inner.subjects.heartbeat(&self.inner.node), hb)
+            .await;
     }
 
     async fn announce(&self, plugins: Vec<RemotePlugin>, leaving: bool) {

@@ -234,19 +234,28 @@ impl tonic::server::UnaryService<Bytes> for RelayCall {
 
 /// The broker's side: answers host calls relayed by nodes with `routes` (the broker's
 /// host services), as the calling plugin with the capabilities its node may grant.
-pub async fn serve_host_calls(hub: Arc<super::hub::Hub>, routes: tonic::service::Routes) {
+/// Subscribes (queue group `brokers`) before it returns, then serves in a task.
+///
+/// # Errors
+/// The subscription failed (the connection is closed).
+pub async fn serve_host_calls(
+    hub: Arc<super::hub::Hub>,
+    routes: tonic::service::Routes,
+) -> Result<(), async_nats::SubscribeError> {
     let subject = hub.subjects().host_calls();
-    let mut sub = match hub
+    let sub = hub
         .client()
-        .queue_subscribe(subject.clone(), BROKERS_QUEUE.into())
-        .await
-    {
-        Ok(sub) => sub,
-        Err(e) => {
-            tracing::error!("NATS: subscribing to {subject} failed ({e}); plugins on plugin hosts cannot use host services");
-            return;
-        }
-    };
+        .queue_subscribe(subject, BROKERS_QUEUE.into())
+        .await?;
+    tokio::spawn(answer_host_calls(hub, routes, sub));
+    Ok(())
+}
+
+async fn answer_host_calls(
+    hub: Arc<super::hub::Hub>,
+    routes: tonic::service::Routes,
+    mut sub: async_nats::Subscriber,
+) {
     while let Some(msg) = sub.next().await {
         let (hub, routes) = (hub.clone(), routes.clone());
         tokio::spawn(async move {
