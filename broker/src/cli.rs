@@ -807,7 +807,19 @@ fn print_status(p: Option<PluginStatus>) {
             p.pid,
             out.line(&tools)
         );
+        for line in rejected_lines(&p) {
+            println!("  └ {}", out.line(&line));
+        }
     }
+}
+
+/// One line per item of a plugin's registration the broker rejected:
+/// "tool `calc_add` rejected: … already registered by plugin calc".
+fn rejected_lines(p: &PluginStatus) -> Vec<String> {
+    p.rejected
+        .iter()
+        .map(|r| format!("{} `{}` rejected: {}", r.kind, r.name, r.reason))
+        .collect()
 }
 
 /// How long `hearth tools call --policies` waits for the user to approve a `confirm` tool.
@@ -1154,6 +1166,9 @@ fn plugin_json(p: &PluginStatus) -> serde_json::Value {
             "node": r.node, "version": r.version, "pid": r.pid, "restarts": r.restarts,
             "sdk": r.sdk, "last_seen_ms": r.last_seen_ms,
         })).collect::<Vec<_>>(),
+        "rejected": p.rejected.iter().map(|r| json!({
+            "kind": r.kind, "name": r.name, "reason": r.reason,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -1430,6 +1445,9 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
                         println!("{:<16} └ {}", "", out.line(&p.reason));
                     }
                     if let Some(line) = remote_line(p) {
+                        println!("{:<16} └ {}", "", out.line(&line));
+                    }
+                    for line in rejected_lines(p) {
                         println!("{:<16} └ {}", "", out.line(&line));
                     }
                 }

@@ -104,6 +104,19 @@ pub enum CallError {
         /// How long the call waited for a free slot, in milliseconds.
         waited_ms: u64,
     },
+    /// The call to a plugin on a plugin host is larger than the NATS server takes in
+    /// one message: it was never sent.
+    #[error("plugin {plugin}: {target} was not sent: the call is {bytes} bytes, more than the NATS server takes in one message (max_payload {max} bytes)")]
+    TooLarge {
+        /// Plugin name.
+        plugin: String,
+        /// What was called.
+        target: Target,
+        /// The encoded call's size, in bytes.
+        bytes: usize,
+        /// The server's `max_payload`, in bytes.
+        max: usize,
+    },
 }
 
 impl CallError {
@@ -116,6 +129,7 @@ impl CallError {
                 | CallError::InvalidArguments { .. }
                 | CallError::NotReady { .. }
                 | CallError::Saturated { .. }
+                | CallError::TooLarge { .. }
         )
     }
 }
@@ -124,7 +138,9 @@ impl CallError {
     /// The low-cardinality `error.type` of this error (spans, metrics).
     pub fn error_type(&self) -> &'static str {
         match self {
-            CallError::UnknownTool { .. } | CallError::InvalidArguments { .. } => "invalid_args",
+            CallError::UnknownTool { .. }
+            | CallError::InvalidArguments { .. }
+            | CallError::TooLarge { .. } => "invalid_args",
             CallError::NotReady { .. } | CallError::PluginGone { .. } => "plugin_gone",
             CallError::Timeout { .. } => "timeout",
             CallError::Saturated { .. } => "denied",
@@ -139,6 +155,7 @@ impl From<CallError> for Status {
             CallError::InvalidArguments { .. } => Code::InvalidArgument,
             CallError::NotReady { .. } | CallError::PluginGone { .. } => Code::Unavailable,
             CallError::Timeout { .. } | CallError::Saturated { .. } => Code::DeadlineExceeded,
+            CallError::TooLarge { .. } => Code::ResourceExhausted,
         };
         Status::new(code, e.to_string())
     }

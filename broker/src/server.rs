@@ -524,6 +524,13 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
                         )
                     })
                     .await?;
+                crate::observe::metrics::watch_nats(
+                    hub.client().clone(),
+                    Some(Box::new({
+                        let hub = hub.clone();
+                        move || hub.node_count()
+                    })),
+                );
                 router.set_remote(hub);
                 Ok::<(), crate::nats::NatsError>(())
             }

@@ -165,7 +165,10 @@ type PluginStatus struct {
 	// Where the plugin runs on plugin hosts (`hearth node`) over NATS, one entry per node
 	// serving it; empty when it runs only here. A plugin served only remotely has no
 	// local process (pid 0, runtime "remote") and is ready while any node serves it.
-	Remote        []*RemoteInstance `protobuf:"bytes,16,rep,name=remote,proto3" json:"remote,omitempty"`
+	Remote []*RemoteInstance `protobuf:"bytes,16,rep,name=remote,proto3" json:"remote,omitempty"`
+	// Items of the current registration the broker rejected (a tool name another plugin
+	// registered first, a bad schema, …), each naming why; the rest serves.
+	Rejected      []*RejectedItem `protobuf:"bytes,17,rep,name=rejected,proto3" json:"rejected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -308,6 +311,13 @@ func (x *PluginStatus) GetAttached() bool {
 func (x *PluginStatus) GetRemote() []*RemoteInstance {
 	if x != nil {
 		return x.Remote
+	}
+	return nil
+}
+
+func (x *PluginStatus) GetRejected() []*RejectedItem {
+	if x != nil {
+		return x.Rejected
 	}
 	return nil
 }
@@ -2337,7 +2347,7 @@ var File_hearth_v1_admin_proto protoreflect.FileDescriptor
 const file_hearth_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x15hearth/v1/admin.proto\x12\thearth.v1\x1a\x16hearth/v1/plugin.proto\"\x14\n" +
-	"\x12ListPluginsRequest\"\xc6\x03\n" +
+	"\x12ListPluginsRequest\"\xfb\x03\n" +
 	"\fPluginStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x10\n" +
@@ -2356,7 +2366,8 @@ const file_hearth_v1_admin_proto_rawDesc = "" +
 	"startup_ms\x18\r \x01(\rR\tstartupMs\x12\x18\n" +
 	"\asandbox\x18\x0e \x01(\tR\asandbox\x12\x1a\n" +
 	"\battached\x18\x0f \x01(\bR\battached\x121\n" +
-	"\x06remote\x18\x10 \x03(\v2\x19.hearth.v1.RemoteInstanceR\x06remote\"\xa0\x01\n" +
+	"\x06remote\x18\x10 \x03(\v2\x19.hearth.v1.RemoteInstanceR\x06remote\x123\n" +
+	"\brejected\x18\x11 \x03(\v2\x17.hearth.v1.RejectedItemR\brejected\"\xa0\x01\n" +
 	"\x0eRemoteInstance\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x10\n" +
@@ -2580,60 +2591,62 @@ var file_hearth_v1_admin_proto_goTypes = []any{
 	(*SourceInfo)(nil),             // 32: hearth.v1.SourceInfo
 	(*ListSourcesResponse)(nil),    // 33: hearth.v1.ListSourcesResponse
 	(*UseSourceRequest)(nil),       // 34: hearth.v1.UseSourceRequest
-	(*ToolAnnotations)(nil),        // 35: hearth.v1.ToolAnnotations
-	(*AiTool)(nil),                 // 36: hearth.v1.AiTool
+	(*RejectedItem)(nil),           // 35: hearth.v1.RejectedItem
+	(*ToolAnnotations)(nil),        // 36: hearth.v1.ToolAnnotations
+	(*AiTool)(nil),                 // 37: hearth.v1.AiTool
 }
 var file_hearth_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: hearth.v1.PluginStatus.state:type_name -> hearth.v1.PluginState
 	3,  // 1: hearth.v1.PluginStatus.remote:type_name -> hearth.v1.RemoteInstance
-	2,  // 2: hearth.v1.ListPluginsResponse.plugins:type_name -> hearth.v1.PluginStatus
-	2,  // 3: hearth.v1.RestartPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	2,  // 4: hearth.v1.LoadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	2,  // 5: hearth.v1.UnloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	2,  // 6: hearth.v1.ReloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
-	35, // 7: hearth.v1.ToolInfo.annotations:type_name -> hearth.v1.ToolAnnotations
-	36, // 8: hearth.v1.ToolInfo.ai_tool:type_name -> hearth.v1.AiTool
-	18, // 9: hearth.v1.ListToolsResponse.tools:type_name -> hearth.v1.ToolInfo
-	23, // 10: hearth.v1.CallToolEvent.progress:type_name -> hearth.v1.ToolProgress
-	21, // 11: hearth.v1.CallToolEvent.result:type_name -> hearth.v1.CallToolResponse
-	0,  // 12: hearth.v1.McpServerInfo.state:type_name -> hearth.v1.PluginState
-	27, // 13: hearth.v1.ListMcpServersResponse.servers:type_name -> hearth.v1.McpServerInfo
-	32, // 14: hearth.v1.ListSourcesResponse.sources:type_name -> hearth.v1.SourceInfo
-	1,  // 15: hearth.v1.Admin.ListPlugins:input_type -> hearth.v1.ListPluginsRequest
-	5,  // 16: hearth.v1.Admin.RestartPlugin:input_type -> hearth.v1.RestartPluginRequest
-	7,  // 17: hearth.v1.Admin.LoadPlugin:input_type -> hearth.v1.LoadPluginRequest
-	9,  // 18: hearth.v1.Admin.UnloadPlugin:input_type -> hearth.v1.UnloadPluginRequest
-	11, // 19: hearth.v1.Admin.ReloadPlugin:input_type -> hearth.v1.ReloadPluginRequest
-	13, // 20: hearth.v1.Admin.AttachToken:input_type -> hearth.v1.AttachTokenRequest
-	15, // 21: hearth.v1.Admin.PluginLogs:input_type -> hearth.v1.PluginLogsRequest
-	31, // 22: hearth.v1.Admin.ListSources:input_type -> hearth.v1.ListSourcesRequest
-	34, // 23: hearth.v1.Admin.UseSource:input_type -> hearth.v1.UseSourceRequest
-	17, // 24: hearth.v1.Admin.ListTools:input_type -> hearth.v1.ListToolsRequest
-	20, // 25: hearth.v1.Admin.CallTool:input_type -> hearth.v1.CallToolRequest
-	20, // 26: hearth.v1.Admin.CallToolStream:input_type -> hearth.v1.CallToolRequest
-	24, // 27: hearth.v1.Admin.WatchTools:input_type -> hearth.v1.WatchToolsRequest
-	26, // 28: hearth.v1.Admin.ListMcpServers:input_type -> hearth.v1.ListMcpServersRequest
-	29, // 29: hearth.v1.Admin.McpRequest:input_type -> hearth.v1.McpRequestMessage
-	4,  // 30: hearth.v1.Admin.ListPlugins:output_type -> hearth.v1.ListPluginsResponse
-	6,  // 31: hearth.v1.Admin.RestartPlugin:output_type -> hearth.v1.RestartPluginResponse
-	8,  // 32: hearth.v1.Admin.LoadPlugin:output_type -> hearth.v1.LoadPluginResponse
-	10, // 33: hearth.v1.Admin.UnloadPlugin:output_type -> hearth.v1.UnloadPluginResponse
-	12, // 34: hearth.v1.Admin.ReloadPlugin:output_type -> hearth.v1.ReloadPluginResponse
-	14, // 35: hearth.v1.Admin.AttachToken:output_type -> hearth.v1.AttachTokenResponse
-	16, // 36: hearth.v1.Admin.PluginLogs:output_type -> hearth.v1.LogLine
-	33, // 37: hearth.v1.Admin.ListSources:output_type -> hearth.v1.ListSourcesResponse
-	33, // 38: hearth.v1.Admin.UseSource:output_type -> hearth.v1.ListSourcesResponse
-	19, // 39: hearth.v1.Admin.ListTools:output_type -> hearth.v1.ListToolsResponse
-	21, // 40: hearth.v1.Admin.CallTool:output_type -> hearth.v1.CallToolResponse
-	22, // 41: hearth.v1.Admin.CallToolStream:output_type -> hearth.v1.CallToolEvent
-	25, // 42: hearth.v1.Admin.WatchTools:output_type -> hearth.v1.ToolsChanged
-	28, // 43: hearth.v1.Admin.ListMcpServers:output_type -> hearth.v1.ListMcpServersResponse
-	30, // 44: hearth.v1.Admin.McpRequest:output_type -> hearth.v1.McpResponseMessage
-	30, // [30:45] is the sub-list for method output_type
-	15, // [15:30] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	35, // 2: hearth.v1.PluginStatus.rejected:type_name -> hearth.v1.RejectedItem
+	2,  // 3: hearth.v1.ListPluginsResponse.plugins:type_name -> hearth.v1.PluginStatus
+	2,  // 4: hearth.v1.RestartPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	2,  // 5: hearth.v1.LoadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	2,  // 6: hearth.v1.UnloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	2,  // 7: hearth.v1.ReloadPluginResponse.plugin:type_name -> hearth.v1.PluginStatus
+	36, // 8: hearth.v1.ToolInfo.annotations:type_name -> hearth.v1.ToolAnnotations
+	37, // 9: hearth.v1.ToolInfo.ai_tool:type_name -> hearth.v1.AiTool
+	18, // 10: hearth.v1.ListToolsResponse.tools:type_name -> hearth.v1.ToolInfo
+	23, // 11: hearth.v1.CallToolEvent.progress:type_name -> hearth.v1.ToolProgress
+	21, // 12: hearth.v1.CallToolEvent.result:type_name -> hearth.v1.CallToolResponse
+	0,  // 13: hearth.v1.McpServerInfo.state:type_name -> hearth.v1.PluginState
+	27, // 14: hearth.v1.ListMcpServersResponse.servers:type_name -> hearth.v1.McpServerInfo
+	32, // 15: hearth.v1.ListSourcesResponse.sources:type_name -> hearth.v1.SourceInfo
+	1,  // 16: hearth.v1.Admin.ListPlugins:input_type -> hearth.v1.ListPluginsRequest
+	5,  // 17: hearth.v1.Admin.RestartPlugin:input_type -> hearth.v1.RestartPluginRequest
+	7,  // 18: hearth.v1.Admin.LoadPlugin:input_type -> hearth.v1.LoadPluginRequest
+	9,  // 19: hearth.v1.Admin.UnloadPlugin:input_type -> hearth.v1.UnloadPluginRequest
+	11, // 20: hearth.v1.Admin.ReloadPlugin:input_type -> hearth.v1.ReloadPluginRequest
+	13, // 21: hearth.v1.Admin.AttachToken:input_type -> hearth.v1.AttachTokenRequest
+	15, // 22: hearth.v1.Admin.PluginLogs:input_type -> hearth.v1.PluginLogsRequest
+	31, // 23: hearth.v1.Admin.ListSources:input_type -> hearth.v1.ListSourcesRequest
+	34, // 24: hearth.v1.Admin.UseSource:input_type -> hearth.v1.UseSourceRequest
+	17, // 25: hearth.v1.Admin.ListTools:input_type -> hearth.v1.ListToolsRequest
+	20, // 26: hearth.v1.Admin.CallTool:input_type -> hearth.v1.CallToolRequest
+	20, // 27: hearth.v1.Admin.CallToolStream:input_type -> hearth.v1.CallToolRequest
+	24, // 28: hearth.v1.Admin.WatchTools:input_type -> hearth.v1.WatchToolsRequest
+	26, // 29: hearth.v1.Admin.ListMcpServers:input_type -> hearth.v1.ListMcpServersRequest
+	29, // 30: hearth.v1.Admin.McpRequest:input_type -> hearth.v1.McpRequestMessage
+	4,  // 31: hearth.v1.Admin.ListPlugins:output_type -> hearth.v1.ListPluginsResponse
+	6,  // 32: hearth.v1.Admin.RestartPlugin:output_type -> hearth.v1.RestartPluginResponse
+	8,  // 33: hearth.v1.Admin.LoadPlugin:output_type -> hearth.v1.LoadPluginResponse
+	10, // 34: hearth.v1.Admin.UnloadPlugin:output_type -> hearth.v1.UnloadPluginResponse
+	12, // 35: hearth.v1.Admin.ReloadPlugin:output_type -> hearth.v1.ReloadPluginResponse
+	14, // 36: hearth.v1.Admin.AttachToken:output_type -> hearth.v1.AttachTokenResponse
+	16, // 37: hearth.v1.Admin.PluginLogs:output_type -> hearth.v1.LogLine
+	33, // 38: hearth.v1.Admin.ListSources:output_type -> hearth.v1.ListSourcesResponse
+	33, // 39: hearth.v1.Admin.UseSource:output_type -> hearth.v1.ListSourcesResponse
+	19, // 40: hearth.v1.Admin.ListTools:output_type -> hearth.v1.ListToolsResponse
+	21, // 41: hearth.v1.Admin.CallTool:output_type -> hearth.v1.CallToolResponse
+	22, // 42: hearth.v1.Admin.CallToolStream:output_type -> hearth.v1.CallToolEvent
+	25, // 43: hearth.v1.Admin.WatchTools:output_type -> hearth.v1.ToolsChanged
+	28, // 44: hearth.v1.Admin.ListMcpServers:output_type -> hearth.v1.ListMcpServersResponse
+	30, // 45: hearth.v1.Admin.McpRequest:output_type -> hearth.v1.McpResponseMessage
+	31, // [31:46] is the sub-list for method output_type
+	16, // [16:31] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_hearth_v1_admin_proto_init() }

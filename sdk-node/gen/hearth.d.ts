@@ -912,6 +912,7 @@ export namespace hearth {
             sandbox?: (string|null);
             attached?: (boolean|null);
             remote?: (hearth.v1.IRemoteInstance[]|null);
+            rejected?: (hearth.v1.IRejectedItem[]|null);
         }
 
         class PluginStatus implements IPluginStatus {
@@ -932,6 +933,7 @@ export namespace hearth {
             public sandbox: string;
             public attached: boolean;
             public remote: hearth.v1.IRemoteInstance[];
+            public rejected: hearth.v1.IRejectedItem[];
             public static create(properties?: hearth.v1.IPluginStatus): hearth.v1.PluginStatus;
             public static encode(message: hearth.v1.IPluginStatus, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginStatus;

@@ -4228,6 +4228,7 @@ $root.hearth = (function() {
             function PluginStatus(properties) {
                 this.tools = [];
                 this.remote = [];
+                this.rejected = [];
                 if (properties)
                     for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
                         if (properties[keys[i]] != null && keys[i] !== "__proto__")
@@ -4250,6 +4251,7 @@ $root.hearth = (function() {
             PluginStatus.prototype.sandbox = "";
             PluginStatus.prototype.attached = false;
             PluginStatus.prototype.remote = $util.emptyArray;
+            PluginStatus.prototype.rejected = $util.emptyArray;
 
             PluginStatus.create = function create(properties) {
                 return new PluginStatus(properties);
@@ -4296,6 +4298,9 @@ $root.hearth = (function() {
                 if (message.remote != null && message.remote.length)
                     for (var i = 0; i < message.remote.length; ++i)
                         $root.hearth.v1.RemoteInstance.encode(message.remote[i], writer.uint32(130).fork(), q + 1).ldelim();
+                if (message.rejected != null && message.rejected.length)
+                    for (var i = 0; i < message.rejected.length; ++i)
+                        $root.hearth.v1.RejectedItem.encode(message.rejected[i], writer.uint32(138).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -4388,6 +4393,12 @@ $root.hearth = (function() {
                             if (!(message.remote && message.remote.length))
                                 message.remote = [];
                             message.remote.push($root.hearth.v1.RemoteInstance.decode(reader, reader.uint32(), undefined, long + 1));
+                            break;
+                        }
+                    case 17: {
+                            if (!(message.rejected && message.rejected.length))
+                                message.rejected = [];
+                            message.rejected.push($root.hearth.v1.RejectedItem.decode(reader, reader.uint32(), undefined, long + 1));
                             break;
                         }
                     default:

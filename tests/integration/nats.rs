@@ -215,14 +215,6 @@ impl NatsServer {
         }
     }
 
-    /// Kills the server (SIGKILL of its group) and, after `down`, starts it again on the
-    /// same port with the same configuration, as an operator's restart would.
-    pub fn restart_after(&mut self, down: Duration) {
-        self.kill();
-        std::thread::sleep(down);
-        self.start_again();
-    }
-
     /// Kills the server (SIGKILL of its group); [`NatsServer::start_again`] brings it back.
     pub fn kill(&mut self) {
         // SAFETY: plain syscall; the group is the server's own (process_group(0)).

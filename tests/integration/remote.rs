@@ -21,6 +21,8 @@ pub struct Node {
     pub root: tempfile::TempDir,
     pub child: Option<Child>,
     pub name: String,
+    /// Extra `hearth node` arguments (e.g. `--http-listen`).
+    pub args: Vec<String>,
 }
 
 impl Node {
@@ -38,6 +40,11 @@ impl Node {
         nats_keys: &str,
         plugins: &[PluginDir],
     ) -> Node {
+        Node::prepare(name, local, nats_keys, plugins).start(url)
+    }
+
+    /// A node's data dir, hearth.toml and plugins, not started yet ([`Node::start`]).
+    pub fn prepare(name: &str, local: &str, nats_keys: &str, plugins: &[PluginDir]) -> Node {
         let root = tempfile::Builder::new()
             .prefix("hearth-node")
             .tempdir_in("/tmp")
@@ -46,6 +53,7 @@ impl Node {
             root,
             child: None,
             name: name.into(),
+            args: Vec::new(),
         };
         node.write_plugins(plugins);
         let data = node.data_dir();
@@ -55,7 +63,7 @@ impl Node {
             format!("[nats]\nlocal_address = \"{local}\"\n{nats_keys}\n"),
         )
         .unwrap();
-        node.start(url)
+        node
     }
 
     fn write_plugins(&self, plugins: &[PluginDir]) {
@@ -71,7 +79,8 @@ impl Node {
         crate::harness::not_shared(&plugin_root);
     }
 
-    fn start(mut self, url: &str) -> Node {
+    /// Starts `hearth node` (again) on `url`.
+    pub fn start(mut self, url: &str) -> Node {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -89,6 +98,7 @@ impl Node {
                 "--plugins",
             ])
             .arg(self.root.path().join("plugins"))
+            .args(&self.args)
             .env("HEARTH_PYTHON", python())
             .env("NODE_PATH", repo().join("node_modules"))
             .env("HEARTH_LOG", "info,hearth_broker=debug")
@@ -954,7 +964,14 @@ async fn one_node_name_is_one_process_and_a_replacement_waits_for_a_leaving_node
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operating_a_remote_only_plugin_on_the_broker_says_where_it_runs() {
     let nats = NatsServer::plain();
-    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
+    // `bad` never starts on node a: it spends its crash budget there.
+    let bad = stress(
+        "py",
+        "bad",
+        "exit_before_hello",
+        json!({"restart": {"max_restarts": 1, "window_s": 60, "backoff_initial_ms": 20, "backoff_max_ms": 50}}),
+    );
+    let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st(""), bad]);
     let mut b = broker(&nats, &[], "").await;
     wait_nodes(&mut b, "st", &["a"]).await;
     for what in ["restart", "reload", "unload", "logs"] {
@@ -965,6 +982,38 @@ async fn operating_a_remote_only_plugin_on_the_broker_says_where_it_runs() {
             "{what}: {err}"
         );
     }
+    let (_, _, err) = b.cli(&["plugins", "logs", "st"]);
+    assert!(err.contains("read its logs there"), "{err}");
+
+    // A plugin that failed on its node is listed on the broker, with the node's reason.
+    let failed = b
+        .wait_for("bad", Duration::from_secs(30), "failed", |p| {
+            p.state == PluginState::Failed as i32
+        })
+        .await;
+    assert_eq!(failed.runtime, "remote");
+    assert!(
+        failed.reason.contains("on a:") && failed.reason.contains("exit status 1"),
+        "{failed:?}"
+    );
+    assert!(failed.tools.is_empty(), "{failed:?}");
+
+    // A local plugin whose tools a remote plugin registered first: `plugins load`
+    // says which tools were rejected and why.
+    let clash = b.write_plugin(&stress(
+        "py",
+        "clash",
+        "",
+        json!({"env": {"HEARTH_FAULT": "", "HEARTH_TOOL_PREFIX": "st"}}),
+    ));
+    let (code, out, err) = b.cli(&["plugins", "load", clash.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("tool `st_echo` rejected") && out.contains("already registered by plugin st"),
+        "{out}"
+    );
+    let (_, out, _) = b.cli(&["plugins", "list"]);
+    assert!(out.contains("tool `st_echo` rejected"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1098,7 +1147,27 @@ async fn calls_work_again_after_the_nats_server_restarts() {
     let _a = Node::spawn(nats.url(), "a", "127.0.0.2", &[st("")]);
     let mut b = broker(&nats, &[], "").await;
     wait_nodes(&mut b, "st", &["a"]).await;
-    nats.restart_after(Duration::from_millis(500));
+    // A call in flight when the server goes away fails soon, blaming this broker's
+    // connection rather than the node (which is fine).
+    let mut admin = Broker::admin_clone(&b);
+    let running =
+        tokio::spawn(
+            async move { call(&mut admin, "st_sleep", json!({"ms": 5000}), 20_000).await },
+        );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nats.kill();
+    let t0 = Instant::now();
+    let err = running
+        .await
+        .unwrap()
+        .expect_err("the answer cannot arrive");
+    assert!(
+        err.contains("this broker lost its NATS connection"),
+        "{err}\n{}",
+        b.log()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    nats.start_again();
     // Both reconnect by themselves; the node announces itself again.
     let started = Instant::now();
     loop {
@@ -1284,5 +1353,81 @@ async fn a_node_with_another_version_refuses_tools_it_lacks_and_the_call_goes_to
             .contains("plugin st on node a has no tool `v2_echo`"),
         "some calls were refused by node a first:\n{}",
         b.log()
+    );
+}
+
+/// The address a process logged after `HTTP listening on http://` in `log`.
+async fn listening_addr(log: impl Fn() -> String) -> String {
+    let prefix = "HTTP listening on http://";
+    let started = Instant::now();
+    loop {
+        let text = log();
+        if let Some(at) = text.find(prefix) {
+            let rest = &text[at + prefix.len()..];
+            return rest
+                .split(|c: char| c.is_whitespace() || c == '/')
+                .next()
+                .unwrap()
+                .trim_end_matches(':')
+                .to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{text}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The value of the sample `line_start` (name and labels) in a 0.0.4 exposition.
+fn sample(text: &str, line_start: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(line_start) && l[line_start.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_and_brokers_report_their_nats_link_in_metrics() {
+    let nats = NatsServer::plain();
+    let mut a = Node::prepare("a", "127.0.0.2", "", &[st("")]);
+    a.args = vec!["--http-listen".into(), "127.0.0.1:0".into()];
+    let a = a.start(nats.url());
+    let mut b = broker(&nats, &["--http-listen", "127.0.0.1:0"], "").await;
+    wait_nodes(&mut b, "st", &["a"]).await;
+    as_json(call(&mut b.admin, "st_echo", json!({"m": 1}), 10_000).await);
+    let node_addr = listening_addr(|| a.log()).await;
+    let broker_addr = listening_addr(|| b.log()).await;
+    let metrics = |addr: String| async move {
+        reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let node = metrics(node_addr).await;
+    assert_eq!(sample(&node, "hearth_nats_connected"), Some(1.0), "{node}");
+    assert!(
+        sample(&node, "hearth_nats_connects_total") >= Some(1.0),
+        "{node}"
+    );
+    // At least the call, its announcement and heartbeats went out.
+    assert!(
+        sample(&node, "hearth_nats_messages_total{direction=\"out\"}") >= Some(3.0),
+        "{node}"
+    );
+    assert!(
+        sample(&node, "hearth_nats_messages_total{direction=\"in\"}") >= Some(1.0),
+        "{node}"
+    );
+    assert_eq!(sample(&node, "hearth_nats_nodes"), None, "{node}");
+    let broker = metrics(broker_addr).await;
+    assert_eq!(
+        sample(&broker, "hearth_nats_connected"),
+        Some(1.0),
+        "{broker}"
+    );
+    assert_eq!(sample(&broker, "hearth_nats_nodes"), Some(1.0), "{broker}");
+    assert!(
+        sample(&broker, "hearth_nats_bytes_total{direction=\"in\"}") > Some(0.0),
+        "{broker}"
     );
 }

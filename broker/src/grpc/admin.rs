@@ -137,8 +137,12 @@ impl AdminService {
         if nodes.is_empty() {
             return Ok(());
         }
+        let verb = match what {
+            "logs" => "read its logs".to_string(),
+            _ => format!("{what} it"),
+        };
         Err(Status::failed_precondition(format!(
-            "plugin {name} runs on plugin hosts ({}), not on this broker; {what} it there: hearth --data-dir <the node's data dir> plugins {what} {name}",
+            "plugin {name} runs on plugin hosts ({}), not on this broker; {verb} there: hearth --data-dir <the node's data dir> plugins {what} {name}",
             nodes.join(", ")
         )))
     }
@@ -183,6 +187,7 @@ fn to_wire(s: PluginSnapshot) -> PluginStatus {
         sandbox: s.sandbox.to_string(),
         attached: s.attached,
         remote: Vec::new(),
+        rejected: s.rejected,
     }
 }
 
@@ -210,25 +215,45 @@ fn remote_status(
     let remote = remote_instances(hub, name);
     let first = remote.first().cloned().unwrap_or_default();
     let restarting = hub.restarting_on(name);
+    let down = hub.down_on(name);
+    let (state, reason) = if !remote.is_empty() {
+        (PluginState::Ready, String::new())
+    } else if !restarting.is_empty() {
+        (
+            PluginState::Starting,
+            format!("restarting on {}", restarting.join(", ")),
+        )
+    } else if let Some((_, state, _)) = down.first() {
+        // Not served anywhere: say why, node by node.
+        let why: Vec<String> = down
+            .iter()
+            .map(|(node, state, reason)| match reason.as_str() {
+                "" => format!(
+                    "{} on {node}",
+                    state
+                        .as_str_name()
+                        .trim_start_matches("PLUGIN_STATE_")
+                        .to_lowercase()
+                ),
+                reason => format!("on {node}: {reason}"),
+            })
+            .collect();
+        (*state, why.join("; "))
+    } else {
+        (PluginState::Stopped, "no plugin host serves it".into())
+    };
     PluginStatus {
         name: name.to_string(),
         runtime: "remote".into(),
-        state: match (remote.is_empty(), restarting.is_empty()) {
-            (false, _) => PluginState::Ready,
-            (true, false) => PluginState::Starting,
-            (true, true) => PluginState::Stopped,
-        } as i32,
+        state: state as i32,
         tools: registry.plugin_tools(name),
         version: first.version,
         sdk: first.sdk,
         restarts: remote.iter().map(|r| r.restarts).sum(),
-        reason: match (remote.is_empty(), restarting.is_empty()) {
-            (false, _) => String::new(),
-            (true, false) => format!("restarting on {}", restarting.join(", ")),
-            (true, true) => "no plugin host serves it".into(),
-        },
+        reason,
         sandbox: "on its node".into(),
         remote,
+        rejected: hub.rejected(name),
         ..Default::default()
     }
 }

@@ -18,6 +18,10 @@
 //! | `gen_ai_client_inference_duration_seconds` | histogram | `gen_ai_operation_name`, `gen_ai_provider_name`, `gen_ai_request_model`, `error_type` |
 //! | `gen_ai_client_inference_usage_{input,output}_tokens_total` | counter | the same + `gen_ai_token_modality` |
 //! | `gen_ai_execute_tool_duration_seconds` | histogram | `gen_ai_tool_name`, `error_type` |
+//! | `hearth_nats_connected` | gauge 0/1 | — (scrape time; brokers with `--nats`, nodes) |
+//! | `hearth_nats_connects_total` | counter | — (first connect and every reconnect) |
+//! | `hearth_nats_messages_total` / `hearth_nats_bytes_total` | counter | `direction` (`in`, `out`) |
+//! | `hearth_nats_nodes` | gauge | — (brokers: plugin hosts heard from) |
 //! | `process_*` | | cpu, memory, fds, threads, start time (scrape time, /proc) |
 //! | `hearth_build_info` | gauge 1 | `version`, `commit` |
 
@@ -244,6 +248,7 @@ impl Metrics {
         }
         r.register_collector(Box::new(Process));
         r.register_collector(Box::new(BuildInfo));
+        r.register_collector(Box::new(NatsCollector));
         Metrics {
             registry: r,
             tool_calls,
@@ -363,9 +368,11 @@ impl Outcome {
             Err(CallError::Timeout { .. }) => Outcome::Timeout,
             Err(CallError::PluginGone { .. } | CallError::NotReady { .. }) => Outcome::PluginGone,
             Err(CallError::Saturated { .. }) => Outcome::Denied,
-            Err(CallError::UnknownTool { .. } | CallError::InvalidArguments { .. }) => {
-                Outcome::InvalidArgs
-            }
+            Err(
+                CallError::UnknownTool { .. }
+                | CallError::InvalidArguments { .. }
+                | CallError::TooLarge { .. },
+            ) => Outcome::InvalidArgs,
         }
     }
 }
@@ -497,6 +504,83 @@ impl Collector for Turns {
         ] {
             let g = ConstGauge::new(v as i64);
             g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The NATS connection `/metrics` reports on (see [`watch_nats`]).
+struct NatsLink {
+    client: async_nats::Client,
+    /// Plugin hosts this broker hears from (`None` on a node).
+    nodes: Option<Box<dyn Fn() -> usize + Send + Sync>>,
+}
+
+static NATS_LINK: OnceLock<NatsLink> = OnceLock::new();
+
+/// Reports `client` (this process's NATS connection) as the `hearth_nats_*` series,
+/// with `nodes` (a broker's count of plugin hosts) as `hearth_nats_nodes`. The first
+/// call wins; cheap when recording is off (read at scrape time only).
+pub fn watch_nats(client: async_nats::Client, nodes: Option<Box<dyn Fn() -> usize + Send + Sync>>) {
+    let _ = NATS_LINK.set(NatsLink { client, nodes });
+}
+
+/// `hearth_nats_*` from the client's own counters, at scrape time.
+#[derive(Debug)]
+struct NatsCollector;
+
+impl Collector for NatsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        struct Direction {
+            direction: &'static str,
+        }
+        let Some(link) = NATS_LINK.get() else {
+            return Ok(());
+        };
+        let connected = link.client.connection_state() == async_nats::connection::State::Connected;
+        let stats = link.client.statistics();
+        ConstGauge::new(i64::from(connected)).encode(encoder.encode_descriptor(
+            "hearth_nats_connected",
+            "1 while this process's NATS connection is up, else 0",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?)?;
+        ConstCounter::new(stats.connects.load(Relaxed)).encode(encoder.encode_descriptor(
+            "hearth_nats_connects",
+            "NATS connections made: the first and every reconnect",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?)?;
+        for (name, help, inbound, outbound) in [
+            (
+                "hearth_nats_messages",
+                "NATS messages received (in) and sent (out)",
+                &stats.in_messages,
+                &stats.out_messages,
+            ),
+            (
+                "hearth_nats_bytes",
+                "NATS message payload bytes received (in) and sent (out)",
+                &stats.in_bytes,
+                &stats.out_bytes,
+            ),
+        ] {
+            let f = Family::<Direction, Counter>::default();
+            f.get_or_create(&Direction { direction: "in" })
+                .inc_by(inbound.load(Relaxed));
+            f.get_or_create(&Direction { direction: "out" })
+                .inc_by(outbound.load(Relaxed));
+            f.encode(encoder.encode_descriptor(name, help, None, f.metric_type())?)?;
+        }
+        if let Some(nodes) = &link.nodes {
+            ConstGauge::new(nodes() as i64).encode(encoder.encode_descriptor(
+                "hearth_nats_nodes",
+                "Plugin hosts (hearth node) this broker hears from",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?)?;
         }
         Ok(())
     }

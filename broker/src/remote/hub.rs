@@ -91,6 +91,8 @@ struct Directory {
     strikes: HashMap<String, u32>,
     /// When a re-announcement was last asked for (at most one a second).
     asked: Option<Instant>,
+    /// Per remote-only plugin: items of the applied registration the registry rejected.
+    rejected: HashMap<String, Vec<hearth_proto::v1::RejectedItem>>,
     /// Per node: the boot its current boot replaced. If that boot speaks again, two
     /// processes run under one node name.
     displaced: HashMap<String, Displaced>,
@@ -266,6 +268,11 @@ impl Hub {
         }
     }
 
+    /// How many plugin hosts this broker hears from.
+    pub fn node_count(&self) -> usize {
+        self.directory.lock().unwrap().nodes.len()
+    }
+
     /// Whether any node serves `plugin` now.
     pub fn serves(&self, plugin: &str) -> bool {
         self.directory
@@ -295,13 +302,13 @@ impl Hub {
         out
     }
 
-    /// Every plugin some node serves or restarts, sorted.
+    /// Every plugin some node runs (serving, restarting, or failed there), sorted.
     pub fn plugin_names(&self) -> Vec<String> {
         let dir = self.directory.lock().unwrap();
         let mut names: Vec<String> = dir
             .nodes
             .values()
-            .flat_map(|e| e.offered().map(|p| p.name.clone()))
+            .flat_map(|e| e.loaded.iter().map(|p| p.name.clone()))
             .collect();
         names.sort();
         names.dedup();
@@ -319,6 +326,34 @@ impl Hub {
             .collect();
         nodes.sort();
         nodes
+    }
+
+    /// The nodes where `plugin` is loaded but offers nothing (it failed, stopped, or
+    /// never registered there): `(node, state as the node says, reason)`, by node.
+    pub fn down_on(&self, plugin: &str) -> Vec<(String, hearth_proto::v1::PluginState, String)> {
+        let dir = self.directory.lock().unwrap();
+        let mut out: Vec<_> = dir
+            .nodes
+            .iter()
+            .filter_map(|(node, e)| {
+                let p = e
+                    .loaded
+                    .iter()
+                    .find(|p| p.name == plugin && p.register.is_none())?;
+                let state = hearth_proto::v1::PluginState::try_from(p.state)
+                    .unwrap_or(hearth_proto::v1::PluginState::Failed);
+                Some((node.clone(), state, p.reason.clone()))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Items of `plugin`'s registration (as offered from its newest node) this broker
+    /// rejected, e.g. a tool name a local plugin registered first.
+    pub fn rejected(&self, plugin: &str) -> Vec<hearth_proto::v1::RejectedItem> {
+        let dir = self.directory.lock().unwrap();
+        dir.rejected.get(plugin).cloned().unwrap_or_default()
     }
 
     /// `(call_timeout_s, max_total_s)` of `plugin` as its newest announcement says.
@@ -487,7 +522,7 @@ impl Hub {
             max_total,
             attempt,
         } = call;
-        if self.client.connection_state() != async_nats::connection::State::Connected {
+        if !self.connected() {
             return Err(InvokeError::NotSent(
                 "this broker is not connected to NATS right now".into(),
             ));
@@ -503,13 +538,11 @@ impl Hub {
         });
         let max = self.client.max_payload();
         if payload.len() > max {
-            return Err(InvokeError::Failed(CallError::NotReady {
+            return Err(InvokeError::Failed(CallError::TooLarge {
                 plugin: plugin.into(),
                 target: what,
-                reason: format!(
-                    "the call is {} bytes, more than the NATS server takes in one message (max_payload {max} bytes); it was not sent",
-                    payload.len()
-                ),
+                bytes: payload.len(),
+                max,
             }));
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -935,6 +968,25 @@ impl Hub {
     }
 
     async fn probe(&self, node: &str, boot: &str) {
+        if !self.connected() {
+            // Our own connection is down: the node may be fine, but its answers to
+            // calls in flight are lost (core NATS keeps nothing for a disconnected
+            // client). Two rounds like that fail them, blaming the right side.
+            let lost = {
+                let mut dir = self.directory.lock().unwrap();
+                let strikes = dir.strikes.entry(node.to_string()).or_default();
+                *strikes += 1;
+                *strikes >= 2
+            };
+            if lost {
+                let why =
+                    "this broker lost its NATS connection, so the node's answer cannot reach it";
+                let n = self.fail_node_calls(node, Some(boot), why);
+                tracing::warn!(node, calls = n, "NATS: {why}");
+                self.directory.lock().unwrap().strikes.remove(node);
+            }
+            return;
+        }
         let request = async_nats::Request::new()
             .payload(bytes::Bytes::new())
             .timeout(Some(PROBE_TIMEOUT));
@@ -986,11 +1038,31 @@ impl Hub {
         }
     }
 
-    /// Drops nodes not heard from for [`NODE_SILENT`].
+    /// Whether this broker's NATS connection is up.
+    fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Drops nodes not heard from for [`NODE_SILENT`]. While this broker's own
+    /// connection is down nothing is dropped (silence is ours, not the nodes'); once
+    /// it is back, each node has [`NODE_SILENT`] to be heard again.
     async fn expiry_loop(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut was_connected = true;
         loop {
             tick.tick().await;
+            let connected = self.connected();
+            if !connected {
+                was_connected = false;
+                continue;
+            }
+            if !was_connected {
+                was_connected = true;
+                for e in self.directory.lock().unwrap().nodes.values_mut() {
+                    e.last_seen = Instant::now();
+                }
+                self.ask_for_announcements().await;
+            }
             let gone: Vec<(String, String)> = {
                 let mut dir = self.directory.lock().unwrap();
                 let gone: Vec<_> = dir
@@ -1030,6 +1102,7 @@ impl Hub {
             for name in &names {
                 if self.supervisor.plugin(name).is_some() {
                     dir.applied.remove(name);
+                    dir.rejected.remove(name);
                     continue;
                 }
                 remote_only.push(name.clone());
@@ -1054,6 +1127,7 @@ impl Hub {
                     tracing::error!(plugin = %name, node = %node, item = %item.name, "remote {} rejected: {}", item.kind, item.reason);
                 }
                 tracing::info!(plugin = %name, node = %node, tools = register.tools.len(), "NATS: remote plugin registered");
+                dir.rejected.insert(name.clone(), rejected);
                 defs.push((name.clone(), register.config_defs.clone()));
                 dir.applied.insert(name.clone(), encoded);
             }
@@ -1065,6 +1139,7 @@ impl Hub {
                 .collect();
             for name in stale {
                 dir.applied.remove(&name);
+                dir.rejected.remove(&name);
                 if self.supervisor.plugin(&name).is_none() {
                     registry.remove_plugin(&name);
                     tracing::info!(plugin = %name, "NATS: no plugin host serves this plugin any more");

@@ -151,6 +151,7 @@ async fn run(data_dir: PathBuf, args: NodeArgs) -> anyhow::Result<()> {
     let router = Arc::new(ToolRouter::new(supervisor.clone()));
     if args.http_listen.is_some() {
         crate::observe::metrics::enable(supervisor.clone(), None);
+        crate::observe::metrics::watch_nats(client.clone(), None);
     }
 
     let link = NodeLink::new(
@@ -487,14 +488,16 @@ impl NodeLink {
                 pid: snapshot.pid,
                 sdk: snapshot.sdk,
                 restarts: snapshot.restarts,
+                reason: snapshot.reason,
             });
         }
         out
     }
 
     /// A cheap fingerprint of what [`NodeLink::announced_plugins`] would say: the tool
-    /// set's revision, and each loaded plugin's serving generation (0: not ready).
-    fn fingerprint(&self) -> (u64, Vec<(String, u64)>) {
+    /// set's revision, and each loaded plugin's serving generation (0: not ready) and
+    /// state (so brokers see a plugin fail, not only come and go).
+    fn fingerprint(&self) -> (u64, Vec<(String, u64, i32)>) {
         let revision = *self.inner.router.registry().watch_tools().borrow();
         let plugins = self
             .supervisor()
@@ -502,7 +505,7 @@ impl NodeLink {
             .iter()
             .map(|p| {
                 let generation = p.serving_session().map_or(0, |s| s.generation());
-                (p.name().to_string(), generation)
+                (p.name().to_string(), generation, p.state() as i32)
             })
             .collect();
         (revision, plugins)

@@ -253,6 +253,7 @@ impl Supervisor {
             let Some(i) = s.instance_mut(generation).filter(|i| !i.retiring) else {
                 return None; // replaced meanwhile
             };
+            i.rejected = reg.rejected.clone();
             i.sdk = format!("{} {}", hello.sdk, hello.sdk_version)
                 .trim()
                 .to_string();

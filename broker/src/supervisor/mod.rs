@@ -108,6 +108,7 @@ impl LoadError {
             startup: None,
             sandbox: sandbox::SandboxState::Pending,
             attached: false,
+            rejected: Vec::new(),
         }
     }
 }

@@ -111,6 +111,8 @@ pub(crate) struct Instance {
     pub(crate) sdk: String,
     /// Its session once it registered.
     pub(crate) live: Option<Arc<Session>>,
+    /// Items of its registration the broker rejected.
+    pub(crate) rejected: Vec<hearth_proto::v1::RejectedItem>,
 }
 
 #[derive(Debug)]
@@ -128,6 +130,8 @@ pub(crate) struct Inner {
     pub(crate) last_exit: String,
     pub(crate) reason: String,
     pub(crate) sdk: String,
+    /// Items of the serving process's registration the broker rejected.
+    pub(crate) rejected: Vec<hearth_proto::v1::RejectedItem>,
     /// How the current (or last) process is confined.
     pub(crate) sandbox: SandboxState,
     pub(crate) instances: Vec<Instance>,
@@ -231,6 +235,9 @@ pub struct PluginSnapshot {
     pub sandbox: SandboxState,
     /// Served by a process started by hand (`hearth plugins attach-token`).
     pub attached: bool,
+    /// Items of its current registration the broker rejected (e.g. a tool name another
+    /// plugin registered first), each naming why.
+    pub rejected: Vec<hearth_proto::v1::RejectedItem>,
 }
 
 /// A fresh random secret (session and attach tokens): 24 bytes, hex.
@@ -361,6 +368,7 @@ impl Plugin {
                 sdk: String::new(),
                 sandbox: SandboxState::Pending,
                 instances: Vec::new(),
+                rejected: Vec::new(),
             }),
             session: watch::Sender::new(None),
             control,
@@ -424,6 +432,11 @@ impl Plugin {
         &self.mcp
     }
 
+    /// Its supervisor state now.
+    pub fn state(&self) -> PluginState {
+        self.status.lock().unwrap().state
+    }
+
     pub(crate) fn snapshot(&self) -> PluginSnapshot {
         let spec = self.spec();
         let s = self.status.lock().unwrap();
@@ -448,6 +461,7 @@ impl Plugin {
             startup: s.startup.filter(|_| s.state == PluginState::Ready),
             sandbox: s.sandbox.clone(),
             attached: s.attached(),
+            rejected: s.rejected.clone(),
         }
     }
 
@@ -477,6 +491,7 @@ impl Plugin {
             return false;
         };
         let (startup, sdk, sandbox) = (i.started.elapsed(), i.sdk.clone(), i.sandbox.clone());
+        s.rejected = i.rejected.clone();
         s.state = PluginState::Ready;
         s.reason = String::new();
         s.serving = generation;
@@ -523,6 +538,7 @@ impl Plugin {
             sandbox: SandboxState::Attached,
             sdk: String::new(),
             live: None,
+            rejected: Vec::new(),
         });
         generation
     }
@@ -1281,6 +1297,7 @@ impl Task {
                 sandbox: SandboxState::Pending,
                 sdk: String::new(),
                 live: None,
+                rejected: Vec::new(),
             });
             if current {
                 s.current = generation;

@@ -34,7 +34,7 @@ class ListPluginsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PluginStatus(_message.Message):
-    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms", "sandbox", "attached", "remote")
+    __slots__ = ("name", "runtime", "pid", "state", "restarts", "tools", "dir", "uptime_ms", "last_exit", "reason", "version", "sdk", "startup_ms", "sandbox", "attached", "remote", "rejected")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class PluginStatus(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     ATTACHED_FIELD_NUMBER: _ClassVar[int]
     REMOTE_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     name: str
     runtime: str
     pid: int
@@ -67,7 +68,8 @@ class PluginStatus(_message.Message):
     sandbox: str
     attached: bool
     remote: _containers.RepeatedCompositeFieldContainer[RemoteInstance]
-    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ..., sandbox: _Optional[str] = ..., attached: _Optional[bool] = ..., remote: _Optional[_Iterable[_Union[RemoteInstance, _Mapping]]] = ...) -> None: ...
+    rejected: _containers.RepeatedCompositeFieldContainer[_plugin_pb2.RejectedItem]
+    def __init__(self, name: _Optional[str] = ..., runtime: _Optional[str] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[PluginState, str]] = ..., restarts: _Optional[int] = ..., tools: _Optional[_Iterable[str]] = ..., dir: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., last_exit: _Optional[str] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., sdk: _Optional[str] = ..., startup_ms: _Optional[int] = ..., sandbox: _Optional[str] = ..., attached: _Optional[bool] = ..., remote: _Optional[_Iterable[_Union[RemoteInstance, _Mapping]]] = ..., rejected: _Optional[_Iterable[_Union[_plugin_pb2.RejectedItem, _Mapping]]] = ...) -> None: ...
 
 class RemoteInstance(_message.Message):
     __slots__ = ("node", "version", "pid", "restarts", "sdk", "last_seen_ms")
