@@ -77,6 +77,8 @@ pub mod settings_cli;
 pub mod storage;
 pub mod supervisor;
 pub mod term;
+#[doc(hidden)]
+pub mod testing;
 pub mod triggers;
 pub mod watch;
 

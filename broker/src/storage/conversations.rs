@@ -132,6 +132,9 @@ impl Conversations {
     ) -> Result<Vec<(M, Option<String>)>, StorageError> {
         let (scope, subject) = self.scope_of(key);
         let channel = key.channel.clone();
+        if let Some(pg) = self.db.pg() {
+            return super::pg::conversations::history(pg, key, scope, &channel, &subject).await;
+        }
         self.db
             .call(format!("read conversation {key}"), move |conn| {
                 read_history(conn, scope, &channel, &subject)
@@ -179,14 +182,18 @@ impl Conversations {
         let (scope, subject) = self.scope_of(key);
         let channel = key.channel.clone();
         let budget = self.budget;
-        let dropped = self
-            .db
-            .write(format!("append to conversation {key}"), move |conn| {
-                let id = conversation_id(conn, scope, &channel, &subject)?;
-                insert(conn, id, &rows)?;
-                trim(conn, id, budget)
-            })
-            .await?;
+        let dropped = if let Some(pg) = self.db.pg() {
+            super::pg::conversations::append(pg, key, (scope, &channel, &subject), &rows, budget)
+                .await?
+        } else {
+            self.db
+                .write(format!("append to conversation {key}"), move |conn| {
+                    let id = conversation_id(conn, scope, &channel, &subject)?;
+                    insert(conn, id, &rows)?;
+                    trim(conn, id, budget)
+                })
+                .await?
+        };
         if dropped > 0 {
             tracing::debug!(conversation = %key, dropped, "conversation trimmed to budget");
         }
@@ -197,6 +204,18 @@ impl Conversations {
     pub async fn clear(&self, key: &ConversationKey) -> Result<(), StorageError> {
         let (scope, subject) = self.scope_of(key);
         let channel = key.channel.clone();
+        if let Some(pg) = self.db.pg() {
+            let op = format!("clear conversation {key}");
+            let client = pg.client(&op).await?;
+            client
+                .execute(
+                    "DELETE FROM conversations WHERE scope = $1 AND channel = $2 AND subject = $3",
+                    &[&scope, &channel, &subject],
+                )
+                .await
+                .map_err(pg.error(op))?;
+            return Ok(());
+        }
         self.db
             .call(format!("clear conversation {key}"), move |conn| {
                 conn.execute(
@@ -215,11 +234,11 @@ impl Conversations {
 }
 
 /// A message ready to store.
-struct Row {
-    role: String,
-    json: String,
-    chars: usize,
-    injected_by: Option<String>,
+pub(super) struct Row {
+    pub(super) role: String,
+    pub(super) json: String,
+    pub(super) chars: usize,
+    pub(super) injected_by: Option<String>,
 }
 
 fn encode<M: Serialize>(message: &M) -> Result<Row, String> {
@@ -319,8 +338,8 @@ fn insert(tx: &Connection, conversation: i64, rows: &[Row]) -> rusqlite::Result<
 
 /// A message that is not a tool result and the tool results after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Unit {
-    last_id: i64,
+pub(super) struct Unit {
+    pub(super) last_id: i64,
     messages: usize,
     chars: usize,
     /// Tool results with no message before them (only ever the first unit).
@@ -328,7 +347,7 @@ struct Unit {
 }
 
 /// Groups `(id, is_tool, chars)` rows, oldest first, into [`Unit`]s.
-fn units(rows: impl IntoIterator<Item = (i64, bool, usize)>) -> Vec<Unit> {
+pub(super) fn units(rows: impl IntoIterator<Item = (i64, bool, usize)>) -> Vec<Unit> {
     let mut units: Vec<Unit> = Vec::new();
     for (id, is_tool, chars) in rows {
         match units.last_mut() {
@@ -350,7 +369,7 @@ fn units(rows: impl IntoIterator<Item = (i64, bool, usize)>) -> Vec<Unit> {
 
 /// How many units to drop from the front: orphan tool results always, then the
 /// oldest units while over budget, never the newest one.
-fn units_to_drop(units: &[Unit], budget: HistoryBudget) -> usize {
+pub(super) fn units_to_drop(units: &[Unit], budget: HistoryBudget) -> usize {
     let mut messages: usize = units.iter().map(|u| u.messages).sum();
     let mut chars: usize = units.iter().map(|u| u.chars).sum();
     let mut drop = 0;
@@ -398,6 +417,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::storage::test_db::{on_both_backends, TestDb};
+
+    on_both_backends!(
+        injected_input_is_recorded_outside_the_message,
+        append_then_history_round_trips_unicode_and_tool_messages,
+        keys_are_isolated_and_groups_shared,
+        a_reopened_db_sees_earlier_history,
+        trimming_by_count_keeps_tool_exchanges_whole,
+        trimming_by_chars_and_never_starting_with_a_tool_message,
+        invalid_messages_store_nothing,
+    );
 
     fn key(user: &str, group: Option<&str>, channel: &str) -> ConversationKey {
         ConversationKey {
@@ -414,8 +444,8 @@ mod tests {
         }
     }
 
-    async fn open(dir: &std::path::Path, budget: HistoryBudget) -> Conversations {
-        Conversations::new(Db::open(dir).await.unwrap(), budget)
+    async fn open(t: &TestDb, budget: HistoryBudget) -> Conversations {
+        Conversations::new(t.open().await, budget)
     }
 
     fn tool_exchange() -> Vec<Value> {
@@ -436,10 +466,8 @@ mod tests {
         ]
     }
 
-    #[tokio::test]
-    async fn injected_input_is_recorded_outside_the_message() {
-        let dir = tempfile::tempdir().unwrap();
-        let c = open(dir.path(), unlimited()).await;
+    async fn injected_input_is_recorded_outside_the_message(t: TestDb) {
+        let c = open(&t, unlimited()).await;
         let k = key("alice", None, "telegram");
         c.append(&k, &[json!({"role": "user", "content": "typed"})])
             .await
@@ -463,10 +491,8 @@ mod tests {
         assert_eq!(plain.len(), 3);
     }
 
-    #[tokio::test]
-    async fn append_then_history_round_trips_unicode_and_tool_messages() {
-        let dir = tempfile::tempdir().unwrap();
-        let conversations = open(dir.path(), unlimited()).await;
+    async fn append_then_history_round_trips_unicode_and_tool_messages(t: TestDb) {
+        let conversations = open(&t, unlimited()).await;
         let k = key("alice", None, "cli");
         assert!(conversations.history::<Value>(&k).await.unwrap().is_empty());
         let messages = tool_exchange();
@@ -475,10 +501,8 @@ mod tests {
         assert_eq!(conversations.history::<Value>(&k).await.unwrap(), messages);
     }
 
-    #[tokio::test]
-    async fn keys_are_isolated_and_groups_shared() {
-        let dir = tempfile::tempdir().unwrap();
-        let conversations = open(dir.path(), unlimited()).await;
+    async fn keys_are_isolated_and_groups_shared(t: TestDb) {
+        let conversations = open(&t, unlimited()).await;
         let alice = key("alice", None, "cli");
         let bob = key("bob", None, "cli");
         let alice_qq = key("alice", None, "qq");
@@ -563,29 +587,25 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_reopened_db_sees_earlier_history() {
-        let dir = tempfile::tempdir().unwrap();
+    async fn a_reopened_db_sees_earlier_history(t: TestDb) {
         let k = key("alice", Some("家"), "qq");
         {
-            let conversations = open(dir.path(), unlimited()).await;
+            let conversations = open(&t, unlimited()).await;
             conversations.append(&k, &tool_exchange()).await.unwrap();
         }
-        let conversations = open(dir.path(), unlimited()).await;
+        let conversations = open(&t, unlimited()).await;
         assert_eq!(
             conversations.history::<Value>(&k).await.unwrap(),
             tool_exchange()
         );
     }
 
-    #[tokio::test]
-    async fn trimming_by_count_keeps_tool_exchanges_whole() {
-        let dir = tempfile::tempdir().unwrap();
+    async fn trimming_by_count_keeps_tool_exchanges_whole(t: TestDb) {
         let budget = HistoryBudget {
             max_messages: Some(5),
             max_chars: None,
         };
-        let conversations = open(dir.path(), budget).await;
+        let conversations = open(&t, budget).await;
         let k = key("alice", None, "cli");
         // 4 messages: user, assistant+tool_calls, tool, assistant.
         conversations.append(&k, &tool_exchange()).await.unwrap();
@@ -619,15 +639,13 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn trimming_by_chars_and_never_starting_with_a_tool_message() {
-        let dir = tempfile::tempdir().unwrap();
+    async fn trimming_by_chars_and_never_starting_with_a_tool_message(t: TestDb) {
         let big = "字".repeat(100);
         let budget = HistoryBudget {
             max_messages: None,
             max_chars: Some(300),
         };
-        let conversations = open(dir.path(), budget).await;
+        let conversations = open(&t, budget).await;
         let k = key("alice", None, "cli");
         let user = json!({"role": "user", "content": big});
         conversations
@@ -698,10 +716,8 @@ mod tests {
         assert_eq!(units_to_drop(&orphan_first, budget(10)), 1);
     }
 
-    #[tokio::test]
-    async fn invalid_messages_store_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let conversations = open(dir.path(), unlimited()).await;
+    async fn invalid_messages_store_nothing(t: TestDb) {
+        let conversations = open(&t, unlimited()).await;
         let k = key("alice", None, "cli");
         let err = conversations
             .append(

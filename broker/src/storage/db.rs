@@ -59,12 +59,19 @@ enum Job {
 /// File name of the database inside the data dir.
 pub const DB_FILE: &str = "hearth.db";
 
-/// Handle to `<data_dir>/hearth.db`. Cheap to clone; every clone talks to the same
-/// connection thread.
+/// Handle to the broker's database: `<data_dir>/hearth.db` (SQLite, the default), or a
+/// PostgreSQL database shared by several brokers ([`Db::postgres`]). Cheap to clone;
+/// every clone talks to the same connection thread or pool.
 #[derive(Clone, Debug)]
 pub struct Db {
     path: Arc<Path>,
-    jobs: mpsc::Sender<Job>,
+    backend: Backend,
+}
+
+#[derive(Clone, Debug)]
+enum Backend {
+    Sqlite(mpsc::Sender<Job>),
+    Postgres(super::pg::PgDb),
 }
 
 impl Db {
@@ -96,12 +103,42 @@ impl Db {
         opened.await.map_err(|_| StorageError::Closed {
             path: path.to_path_buf(),
         })??;
-        Ok(Db { path, jobs })
+        Ok(Db {
+            path,
+            backend: Backend::Sqlite(jobs),
+        })
     }
 
-    /// The database file.
+    /// Connects to the PostgreSQL database at `url` (`postgres://user:pass@host:port/db`
+    /// or the key=value form) and migrates its schema ([`super::pg::PgDb::connect`]).
+    pub async fn postgres(url: &str) -> Result<Db, StorageError> {
+        let pg = super::pg::PgDb::connect(url).await?;
+        Ok(Db {
+            path: Path::new(pg.target()).into(),
+            backend: Backend::Postgres(pg),
+        })
+    }
+
+    /// The database file; for PostgreSQL, the server and database as a URL without its
+    /// password (what errors name).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The PostgreSQL database, when this is one.
+    pub(crate) fn pg(&self) -> Option<&super::pg::PgDb> {
+        match &self.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// `postgresql` or `sqlite`.
+    pub fn backend_name(&self) -> &'static str {
+        match &self.backend {
+            Backend::Postgres(_) => "postgresql",
+            Backend::Sqlite(_) => "sqlite",
+        }
     }
 
     /// Runs `f` on the connection thread and returns its result. `op` names the
@@ -154,7 +191,16 @@ impl Db {
         let closed = || StorageError::Closed {
             path: self.path.to_path_buf(),
         };
-        self.jobs.send(job).map_err(|_| closed())?;
+        let jobs = match &self.backend {
+            Backend::Sqlite(jobs) => jobs,
+            Backend::Postgres(_) => {
+                return Err(StorageError::Invalid {
+                    what: op.into(),
+                    reason: "not available on PostgreSQL storage".into(),
+                })
+            }
+        };
+        jobs.send(job).map_err(|_| closed())?;
         result
             .await
             .map_err(|_| closed())?

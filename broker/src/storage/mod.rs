@@ -29,8 +29,11 @@ mod docs;
 mod knowledge;
 mod memory;
 pub mod migrations;
+pub mod pg;
 mod search;
 mod settings;
+#[cfg(test)]
+pub(crate) mod test_db;
 mod text_memory;
 
 use std::path::PathBuf;
@@ -64,6 +67,17 @@ pub enum StorageError {
         /// SQLite's error.
         #[source]
         source: rusqlite::Error,
+    },
+    /// PostgreSQL refused an operation, or could not be reached.
+    #[error("{target}: {op}: {detail}")]
+    Postgres {
+        /// The server and database, `postgres://user@host:port/db` (no password).
+        target: String,
+        /// What was being done, e.g. "append to conversation group:qq/123".
+        op: String,
+        /// The server's message (severity, message, detail, hint) or the client's
+        /// error chain.
+        detail: String,
     },
     /// A file or directory could not be created, written or synced.
     #[error("{path}: {op}: {source}")]

@@ -87,7 +87,7 @@ pub enum Secrets {
 pub const MAX_NAME_CHARS: usize = 48;
 
 /// The core settings table.
-const CORE_TABLE: &str = "config";
+pub(super) const CORE_TABLE: &str = "config";
 
 /// Whose settings: the core `config` table or one plugin's `config_<name>` table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -275,6 +275,9 @@ impl Settings {
     pub async fn get(&self, scope: &Scope, key: &str) -> Result<Value, StorageError> {
         check_scope(scope)?;
         check_key(key)?;
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::read(pg, scope, key, Secrets::Clear).await;
+        }
         let (scope, key) = (scope.clone(), key.to_string());
         self.db
             .call(format!("read setting `{key}` of {scope}"), move |conn| {
@@ -301,6 +304,9 @@ impl Settings {
     ) -> Result<Value, StorageError> {
         check_scope(scope)?;
         check_key(key)?;
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::read(pg, scope, key, secrets).await;
+        }
         let (scope, key) = (scope.clone(), key.to_string());
         self.db
             .call(format!("read setting `{key}` of {scope}"), move |conn| {
@@ -338,6 +344,9 @@ impl Settings {
         if *scope == Scope::Core && secret_by_name(key) {
             return Ok(true);
         }
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::is_secret(pg, scope, key).await;
+        }
         let (scope, key) = (scope.clone(), key.to_string());
         self.db
             .call(
@@ -370,8 +379,24 @@ impl Settings {
         check_key(key)?;
         let (scope, key) = (scope.clone(), key.to_string());
         let what = format!("setting `{key}` of {scope}");
-        let refused = self
-            .db
+        let refused = if let Some(pg) = self.db.pg() {
+            super::pg::settings::set(pg, &scope, &key, &value).await?
+        } else {
+            self.sqlite_set(scope, key, value).await?
+        };
+        match refused {
+            Some(reason) => Err(StorageError::Invalid { what, reason }),
+            None => Ok(()),
+        }
+    }
+
+    async fn sqlite_set(
+        &self,
+        scope: Scope,
+        key: String,
+        value: Value,
+    ) -> Result<Option<String>, StorageError> {
+        self.db
             .call(format!("write setting `{key}` of {scope}"), move |conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let table = table_for_write(&tx, &scope)?;
@@ -390,11 +415,7 @@ impl Settings {
                 tx.commit()?;
                 Ok(None)
             })
-            .await?;
-        match refused {
-            Some(reason) => Err(StorageError::Invalid { what, reason }),
-            None => Ok(()),
-        }
+            .await
     }
 
     /// The keys set in `scope` that start with `prefix` (`""` = all), sorted. A plugin
@@ -403,6 +424,9 @@ impl Settings {
     /// Errors: [`StorageError::Invalid`] for an empty plugin name.
     pub async fn list(&self, scope: &Scope, prefix: &str) -> Result<Vec<String>, StorageError> {
         check_scope(scope)?;
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::list(pg, scope, prefix).await;
+        }
         let (scope, prefix) = (scope.clone(), prefix.to_string());
         self.db
             .call(format!("list settings of {scope}"), move |conn| {
@@ -427,6 +451,9 @@ impl Settings {
     pub async fn register_def(&self, scope: &Scope, def: ConfigDef) -> Result<(), StorageError> {
         check_scope(scope)?;
         check_key(&def.key)?;
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::register_def(pg, scope, &def).await;
+        }
         let scope = scope.clone();
         let json = serde_json::to_string(&def).expect("a ConfigDef serializes");
         let default = def.default.as_ref().map(Value::to_string);
@@ -462,6 +489,9 @@ impl Settings {
     /// Errors: [`StorageError::Invalid`] for an empty plugin name.
     pub async fn defs(&self, scope: &Scope, prefix: &str) -> Result<Vec<ConfigDef>, StorageError> {
         check_scope(scope)?;
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::defs(pg, scope, prefix).await;
+        }
         let (scope, prefix) = (scope.clone(), prefix.to_string());
         self.db
             .call(format!("list defs of {scope}"), move |conn| {
@@ -490,6 +520,9 @@ impl Settings {
     /// replaced by the string [`SECRET_MASK`].
     /// Plugins are keyed by their real names, and listed even with no keys set.
     pub async fn dump(&self) -> Result<Value, StorageError> {
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::dump(pg).await;
+        }
         self.db
             .call("dump settings", |conn| {
                 // One read transaction: one snapshot across all tables.
@@ -511,6 +544,9 @@ impl Settings {
     /// Names of the plugins that have a settings table (they set a key or registered
     /// a def), sorted.
     pub async fn plugins(&self) -> Result<Vec<String>, StorageError> {
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::plugins(pg).await;
+        }
         self.db
             .call("list plugins with settings", |conn| {
                 Ok(registered_tables(conn)?
@@ -525,6 +561,9 @@ impl Settings {
     /// `config_<name>` once it exists, `None` before the plugin's first write.
     pub async fn table_name(&self, scope: &Scope) -> Result<Option<String>, StorageError> {
         check_scope(scope)?;
+        if let Some(pg) = self.db.pg() {
+            return super::pg::settings::table_name(pg, scope).await;
+        }
         let scope = scope.clone();
         self.db
             .call(format!("find the settings table of {scope}"), move |conn| {
@@ -656,7 +695,7 @@ fn check_key(key: &str) -> Result<(), StorageError> {
     Ok(())
 }
 
-fn now() -> i64 {
+pub(super) fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
@@ -664,7 +703,7 @@ fn now() -> i64 {
 
 /// The not-found error for a plugin that has no table yet: it names the table the
 /// plugin's first write would most likely create.
-fn not_found(scope: &Scope, key: String) -> StorageError {
+pub(super) fn not_found(scope: &Scope, key: String) -> StorageError {
     let table = match scope {
         Scope::Core => CORE_TABLE.to_string(),
         Scope::Plugin(name) => base_table_name(name),
@@ -673,7 +712,7 @@ fn not_found(scope: &Scope, key: String) -> StorageError {
 }
 
 /// `config_` + the sanitized plugin name, before any collision suffix (module docs).
-fn base_table_name(plugin: &str) -> String {
+pub(super) fn base_table_name(plugin: &str) -> String {
     let mut table = String::from("config_");
     table.extend(plugin.chars().take(MAX_NAME_CHARS).map(|c| {
         if c.is_ascii_alphanumeric() {
@@ -806,19 +845,32 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::storage::test_db::{on_both_backends, TestDb};
 
-    async fn open(dir: &std::path::Path) -> Settings {
-        Settings::new(Db::open(dir).await.unwrap())
+    on_both_backends!(
+        values_keep_their_json_type,
+        set_overwrites_and_a_missing_key_is_not_found_naming_key_and_table,
+        empty_keys_and_plugin_names_are_invalid,
+        table_names_are_sanitized_safe_and_distinct,
+        list_filters_by_prefix_and_sorts,
+        register_def_writes_the_default_only_when_unset,
+        a_value_must_have_the_type_of_its_def,
+        defs_by_prefix_per_scope_round_trip,
+        dump_masks_secrets_and_lists_every_scope,
+        masked_reads_hide_secrets_by_def_and_core_keys_by_name,
+        plugin_view_maps_the_seed_methods,
+    );
+
+    async fn open(t: &TestDb) -> Settings {
+        Settings::new(t.open().await)
     }
 
     fn plugin(name: &str) -> Scope {
         Scope::Plugin(name.into())
     }
 
-    #[tokio::test]
-    async fn values_keep_their_json_type() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn values_keep_their_json_type(t: TestDb) {
+        let settings = open(&t).await;
         let cases = [
             ("int", json!(42)),
             ("negative", json!(-7)),
@@ -843,7 +895,7 @@ mod tests {
         }
         // Read back through a fresh connection: what is on disk, not a cache.
         drop(settings);
-        let settings = open(dir.path()).await;
+        let settings = open(&t).await;
         for scope in [Scope::Core, plugin("typed")] {
             for (key, value) in &cases {
                 let got = settings.get(&scope, key).await.unwrap();
@@ -866,10 +918,8 @@ mod tests {
             .is_string());
     }
 
-    #[tokio::test]
-    async fn set_overwrites_and_a_missing_key_is_not_found_naming_key_and_table() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn set_overwrites_and_a_missing_key_is_not_found_naming_key_and_table(t: TestDb) {
+        let settings = open(&t).await;
         settings.set(&Scope::Core, "k", json!(1)).await.unwrap();
         settings.set(&Scope::Core, "k", json!("one")).await.unwrap();
         assert_eq!(settings.get(&Scope::Core, "k").await.unwrap(), json!("one"));
@@ -914,10 +964,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn empty_keys_and_plugin_names_are_invalid() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn empty_keys_and_plugin_names_are_invalid(t: TestDb) {
+        let settings = open(&t).await;
         for err in [
             settings.get(&Scope::Core, "").await.unwrap_err(),
             settings.set(&Scope::Core, "", json!(1)).await.unwrap_err(),
@@ -932,10 +980,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn table_names_are_sanitized_safe_and_distinct() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn table_names_are_sanitized_safe_and_distinct(t: TestDb) {
+        let settings = open(&t).await;
         let names = [
             ("qq", "config_qq"),
             ("my-plugin.v2", "config_my_plugin_v2"),
@@ -1023,7 +1069,7 @@ mod tests {
 
         // Table names survive a reopen (the registry, not the order of writes, decides).
         drop(settings);
-        let settings = open(dir.path()).await;
+        let settings = open(&t).await;
         assert_eq!(
             settings
                 .table_name(&plugin("My-Plugin.V2"))
@@ -1049,10 +1095,8 @@ mod tests {
         assert!(checked("settings_defs".into()).is_err());
     }
 
-    #[tokio::test]
-    async fn list_filters_by_prefix_and_sorts() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn list_filters_by_prefix_and_sorts(t: TestDb) {
+        let settings = open(&t).await;
         for key in ["b.x", "a.y", "a.x", "a%", "a_", "c"] {
             settings.set(&Scope::Core, key, json!(1)).await.unwrap();
         }
@@ -1071,10 +1115,8 @@ mod tests {
         assert!(settings.list(&plugin("none"), "").await.unwrap().is_empty());
     }
 
-    #[tokio::test]
-    async fn register_def_writes_the_default_only_when_unset() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn register_def_writes_the_default_only_when_unset(t: TestDb) {
+        let settings = open(&t).await;
         let qq = settings.for_plugin("qq");
         qq.set("napcat_url", json!("ws://mine")).await.unwrap();
         qq.register_def(ConfigDef {
@@ -1130,10 +1172,8 @@ mod tests {
         assert_eq!(defs[0].min, None);
     }
 
-    #[tokio::test]
-    async fn a_value_must_have_the_type_of_its_def() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn a_value_must_have_the_type_of_its_def(t: TestDb) {
+        let settings = open(&t).await;
         let def = |key: &str, ty: &str| ConfigDef {
             key: key.into(),
             r#type: ty.into(),
@@ -1203,10 +1243,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn defs_by_prefix_per_scope_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn defs_by_prefix_per_scope_round_trip(t: TestDb) {
+        let settings = open(&t).await;
         let full = ConfigDef {
             key: "llm.api_key".into(),
             default: Some(json!("")),
@@ -1275,10 +1313,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn dump_masks_secrets_and_lists_every_scope() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn dump_masks_secrets_and_lists_every_scope(t: TestDb) {
+        let settings = open(&t).await;
         let secret = "sk-live-0123456789";
         let llm = settings.for_plugin("llm-proxy");
         llm.register_def(ConfigDef {
@@ -1382,10 +1418,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn masked_reads_hide_secrets_by_def_and_core_keys_by_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn masked_reads_hide_secrets_by_def_and_core_keys_by_name(t: TestDb) {
+        let settings = open(&t).await;
         let llm = plugin("llm-proxy");
         settings
             .register_def(
@@ -1502,10 +1536,8 @@ mod tests {
         assert!(!dump.to_string().contains("sk-"), "{dump}");
     }
 
-    #[tokio::test]
-    async fn plugin_view_maps_the_seed_methods() {
-        let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+    async fn plugin_view_maps_the_seed_methods(t: TestDb) {
+        let settings = open(&t).await;
         let a = settings.for_plugin("a");
         let b = settings.for_plugin("b");
         assert_eq!(a.caller(), "a");
@@ -1540,7 +1572,7 @@ mod tests {
     #[tokio::test]
     async fn every_acknowledged_write_is_on_disk_for_another_connection() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = open(dir.path()).await;
+        let settings = Settings::new(Db::open(dir.path()).await.unwrap());
         for i in 0..20 {
             settings
                 .set(&plugin("p"), &format!("k{i}"), json!(i))

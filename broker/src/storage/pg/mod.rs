@@ -1,0 +1,256 @@
+//! PostgreSQL: the database several brokers share (issue 18). Design, measurements and
+//! the choices below: `docs/design/postgres-research.md`.
+//!
+//! - Client: tokio-postgres with a deadpool pool of [`POOL_SIZE`] connections, `Fast`
+//!   recycling (a returned connection is reused as it is, so nothing may leave session
+//!   state on it: no `SET`, no session advisory locks, no `LISTEN` on pooled
+//!   connections).
+//! - TLS: rustls on the ring provider, certificates checked against the system's CAs.
+//!   `sslmode=disable|prefer|require` in the URL as libpq reads it (`prefer`, the
+//!   default, uses TLS when the server offers it).
+//! - Schema: [`super::migrations::MIGRATIONS_PG`], the same steps as SQLite's under
+//!   the same names; the version is the one row of `hearth_schema`, and a migration runs
+//!   under a transaction-scoped advisory lock, so brokers starting together migrate
+//!   once.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+
+pub(super) mod conversations;
+pub(super) mod settings;
+
+use super::migrations::{Migration, MIGRATIONS_PG};
+use super::StorageError;
+
+/// Connections per broker in its pool.
+pub const POOL_SIZE: usize = 16;
+
+/// How long a storage operation waits for a free pooled connection.
+const POOL_WAIT: Duration = Duration::from_secs(30);
+
+/// How long opening one connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The advisory lock key migrations run under (`hearth-migrate` as 8 bytes).
+const MIGRATION_LOCK: i64 = 0x6865_6172_7468_6d67;
+
+/// A PostgreSQL database: its pool and how errors name it. Cheap to clone.
+#[derive(Clone)]
+pub struct PgDb {
+    pool: Pool,
+    target: Arc<str>,
+}
+
+impl fmt::Debug for PgDb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgDb")
+            .field("target", &self.target)
+            .finish()
+    }
+}
+
+impl PgDb {
+    /// Connects to `url` (`postgres://user:password@host:port/dbname?sslmode=…`, or
+    /// libpq's `key=value` form), checks the server answers, and migrates the schema.
+    ///
+    /// # Errors
+    /// [`StorageError::Invalid`] for a URL that does not parse; [`StorageError::Postgres`]
+    /// naming the server for a refused connection, login or migration;
+    /// [`StorageError::SchemaTooNew`] for a database migrated by a newer Hearth.
+    pub async fn connect(url: &str) -> Result<PgDb, StorageError> {
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e| StorageError::Invalid {
+                what: "storage url".into(),
+                reason: format!("{e} (expected postgres://user:password@host:port/database)"),
+            })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("hearth");
+        }
+        // A half-open connection (a machine gone) is noticed by TCP keepalives.
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(30));
+        let target: Arc<str> = describe(&config).into();
+        let manager = Manager::from_config(
+            config,
+            tls()?,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| StorageError::Postgres {
+                target: target.to_string(),
+                op: "create the connection pool".into(),
+                detail: e.to_string(),
+            })?;
+        let db = PgDb { pool, target };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// The server and database, as errors name them: `postgres://user@host:port/db`
+    /// (never the password).
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// A pooled connection; `op` names the operation in the error.
+    pub(crate) async fn client(&self, op: &str) -> Result<deadpool_postgres::Object, StorageError> {
+        self.pool.get().await.map_err(|e| StorageError::Postgres {
+            target: self.target.to_string(),
+            op: op.to_string(),
+            detail: pool_error(e),
+        })
+    }
+
+    /// Maps a tokio-postgres error of `op` to [`StorageError::Postgres`].
+    pub(crate) fn error(
+        &self,
+        op: impl Into<String>,
+    ) -> impl FnOnce(tokio_postgres::Error) -> StorageError {
+        let target = self.target.to_string();
+        let op = op.into();
+        move |e| StorageError::Postgres {
+            target,
+            op,
+            detail: db_error(&e),
+        }
+    }
+
+    /// Applies the missing [`MIGRATIONS_PG`] in one transaction under
+    /// [`MIGRATION_LOCK`], creating `hearth_schema` on first use.
+    async fn migrate(&self) -> Result<(), StorageError> {
+        let known = MIGRATIONS_PG.len() as i32;
+        let mut client = self.client("migrate the schema").await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(self.error("migrate the schema: begin"))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(self.error("migrate the schema: take the migration lock"))?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS hearth_schema (version INTEGER NOT NULL)")
+            .await
+            .map_err(self.error("migrate the schema: create hearth_schema"))?;
+        let found: Option<i32> = tx
+            .query_opt("SELECT version FROM hearth_schema", &[])
+            .await
+            .map_err(self.error("migrate the schema: read the version"))?
+            .map(|row| row.get(0));
+        let found = match found {
+            Some(v) => v,
+            None => {
+                tx.execute("INSERT INTO hearth_schema (version) VALUES (0)", &[])
+                    .await
+                    .map_err(self.error("migrate the schema: record version 0"))?;
+                0
+            }
+        };
+        if found > known {
+            return Err(StorageError::SchemaTooNew {
+                path: PathBuf::from(self.target.as_ref()),
+                found: found as u32,
+                known: known as u32,
+            });
+        }
+        for (i, Migration { name, sql }) in MIGRATIONS_PG.iter().enumerate().skip(found as usize) {
+            tx.batch_execute(sql)
+                .await
+                .map_err(self.error(format!("migration {} ({name})", i + 1)))?;
+        }
+        if found < known {
+            tx.execute("UPDATE hearth_schema SET version = $1", &[&known])
+                .await
+                .map_err(self.error("migrate the schema: record the version"))?;
+        }
+        tx.commit()
+            .await
+            .map_err(self.error("migrate the schema: commit"))?;
+        if found < known {
+            tracing::info!(db = %self.target, from = found, to = known, "PostgreSQL schema migrated");
+        }
+        Ok(())
+    }
+}
+
+/// `postgres://user@host:port/dbname` of `config` (no password).
+fn describe(config: &tokio_postgres::Config) -> String {
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or(user);
+    let at = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    format!("postgres://{at}{host}:{port}/{db}")
+}
+
+/// The TLS connector: rustls with the ring provider and the system's CAs.
+fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, StorageError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        let _ = roots.add(cert);
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| StorageError::Invalid {
+        what: "storage TLS".into(),
+        reason: e.to_string(),
+    })?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// A tokio-postgres error with the server's message, detail and hint when it has them
+/// (its `Display` alone says only "db error").
+pub(crate) fn db_error(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!("{}: {}", db.severity(), db.message());
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!(" ({detail})"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!("; hint: {hint}"));
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => db_error(&e),
+        deadpool_postgres::PoolError::Timeout(kind) => format!(
+            "no connection within the pool's timeout ({kind:?}; {POOL_SIZE} connections, all busy or the server not answering)"
+        ),
+        other => other.to_string(),
+    }
+}
