@@ -21,7 +21,12 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
 pub(super) mod conversations;
+pub(super) mod docs;
+pub(super) mod knowledge;
+pub(super) mod memory;
+pub(super) mod search;
 pub(super) mod settings;
+pub(super) mod text_memory;
 
 use super::migrations::{Migration, MIGRATIONS_PG};
 use super::StorageError;
