@@ -17,7 +17,7 @@ use crate::harness::{python, repo, rss_kib, wait_gone, Broker, PluginDir};
 use crate::raw::{Peer, RawPlugin, RAW_LANGS};
 
 /// One chat to its Final event; µs, or the error.
-async fn chat_once(admin: &mut AdminConn, user: &str, message: &str) -> Result<f64, String> {
+pub async fn chat_once(admin: &mut AdminConn, user: &str, message: &str) -> Result<f64, String> {
     let req = admin.with_token(ChatRequest {
         message: message.into(),
         user_id: user.into(),
@@ -252,7 +252,7 @@ pub async fn hook_cost(messages: usize, warmup: usize, rust_hooks: &std::path::P
 /// Closed loop: `conversations` users each send their next message as soon as the
 /// previous reply arrived, for `warm` then `measure`. Returns (turns in the window,
 /// latencies µs, errors).
-async fn closed_loop(
+pub async fn closed_loop(
     conns: &[AdminConn],
     conversations: usize,
     warm: Duration,

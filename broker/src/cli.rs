@@ -236,6 +236,15 @@ pub enum Command {
         /// `[nats]` of hearth.toml).
         #[arg(long, env = "HEARTH_NATS_URL", value_name = "URL")]
         nats: Option<String>,
+        /// Keep state in this PostgreSQL database, shared with other brokers, e.g.
+        /// postgres://hearth@db.example.com/hearth (over `[storage] url` of hearth.toml;
+        /// default: <data_dir>/hearth.db).
+        #[arg(long, env = "HEARTH_STORAGE_URL", value_name = "URL")]
+        storage_url: Option<String>,
+        /// Use the admin token in FILE (one word, 32+ characters, mode 600) instead of
+        /// a new random one: brokers behind one load balancer share it.
+        #[arg(long, env = "HEARTH_ADMIN_TOKEN_FILE", value_name = "FILE")]
+        admin_token_file: Option<PathBuf>,
     },
     /// Run a plugin host: supervise the plugins in --plugins DIR (and
     /// `<data_dir>/plugins`) as `hearth run` does, with no agent, and serve their tools,
@@ -248,6 +257,13 @@ pub enum Command {
         /// Settings operation.
         #[command(subcommand)]
         command: crate::settings_cli::SettingsCommand,
+    },
+    /// The broker's database: copy a SQLite data dir into PostgreSQL (`migrate --to
+    /// URL`), or check the configured database (`check`).
+    Storage {
+        /// Storage operation.
+        #[command(subcommand)]
+        command: crate::storage_cli::StorageCommand,
     },
     /// LLM adapters (built-in and `<data_dir>/adapters/*.lua`), read locally: no broker needed.
     Adapters {
@@ -555,6 +571,11 @@ pub fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(crate::settings_cli::run(&cli.data_dir, command))),
+        Command::Storage { command } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(crate::storage_cli::run(&cli.data_dir, command))),
         Command::Mcp { command } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -631,6 +652,8 @@ pub fn main() -> ExitCode {
             llm_model,
             llm_adapter,
             nats,
+            storage_url,
+            admin_token_file,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -653,6 +676,8 @@ pub fn main() -> ExitCode {
                         adapter: llm_adapter,
                     },
                     nats,
+                    storage_url,
+                    admin_token_file,
                 }))
                 .map(|()| ExitCode::SUCCESS)
             })
@@ -1337,6 +1362,7 @@ async fn client_command(data_dir: &Path, command: Command) -> anyhow::Result<Exi
         | Command::New(_)
         | Command::Adapters { .. }
         | Command::Settings { .. }
+        | Command::Storage { .. }
         | Command::Mcp { .. }
         | Command::Completions { .. }
         | Command::Plugins {
@@ -1730,29 +1756,34 @@ mod tests {
         assert_eq!(exit_code(&anyhow!("other")), exit::ERROR);
     }
 
-    #[test]
-    fn the_brokers_policy_refusals_are_recognized_and_tool_errors_are_not() {
+    #[tokio::test]
+    async fn the_brokers_policy_refusals_are_recognized_and_tool_errors_are_not() {
         let policies = Policies::default();
         let refusal = |ai: AiTool, confirmed: bool| {
-            policies
-                .admit_alone("t", &ai, "u", confirmed)
-                .map(|_| ())
-                .unwrap_err()
+            let policies = &policies;
+            async move {
+                policies
+                    .admit_alone("t", &ai, "u", confirmed)
+                    .await
+                    .map(|_| ())
+                    .unwrap_err()
+            }
         };
         let cool = AiTool {
             cooldown_s: 60.0,
             ..Default::default()
         };
-        policies.admit_alone("t", &cool, "u", false).unwrap();
+        policies.admit_alone("t", &cool, "u", false).await.unwrap();
         let refused = [
-            refusal(cool, false),
+            refusal(cool, false).await,
             refusal(
                 AiTool {
                     confirm: true,
                     ..Default::default()
                 },
                 false,
-            ),
+            )
+            .await,
         ];
         for r in refused {
             let needs_confirmation = matches!(r, Refusal::NeedsConfirmation(_));
@@ -1773,7 +1804,10 @@ mod tests {
             max_calls: 1,
             ..Default::default()
         };
-        let error = policies.admit("t", &max, "u", &mut counts).unwrap_err();
+        let error = policies
+            .admit("t", &max, "u", &mut counts)
+            .await
+            .unwrap_err();
         let response = CallToolResponse {
             error,
             ..Default::default()

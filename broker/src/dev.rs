@@ -215,6 +215,8 @@ fn inner_loop(
                 adapter: None,
             },
             nats: None,
+            storage_url: None,
+            admin_token_file: None,
         })
         .await
     });

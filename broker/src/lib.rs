@@ -36,8 +36,11 @@
 //!   the host services) and the token checks in front of them.
 //! - [`server`]: `hearth run` — listeners, admin token, discovery, graceful stop.
 //! - [`watch`]: `hearth run --watch` — reload plugins whose files change.
-//! - [`storage`]: the data dir on disk — `hearth.db` (SQLite, WAL, schema migrations),
-//!   conversation history, settings, graph memory, TextMemory JSONL.
+//! - [`storage`]: the broker's state — `hearth.db` (SQLite, WAL, schema migrations) or a
+//!   PostgreSQL database shared by several brokers (`storage::pg`: pool, schema,
+//!   conversation leases, notifications): conversation history, settings, graph
+//!   memory, DocMemory, Knowledge, TextMemory; [`storage_cli`]: `hearth storage
+//!   migrate|check`.
 //! - [`cli`]: the `hearth` command line and its client side; [`chat`]: `hearth chat`
 //!   and `hearth inject`; [`settings_cli`]: `hearth settings`; [`term`]: control and
 //!   bidi characters from plugins and the LLM escaped in the log and on a terminal.
@@ -75,6 +78,7 @@ pub mod schema;
 pub mod server;
 pub mod settings_cli;
 pub mod storage;
+pub mod storage_cli;
 pub mod supervisor;
 pub mod term;
 #[doc(hidden)]

@@ -81,6 +81,11 @@ pub struct RunOptions {
     pub quick: QuickSource,
     /// `--nats URL`: the NATS server of plugin hosts (over `[nats] url` of hearth.toml).
     pub nats: Option<String>,
+    /// `--storage-url URL`: PostgreSQL shared with other brokers (over `[storage] url`).
+    pub storage_url: Option<String>,
+    /// `--admin-token-file FILE`: one admin token for every broker behind a load
+    /// balancer, instead of a new random one at each start.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// What [`start_agent`] started.
@@ -121,14 +126,33 @@ async fn start_agent(
         Some(s) => tracing::info!(source = %s.name, url = %s.base_url, adapter = %s.adapter, "LLM source"),
         None => tracing::warn!("no LLM source configured: chat answers with an error until one is (hearth.toml or --llm-url)"),
     }
-    let db = Db::open(data_dir).await.context("opening hearth.db")?;
+    let mut storage = config.storage.clone();
+    if let Some(url) = &opts.storage_url {
+        storage.url = Some(url.clone());
+    }
+    let db = match storage.connection_url().map_err(|e| anyhow::anyhow!(e))? {
+        Some(url) => Db::postgres(&url).await?,
+        None => Db::open(data_dir).await.context("opening hearth.db")?,
+    };
+    let leases = match db.pg() {
+        Some(pg) => {
+            let id = storage.broker_id();
+            let ttl = storage.lease_ttl().map_err(|e| anyhow::anyhow!(e))?;
+            let leases =
+                crate::storage::pg::leases::Leases::start(pg.clone(), id.clone(), ttl).await?;
+            tracing::info!(db = %pg.target(), broker = %id, lease_ttl_s = ttl.as_secs_f64(), "storage: PostgreSQL, shared with other brokers");
+            Some(leases)
+        }
+        None => None,
+    };
     let budget = HistoryBudget {
         max_messages: Some(config.agent.history_messages),
         ..HistoryBudget::default()
     };
     let sources = Arc::new(SourcePool::new(config.sources));
-    let text_memory =
-        TextMemory::open_with(data_dir, config.text_memory).context("opening TextMemory")?;
+    let text_memory = TextMemory::for_db(&db, data_dir, config.text_memory)
+        .await
+        .context("opening TextMemory")?;
     crate::storage::warm_up_segmenter();
     let memory = GraphMemory::new(db.clone());
     let docs = DocMemory::new(db.clone());
@@ -154,15 +178,22 @@ async fn start_agent(
         llm: LlmClient::new(adapters),
         sources: sources.clone(),
         settings: Arc::new(config.agent),
-        conversations: Some(Conversations::new(db, budget)),
+        conversations: Some(Conversations::new(db.clone(), budget)),
         text_memory: Some(text_memory),
-        policies: Arc::new(Policies::default()),
+        policies: {
+            let policies = Policies::default();
+            if let Some(pg) = db.pg() {
+                policies.share_cooldowns(pg.clone());
+            }
+            Arc::new(policies)
+        },
         memory: Some(MemorySources {
             graph: memory,
             docs,
             knowledge,
             top_k,
         }),
+        leases,
     };
     Ok(Started {
         agent: Agent::start(deps),
@@ -193,6 +224,47 @@ pub fn prepare_socket(path: &Path) -> anyhow::Result<()> {
         tracing::info!("replaced stale socket {}", path.display());
     }
     Ok(())
+}
+
+/// The admin token of brokers behind one load balancer (`--admin-token-file`): read
+/// from `file` (at least 32 characters, not readable by group or others), and written
+/// to `<data_dir>/admin.token` for the local CLI.
+fn shared_admin_token(file: &Path, local: &Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(file)
+        .with_context(|| format!("--admin-token-file {}", file.display()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        anyhow::bail!(
+            "--admin-token-file {}: readable by group or others (mode {:o}); chmod 600 it",
+            file.display(),
+            meta.permissions().mode() & 0o777
+        );
+    }
+    let token = std::fs::read_to_string(file)
+        .with_context(|| format!("--admin-token-file {}", file.display()))?
+        .trim()
+        .to_string();
+    if token.len() < 32 || token.contains(char::is_whitespace) {
+        anyhow::bail!(
+            "--admin-token-file {}: the token must be one word of at least 32 characters (e.g. `openssl rand -hex 32`)",
+            file.display()
+        );
+    }
+    let tmp = local.with_extension("token.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        f.write_all(token.as_bytes())?;
+    }
+    std::fs::rename(&tmp, local).with_context(|| format!("writing {}", local.display()))?;
+    Ok(token)
 }
 
 /// The bearer token of `--mcp-listen`, kept across restarts (MCP clients' configs hold
@@ -452,7 +524,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<()> {
     let listener =
         UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-    let admin_token = write_admin_token(&data_dir.join(ADMIN_TOKEN_FILE))?;
+    let admin_token = match &opts.admin_token_file {
+        None => write_admin_token(&data_dir.join(ADMIN_TOKEN_FILE))?,
+        Some(file) => shared_admin_token(file, &data_dir.join(ADMIN_TOKEN_FILE))?,
+    };
     if crate::supervisor::sandbox::landlock_abi().is_none() {
         tracing::warn!("Landlock is not available (a kernel without it, or a seccomp filter that refuses it): plugins run without their filesystem sandbox (see SECURITY.md)");
     }

@@ -122,17 +122,24 @@ async fn define_secret(settings: &Settings, scope: &Scope, key: &str) -> anyhow:
     Ok(())
 }
 
-/// Runs `hearth settings …` on `<data_dir>/hearth.db`. Reading needs the file to
-/// exist; `set` creates it (to configure a broker before its first run).
+/// Runs `hearth settings …` on `<data_dir>/hearth.db`, or on the PostgreSQL database
+/// the data dir's broker uses (`[storage] url`, `HEARTH_STORAGE_URL`). Reading SQLite
+/// needs the file to exist; `set` creates it (to configure a broker before its first
+/// run).
 pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<ExitCode> {
     let writes = matches!(command, SettingsCommand::Set { .. });
-    if !writes && !data_dir.join("hearth.db").exists() {
+    let url = Db::configured_url(data_dir, None)?;
+    if url.is_none() && !writes && !data_dir.join("hearth.db").exists() {
         bail!(
             "no hearth.db in {} (start `hearth run` once, or pass the right --data-dir)",
             data_dir.display()
         );
     }
-    let settings = Settings::new(Db::open(data_dir).await?);
+    let db = match url {
+        Some(url) => Db::postgres(&url).await?,
+        None => Db::open(data_dir).await?,
+    };
+    let settings = Settings::new(db);
     match command {
         SettingsCommand::Get {
             key,

@@ -25,7 +25,7 @@ fn replies(events: &[Event]) -> Vec<(String, String)> {
 }
 
 /// (tool, success, content or error) of every finished tool call.
-fn finished(events: &[Event]) -> Vec<(String, bool, String)> {
+pub(crate) fn finished(events: &[Event]) -> Vec<(String, bool, String)> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -46,7 +46,7 @@ fn finished(events: &[Event]) -> Vec<(String, bool, String)> {
 /// The LinkZone policy plugin in `lang` (`py`: `tests/plugins/lz_policy.py`, `nd`:
 /// `lz_policy.js`, `go`: the binary of `tests/plugins/go/cmd/lz_policy`) named `name`
 /// with `ai.tool` policy `policy` and LinkZone `triggers`.
-fn lz(lang: &str, name: &str, policy: Value, triggers: Value) -> PluginDir {
+pub(crate) fn lz(lang: &str, name: &str, policy: Value, triggers: Value) -> PluginDir {
     let (runtime, entry) = match lang {
         "py" => ("python", repo().join("tests/plugins/lz_policy.py")),
         "nd" => ("node", repo().join("tests/plugins/lz_policy.js")),

@@ -26,6 +26,7 @@ mod remote;
 mod security;
 mod security_io;
 mod security_secrets;
+mod shared_storage;
 mod supervision;
 mod wire_adapters;
 mod wire_server;

@@ -214,7 +214,7 @@ impl Agent {
     pub fn start(deps: TurnDeps) -> Agent {
         let s = &deps.settings;
         let scheduler = Scheduler::new(s.max_concurrent_turns, s.queue_per_conversation);
-        Agent {
+        let agent = Agent {
             shared: Arc::new(Shared {
                 queue_limit: s.queue_per_conversation,
                 state: Mutex::new(State {
@@ -226,7 +226,14 @@ impl Agent {
                 cancel: CancellationToken::new(),
                 tasks: TaskTracker::new(),
             }),
+        };
+        if let Some(leases) = &agent.shared.deps.leases {
+            tokio::spawn(answer_forwarded_confirms(
+                Arc::downgrade(&agent.shared),
+                leases.clone(),
+            ));
         }
+        agent
     }
 
     /// Queues a chat turn; its events go to the returned receiver, which ends after
@@ -279,9 +286,47 @@ impl Agent {
 
     /// Answers the `ConfirmRequest` `confirm_id` of a running turn (`ai.tool`
     /// `confirm`). False when no confirmation of that id is waiting (already
-    /// answered, timed out, or unknown).
-    pub fn confirm(&self, confirm_id: &str, approved: bool) -> bool {
-        self.shared.deps.policies.answer(confirm_id, approved)
+    /// answered, timed out, or unknown). With brokers sharing a database, an id no
+    /// turn of this broker waits for is passed to the others (the client's answer may
+    /// reach another broker than its chat), and true once the one that had it says
+    /// so (within 2 s).
+    pub async fn confirm(&self, confirm_id: &str, approved: bool) -> bool {
+        if self.shared.deps.policies.answer(confirm_id, approved) {
+            return true;
+        }
+        let Some(leases) = &self.shared.deps.leases else {
+            return false;
+        };
+        if confirm_id.is_empty() || confirm_id.contains(char::is_whitespace) {
+            return false;
+        }
+        let mut notices = leases.listener().subscribe();
+        let payload = format!("answer {confirm_id} {}", u8::from(approved));
+        tracing::debug!(confirm = %confirm_id, "not waited for here; passing it to the other brokers");
+        if let Err(e) = leases
+            .pg()
+            .notify(crate::storage::pg::listener::CONFIRMS_CHANNEL, &payload)
+            .await
+        {
+            tracing::warn!("passing a confirmation to the other brokers: {e}");
+            return false;
+        }
+        let done = async {
+            loop {
+                match notices.recv().await {
+                    Ok(crate::storage::pg::listener::Notice::ConfirmDone(id))
+                        if id == confirm_id =>
+                    {
+                        return true
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(2), done)
+            .await
+            .unwrap_or(false)
     }
 
     /// The `ai.tool` policy state of every turn (cooldowns, confirmations): calls made
@@ -432,8 +477,22 @@ impl Shared {
     async fn run(&self, job: Job, interrupts: &TurnInterrupts) {
         let Job { input, events, .. } = job;
         let key = input.key();
-        let turn =
-            std::panic::AssertUnwindSafe(self.deps.run(input, &events, interrupts)).catch_unwind();
+        // With brokers sharing a database, the turn first takes its conversation's
+        // lease (waiting while another broker runs a turn of it); its history writes
+        // are fenced by it, and it is given back when the turn ends, however it ends.
+        let turn = async {
+            let Some(leases) = &self.deps.leases else {
+                return Ok(self.deps.run(input, &events, interrupts).await);
+            };
+            let lease = leases.acquire(&key).await?;
+            let done = lease
+                .turn_lease()
+                .scope(self.deps.run(input, &events, interrupts))
+                .await;
+            lease.release().await;
+            Ok::<_, crate::storage::StorageError>(done)
+        };
+        let turn = std::panic::AssertUnwindSafe(turn).catch_unwind();
         let limit = self.deps.settings.turn_timeout;
         // A finished turn records its own outcome (`TurnDeps::run`); these are the ends
         // it cannot see.
@@ -446,7 +505,12 @@ impl Shared {
                     None => Some(turn.await),
                 }
             } => match outcome {
-                Some(Ok(_final_event)) => return,
+                Some(Ok(Ok(_final_event))) => return,
+                Some(Ok(Err(e))) => {
+                    unfinished("error");
+                    tracing::error!(conversation = %key, "turn not run: {e}");
+                    format!("this message was not processed: the conversation could not be taken ({e})")
+                }
                 Some(Err(_panic)) => {
                     unfinished("error");
                     tracing::error!(conversation = %key, "turn panicked; the conversation goes on with its next message");
@@ -466,5 +530,38 @@ impl Shared {
             }
         };
         events.fail(error);
+    }
+}
+
+/// Answers confirmations that clients sent to other brokers of the shared database,
+/// for turns running here, and says so (`done <id>`).
+async fn answer_forwarded_confirms(
+    shared: std::sync::Weak<Shared>,
+    leases: crate::storage::pg::leases::Leases,
+) {
+    use crate::storage::pg::listener::{Notice, CONFIRMS_CHANNEL};
+    let mut notices = leases.listener().subscribe();
+    loop {
+        let notice = match notices.recv().await {
+            Ok(n) => n,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let Notice::ConfirmAnswer { id, approved } = notice else {
+            continue;
+        };
+        tracing::debug!(confirm = %id, "a confirmation answered at another broker");
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.deps.policies.answer(&id, approved) {
+            if let Err(e) = leases
+                .pg()
+                .notify(CONFIRMS_CHANNEL, &format!("done {id}"))
+                .await
+            {
+                tracing::warn!("confirming a forwarded answer: {e}");
+            }
+        }
     }
 }

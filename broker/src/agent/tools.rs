@@ -205,7 +205,7 @@ pub(super) struct CallOutcome {
 impl Turn<'_> {
     /// Applies `call`'s `ai.tool` policies (max_calls, cooldown); Err is the text the
     /// LLM gets instead of a result.
-    pub(super) fn admit(
+    pub(super) async fn admit(
         &self,
         call: &PlannedCall,
         counts: &mut HashMap<String, u32>,
@@ -216,6 +216,7 @@ impl Turn<'_> {
         self.deps
             .policies
             .admit(&call.info.name, ai, &self.input.user_id, counts)
+            .await
             .map(Some)
     }
 

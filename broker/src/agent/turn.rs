@@ -68,6 +68,10 @@ pub struct TurnDeps {
     pub policies: Arc<Policies>,
     /// Stores recalled into the context before `pre_action` (None = no memory).
     pub memory: Option<MemorySources>,
+    /// Conversation leases, when several brokers share a PostgreSQL database: a turn
+    /// runs only while its broker holds its conversation's lease (`None` = this broker
+    /// alone owns its conversations).
+    pub leases: Option<crate::storage::pg::leases::Leases>,
 }
 
 /// How the part of a turn before `before_output` ended.
@@ -426,7 +430,10 @@ impl Turn<'_> {
             messages.push(assistant.clone());
             record.push(assistant);
             // Policies are checked in call order, before any call of the batch runs.
-            let admissions: Vec<_> = calls.iter().map(|c| self.admit(c, &mut counts)).collect();
+            let mut admissions = Vec::with_capacity(calls.len());
+            for c in &calls {
+                admissions.push(self.admit(c, &mut counts).await);
+            }
             let base = ctx.clone();
             let runs = calls
                 .iter()

@@ -86,7 +86,7 @@ impl AdminService {
     /// With `policies`: admits `req` under its tool's `ai.tool` policies, as a
     /// conversation of its own ([`Policies::admit_alone`]). Err is the answer when
     /// they refuse it (not run).
-    fn admit(
+    async fn admit(
         &self,
         req: &CallToolRequest,
         started: Instant,
@@ -106,6 +106,7 @@ impl AdminService {
                 &req.conversation,
                 req.confirmed,
             )
+            .await
             .map(Some)
             .map_err(|refusal| {
                 Box::new(CallToolResponse {
@@ -682,7 +683,7 @@ impl AdminService {
     ) -> Result<CallToolResponse, Status> {
         let started = Instant::now();
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms.into()));
-        let admission = match self.admit(&req, started) {
+        let admission = match self.admit(&req, started).await {
             Ok(admission) => admission,
             Err(refused) => {
                 // A `confirm` question is not a refusal: the caller asks again.

@@ -87,7 +87,11 @@ impl AgentRpc for AgentService {
     ) -> Result<Response<ConfirmAck>, Status> {
         super::authorize_admin(&request, &self.token)?;
         let answer = request.into_inner();
-        if self.agent.confirm(&answer.confirm_id, answer.approved) {
+        if self
+            .agent
+            .confirm(&answer.confirm_id, answer.approved)
+            .await
+        {
             Ok(Response::new(ConfirmAck {}))
         } else {
             Err(Status::failed_precondition(format!(

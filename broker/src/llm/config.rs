@@ -177,6 +177,8 @@ struct RawConfig {
     #[serde(default)]
     adapters: RawAdapters,
     nats: Option<crate::nats::NatsConfig>,
+    #[serde(default)]
+    storage: crate::storage::StorageConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -264,6 +266,9 @@ pub struct Config {
     /// `[nats]`: the bus to plugin hosts on other machines; `None` when absent (relative
     /// file paths already made relative to the data dir).
     pub nats: Option<crate::nats::NatsConfig>,
+    /// `[storage]`: PostgreSQL shared by several brokers, or (default) SQLite in the
+    /// data dir (relative paths already made relative to the data dir).
+    pub storage: crate::storage::StorageConfig,
 }
 
 impl Config {
@@ -366,11 +371,17 @@ impl Config {
             n.resolve_paths(data_dir);
             n
         });
+        let mut storage = raw.storage;
+        storage.resolve_paths(data_dir);
+        storage
+            .lease_ttl()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Config {
             sources,
             text_memory,
             adapter_limits,
             nats,
+            storage,
             agent: AgentSettings {
                 system_prompt: a.system_prompt.unwrap_or(d.system_prompt),
                 max_iterations: a.max_iterations.unwrap_or(d.max_iterations).max(1),

@@ -47,7 +47,7 @@ pub struct ConversationKey {
 
 impl ConversationKey {
     /// `(scope, subject)` as stored: ("group", group_id) or ("user", user_id).
-    fn scope(&self) -> (&'static str, &str) {
+    pub(crate) fn scope(&self) -> (&'static str, &str) {
         match self.group_id.as_deref() {
             Some(group) if !group.is_empty() => ("group", group),
             _ => ("user", &self.user_id),

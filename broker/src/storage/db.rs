@@ -109,6 +109,35 @@ impl Db {
         })
     }
 
+    /// The database of `data_dir`'s broker: PostgreSQL when `url` (a flag) is given, or
+    /// `HEARTH_STORAGE_URL` is set, or `[storage] url` is in its `hearth.toml` (in that
+    /// order; `[storage] password_file` applies); else `<data_dir>/hearth.db`.
+    ///
+    /// # Errors
+    /// A `hearth.toml` that does not load, a password file that cannot be read, or the
+    /// database's own errors.
+    pub async fn open_configured(data_dir: &Path, url: Option<String>) -> anyhow::Result<Db> {
+        match Db::configured_url(data_dir, url)? {
+            Some(url) => Ok(Db::postgres(&url).await?),
+            None => Ok(Db::open(data_dir).await?),
+        }
+    }
+
+    /// The PostgreSQL URL [`Db::open_configured`] would connect to (password from
+    /// `password_file` included), `None` for SQLite.
+    ///
+    /// # Errors
+    /// As [`Db::open_configured`], before any connection.
+    pub fn configured_url(data_dir: &Path, url: Option<String>) -> anyhow::Result<Option<String>> {
+        let config = crate::llm::config::Config::load(data_dir, &Default::default())
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let mut storage = config.storage;
+        if let Some(url) = url.or_else(|| std::env::var("HEARTH_STORAGE_URL").ok()) {
+            storage.url = Some(url).filter(|u| !u.is_empty());
+        }
+        storage.connection_url().map_err(|e| anyhow::anyhow!(e))
+    }
+
     /// Connects to the PostgreSQL database at `url` (`postgres://user:pass@host:port/db`
     /// or the key=value form) and migrates its schema ([`super::pg::PgDb::connect`]).
     pub async fn postgres(url: &str) -> Result<Db, StorageError> {
@@ -126,7 +155,7 @@ impl Db {
     }
 
     /// The PostgreSQL database, when this is one.
-    pub(crate) fn pg(&self) -> Option<&super::pg::PgDb> {
+    pub fn pg(&self) -> Option<&super::pg::PgDb> {
         match &self.backend {
             Backend::Postgres(pg) => Some(pg),
             Backend::Sqlite(_) => None,

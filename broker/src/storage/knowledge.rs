@@ -46,6 +46,27 @@
 //! An entry's name and content are indexed together by [`search`](super::search)
 //! (jieba words and CJK characters, bm25 ranking, score = `-bm25()`, > 0, higher =
 //! better).
+//!
+//! # On PostgreSQL: the database row is the entry
+//! With a database shared by several brokers ([`Db::postgres`]) there is no folder to
+//! follow: each broker has its own data dir, and a shared file system is not required.
+//! The row's `content` is the entry; [`Knowledge::add`] writes the row and its index
+//! (`storage::pg::search`, chunked, so entries up to [`Knowledge::MAX_ENTRY_BYTES`] are
+//! searchable to their last word) in one transaction, and [`list`](Knowledge::list) and
+//! [`search`](Knowledge::search) read the database, so an entry one broker adds is
+//! found by every other at once. **Editing `<data_dir>/knowledge` by hand does nothing
+//! in this mode** (the folder is not even created) until the files are imported with
+//! [`Knowledge::import_dir`].
+//!
+//! # Import
+//! [`Knowledge::import_dir`] brings a folder of `*.md` files (the same rules as above:
+//! hidden files, subfolders and links leaving that folder are ignored; files over the
+//! size limit or unreadable are reported as skipped) into the store, on both backends:
+//! each file whose content differs from the entry of its (sanitized) name is added
+//! ([`Knowledge::add`]: on SQLite that writes the file into the knowledge folder), equal
+//! ones are left alone, and with `prune` the entries no file of the folder names are
+//! removed. It is the way to load or update knowledge in PostgreSQL mode, and to copy
+//! a folder into a SQLite data dir.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -59,7 +80,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
 use super::search::{self, FtsTable, Segmented};
-use super::{Db, StorageError};
+use super::{pg, Db, StorageError};
 
 /// `mtime_ns` stored for a file read within [`Knowledge::RACY_WINDOW`] of its
 /// modification: it never equals a file's time, so the next sync reads it again.
@@ -81,6 +102,23 @@ pub struct KnowledgeEntry {
 
 fn is_zero(score: &f64) -> bool {
     *score == 0.0
+}
+
+/// What [`Knowledge::import_dir`] did, by entry name (sanitized, as stored).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ImportReport {
+    /// Entries that did not exist, now added.
+    pub added: Vec<String>,
+    /// Entries whose content differed, now replaced.
+    pub updated: Vec<String>,
+    /// Files whose content equals their entry's (nothing written).
+    pub unchanged: usize,
+    /// Entries no file of the folder names (only with `prune`), now removed.
+    pub removed: Vec<String>,
+    /// Files left out, with why: too big, unreadable, a link leaving the folder, or a
+    /// name with nothing left once sanitized.
+    pub skipped: Vec<(String, String)>,
 }
 
 /// The knowledge folder and its index. Cheap to clone; clones share one lock, so
@@ -174,9 +212,21 @@ impl Knowledge {
     /// Opens the folder `<data_dir>/knowledge/` (created if needed) and brings the
     /// index in `db` up to date with it. Starts loading the segmenter in the
     /// background.
+    ///
+    /// On PostgreSQL the database is the store: the folder is neither created nor read
+    /// (see the module doc, "On PostgreSQL").
     pub async fn open(db: Db, data_dir: &Path) -> Result<Knowledge, StorageError> {
         search::warm_up_segmenter();
         let dir = data_dir.join("knowledge");
+        if db.pg().is_some() {
+            return Ok(Knowledge {
+                inner: Arc::new(Inner {
+                    db,
+                    dir,
+                    state: Mutex::new(SyncState::default()),
+                }),
+            });
+        }
         let create = dir.clone();
         search::blocking(&dir, move || {
             fs::create_dir_all(&create).map_err(|source| StorageError::Io {
@@ -197,7 +247,7 @@ impl Knowledge {
         Ok(knowledge)
     }
 
-    /// The folder of the entry files.
+    /// The folder of the entry files (on PostgreSQL: where they would be; not used).
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
@@ -256,6 +306,18 @@ impl Knowledge {
                 ),
             });
         }
+        if let Some(pg) = self.inner.db.pg() {
+            let (file_name, content) = (name.clone(), content.to_string());
+            let (content, rows) = search::blocking(self.inner.db.path(), move || {
+                let segmented = search::segment(&format!("{file_name}\n{content}"));
+                let rows = pg::search::index_rows(&segmented);
+                (content, rows)
+            })
+            .await?;
+            let stat = (content.len() as i64, MTIME_UNTRUSTED);
+            pg::knowledge::upsert(pg, &name, &content, stat, &rows, unix_now()).await?;
+            return Ok(name);
+        }
         let _state = self.inner.state.lock().await;
         let (dir, file_name, content) = (self.inner.dir.clone(), name.clone(), content.to_string());
         let read = search::blocking(
@@ -285,7 +347,11 @@ impl Knowledge {
     }
 
     /// Every entry's name, sorted, after bringing the index up to date with the folder.
+    /// On PostgreSQL, the entries in the database.
     pub async fn list(&self) -> Result<Vec<String>, StorageError> {
+        if let Some(pg) = self.inner.db.pg() {
+            return pg::knowledge::list(pg).await;
+        }
         self.synced("list knowledge", |conn| {
             let mut stmt = conn.prepare_cached("SELECT name FROM knowledge ORDER BY name")?;
             let names = stmt.query_map([], |row| row.get(0))?;
@@ -295,7 +361,8 @@ impl Knowledge {
     }
 
     /// The entries that best match `query`, best first, with their scores, after
-    /// bringing the index up to date with the folder: at most `top_k`
+    /// bringing the index up to date with the folder (SQLite; PostgreSQL reads the
+    /// database): at most `top_k`
     /// ([`DEFAULT_TOP_K`](super::DEFAULT_TOP_K) for 0, capped at
     /// [`MAX_TOP_K`](super::MAX_TOP_K)). A query without searchable words matches
     /// nothing; no query is an error (FTS5 syntax in it is searched as words).
@@ -312,15 +379,18 @@ impl Knowledge {
     /// older than `max_age` or the folder itself changed since (a file added, removed
     /// or renamed over, as editors save). The agent's memory recall, which runs for every
     /// message, uses one second: a file edited in place by hand is recalled at most that
-    /// much later.
+    /// much later. On PostgreSQL, the same as [`Knowledge::search`].
     pub async fn search_synced_within(
         &self,
         query: &str,
         top_k: u32,
         max_age: Duration,
     ) -> Result<Vec<KnowledgeEntry>, StorageError> {
-        let query = query.to_string();
         let limit = search::limit(top_k);
+        if let Some(pg) = self.inner.db.pg() {
+            return pg::knowledge::search(pg, query, limit).await;
+        }
+        let query = query.to_string();
         self.synced_within("search knowledge", max_age, move |conn| {
             let hits = FtsTable::KNOWLEDGE.search(conn, &query, limit)?;
             let mut row =
@@ -339,6 +409,128 @@ impl Knowledge {
                 entries.extend(entry);
             }
             Ok(entries)
+        })
+        .await
+    }
+
+    /// Removes the entry `name` (as stored, see [`Knowledge::sanitize_name`]): on SQLite
+    /// its file and index entry, on PostgreSQL its row. Returns whether there was one.
+    ///
+    /// Errors: [`StorageError::Io`] naming the file that could not be deleted.
+    pub async fn remove(&self, name: &str) -> Result<bool, StorageError> {
+        if let Some(pg) = self.inner.db.pg() {
+            return pg::knowledge::remove(pg, name).await;
+        }
+        let path = self.inner.dir.join(format!("{name}.md"));
+        let existed = search::blocking(&self.inner.dir, move || match fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(StorageError::Io {
+                path,
+                op: "remove the knowledge entry",
+                source,
+            }),
+        })
+        .await??;
+        self.synced("remove knowledge entry", |_| Ok(())).await?;
+        Ok(existed)
+    }
+
+    /// Imports the `*.md` files of `dir` (see the module doc, "Import"): adds new and
+    /// changed entries (compared by content), and with `prune` removes the entries no
+    /// file names. Files are read and written one at a time; an error stops the import
+    /// where it is (what was written stays).
+    ///
+    /// Errors: [`StorageError::Io`] when `dir` cannot be listed (or is not a folder);
+    /// those of [`add`](Knowledge::add) and [`remove`](Knowledge::remove).
+    pub async fn import_dir(&self, dir: &Path, prune: bool) -> Result<ImportReport, StorageError> {
+        let src = dir.to_path_buf();
+        let (listing, mut reads) = search::blocking(dir, move || {
+            if let Err(source) = fs::read_dir(&src) {
+                return Err(StorageError::Io {
+                    path: src,
+                    op: "list the folder to import",
+                    source,
+                });
+            }
+            let listing = list_dir(&src)?;
+            let names = listing.files.iter().map(|f| f.name.clone()).collect();
+            let reads = read_changed(&src, names);
+            Ok((listing, reads))
+        })
+        .await??;
+        let mut report = ImportReport::default();
+        for (name, target) in listing.outside {
+            let why = format!("symlink to {} leads outside the folder", target.display());
+            report.skipped.push((name, why));
+        }
+        for (name, _, _, why) in std::mem::take(&mut reads.problems) {
+            report.skipped.push((name, why));
+        }
+        let mut keep: HashSet<String> = listing
+            .files
+            .iter()
+            .filter_map(|f| Knowledge::sanitize_name(&f.name).ok())
+            .collect();
+        let mut files = Vec::with_capacity(reads.indexed.len());
+        for read in reads.indexed {
+            match Knowledge::sanitize_name(&read.name) {
+                Ok(name) => files.push((name, read.content)),
+                Err(e) => report.skipped.push((read.name, e.to_string())),
+            }
+        }
+        let names: Vec<String> = files.iter().map(|(name, _)| name.clone()).collect();
+        let current = self.contents(names).await?;
+        for (name, content) in files {
+            match current.get(&name) {
+                Some(old) if *old == content => report.unchanged += 1,
+                old => {
+                    let stored = self.add(&name, &content).await?;
+                    if old.is_some() {
+                        report.updated.push(stored);
+                    } else {
+                        report.added.push(stored);
+                    }
+                }
+            }
+            keep.insert(name);
+        }
+        if prune {
+            for name in self.list().await? {
+                if !keep.contains(&name) && self.remove(&name).await? {
+                    report.removed.push(name);
+                }
+            }
+        }
+        tracing::info!(
+            dir = %dir.display(),
+            added = report.added.len(),
+            updated = report.updated.len(),
+            unchanged = report.unchanged,
+            removed = report.removed.len(),
+            skipped = report.skipped.len(),
+            "knowledge imported"
+        );
+        Ok(report)
+    }
+
+    /// The content of each of `names` that is an entry.
+    async fn contents(&self, names: Vec<String>) -> Result<HashMap<String, String>, StorageError> {
+        if let Some(pg) = self.inner.db.pg() {
+            return pg::knowledge::contents(pg, &names).await;
+        }
+        self.synced("read knowledge entries", move |conn| {
+            let mut stmt = conn.prepare_cached("SELECT content FROM knowledge WHERE name = ?1")?;
+            let mut found = HashMap::new();
+            for name in names {
+                if let Some(content) = stmt
+                    .query_row([&name], |r| r.get::<_, String>(0))
+                    .optional()?
+                {
+                    found.insert(name, content);
+                }
+            }
+            Ok(found)
         })
         .await
     }
@@ -715,6 +907,7 @@ mod tests {
     use std::fs::FileTimes;
 
     use super::*;
+    use crate::storage::test_db::{on_both_backends, TestDb};
 
     async fn open(data_dir: &Path) -> Knowledge {
         Knowledge::open(Db::open(data_dir).await.unwrap(), data_dir)
@@ -791,11 +984,21 @@ mod tests {
         assert_eq!(within("weather", 60_000).await, ["weather is snowy"]);
     }
 
-    #[tokio::test]
-    async fn added_entries_are_files_and_found_with_scores() {
+    /// A store on `t`'s database with the data dir `data_dir`.
+    async fn open_on(t: &TestDb, data_dir: &Path) -> Knowledge {
+        Knowledge::open(t.open().await, data_dir).await.unwrap()
+    }
+
+    on_both_backends!(
+        added_entries_are_found_with_scores,
+        a_long_entry_is_found_by_its_last_word,
+        an_entry_one_handle_adds_is_found_by_another,
+        import_adds_new_and_changed_files_and_prunes_on_request,
+    );
+
+    async fn added_entries_are_found_with_scores(t: TestDb) {
         let dir = tempfile::tempdir().unwrap();
-        let knowledge = open(dir.path()).await;
-        assert_eq!(knowledge.dir(), dir.path().join("knowledge"));
+        let knowledge = open_on(&t, dir.path()).await;
         assert!(knowledge.list().await.unwrap().is_empty());
 
         let name = knowledge
@@ -803,11 +1006,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(name, "天气_北京");
-        let file = knowledge.dir().join("天气_北京.md");
-        assert_eq!(
-            fs::read_to_string(&file).unwrap(),
-            "北京今天天气很好，明天下雨"
-        );
         knowledge
             .add("rust", "Rust is a systems programming language")
             .await
@@ -816,16 +1014,14 @@ mod tests {
             .add("tea", "绿茶和红茶 green tea and black tea")
             .await
             .unwrap();
-        // No temporary file is left behind.
-        let mut files: Vec<String> = fs::read_dir(knowledge.dir())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        files.sort();
-        assert_eq!(files, ["rust.md", "tea.md", "天气_北京.md"]);
+        knowledge
+            .add("Zed", "upper case sorts first")
+            .await
+            .unwrap();
         assert_eq!(
             knowledge.list().await.unwrap(),
-            ["rust", "tea", "天气_北京"]
+            ["Zed", "rust", "tea", "天气_北京"],
+            "byte-wise order"
         );
 
         let found = knowledge.search("天气", 5).await.unwrap();
@@ -850,14 +1046,19 @@ mod tests {
             "{tea:?}"
         );
         assert_eq!(knowledge.search("tea 茶 北京", 1).await.unwrap().len(), 1);
-        for hostile in [r#""foo" OR NEAR("#, "*", "name: rust", ""] {
+        for hostile in [r#""foo" OR NEAR("#, "*", "name: rust", "", "a & !b | 'c'"] {
             knowledge
                 .search(hostile, 5)
                 .await
                 .unwrap_or_else(|e| panic!("{hostile:?}: {e}"));
         }
+        let recalled = knowledge
+            .search_synced_within("tea", 5, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(names(&recalled), ["tea"]);
 
-        // Adding under an existing name replaces the file and its index entry.
+        // Adding under an existing name replaces the entry and its index entry.
         knowledge
             .add("rust.md", "Rust has ownership")
             .await
@@ -867,11 +1068,173 @@ mod tests {
             names(&knowledge.search("ownership", 5).await.unwrap()),
             ["rust"]
         );
+        assert_eq!(knowledge.list().await.unwrap().len(), 4);
+
+        assert!(knowledge.remove("Zed").await.unwrap());
+        assert!(!knowledge.remove("Zed").await.unwrap());
+        assert!(knowledge.search("upper", 5).await.unwrap().is_empty());
         assert_eq!(knowledge.list().await.unwrap().len(), 3);
 
         assert_eq!(knowledge.add("/", "x").await.unwrap(), "_");
         let err = knowledge.add("  ", "x").await.unwrap_err();
         assert!(matches!(err, StorageError::Invalid { .. }), "{err}");
+        let err = knowledge
+            .add("huge", &"x".repeat(Knowledge::MAX_ENTRY_BYTES as usize + 1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Invalid { .. }), "{err}");
+        assert!(!knowledge.list().await.unwrap().contains(&"huge".into()));
+    }
+
+    /// An entry of the largest size, whose only matching words are at its very end.
+    async fn a_long_entry_is_found_by_its_last_word(t: TestDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let knowledge = open_on(&t, dir.path()).await;
+        let tail = " zebra 彩虹";
+        let filler = "lorem ipsum dolor sit amet 今天很好 ";
+        let mut content =
+            filler.repeat((Knowledge::MAX_ENTRY_BYTES as usize - tail.len()) / filler.len());
+        content.push_str(tail);
+        assert!(content.len() as u64 <= Knowledge::MAX_ENTRY_BYTES);
+        knowledge.add("long", &content).await.unwrap();
+        knowledge.add("short", "lorem 今天").await.unwrap();
+        for query in ["zebra", "彩虹", "虹"] {
+            let found = knowledge.search(query, 5).await.unwrap();
+            assert_eq!(names(&found), ["long"], "{query}");
+            assert_eq!(found[0].content.len(), content.len());
+        }
+        assert_eq!(knowledge.search("lorem", 5).await.unwrap().len(), 2);
+    }
+
+    async fn an_entry_one_handle_adds_is_found_by_another(t: TestDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let one = open_on(&t, dir.path()).await;
+        let two = open_on(&t, dir.path()).await;
+        one.add("共享", "两个代理共享同一个知识库").await.unwrap();
+        assert_eq!(names(&two.search("知识库", 5).await.unwrap()), ["共享"]);
+        assert_eq!(two.list().await.unwrap(), ["共享"]);
+        two.add("共享", "replaced by the second broker")
+            .await
+            .unwrap();
+        assert_eq!(names(&one.search("broker", 5).await.unwrap()), ["共享"]);
+        assert!(one.search("知识库", 5).await.unwrap().is_empty());
+    }
+
+    async fn import_adds_new_and_changed_files_and_prunes_on_request(t: TestDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let knowledge = open_on(&t, dir.path()).await;
+        knowledge.add("kept", "kept entry").await.unwrap();
+        knowledge.add("same", "same text").await.unwrap();
+        knowledge.add("changed", "old text").await.unwrap();
+        let src = tempfile::tempdir().unwrap();
+        fs::write(src.path().join("same.md"), "same text").unwrap();
+        fs::write(src.path().join("changed.md"), "new text 新的").unwrap();
+        fs::write(src.path().join("fresh.md"), "fresh entry 新鲜").unwrap();
+        fs::write(src.path().join("ignored.txt"), "not an entry").unwrap();
+        fs::write(src.path().join(".hidden.md"), "not an entry").unwrap();
+        File::create(src.path().join("big.md"))
+            .unwrap()
+            .set_len(Knowledge::MAX_ENTRY_BYTES + 1)
+            .unwrap();
+
+        let report = knowledge.import_dir(src.path(), false).await.unwrap();
+        assert_eq!(report.added, ["fresh"]);
+        assert_eq!(report.updated, ["changed"]);
+        assert_eq!(report.unchanged, 1);
+        assert!(report.removed.is_empty());
+        assert_eq!(report.skipped.len(), 1, "{report:?}");
+        assert_eq!(report.skipped[0].0, "big");
+        assert_eq!(
+            knowledge.list().await.unwrap(),
+            ["changed", "fresh", "kept", "same"]
+        );
+        assert_eq!(names(&knowledge.search("新", 5).await.unwrap()).len(), 2);
+        assert!(knowledge.search("old", 5).await.unwrap().is_empty());
+
+        // Again: nothing to do. With prune: the entry no file names goes; the file too
+        // big to import keeps nothing (there is no entry "big").
+        let again = knowledge.import_dir(src.path(), true).await.unwrap();
+        assert!(
+            again.added.is_empty() && again.updated.is_empty(),
+            "{again:?}"
+        );
+        assert_eq!(again.unchanged, 3);
+        assert_eq!(again.removed, ["kept"]);
+        assert_eq!(
+            knowledge.list().await.unwrap(),
+            ["changed", "fresh", "same"]
+        );
+
+        let missing = knowledge
+            .import_dir(&src.path().join("missing"), false)
+            .await
+            .unwrap_err();
+        assert!(missing.to_string().contains("missing"), "{missing}");
+    }
+
+    #[tokio::test]
+    async fn added_entries_are_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let knowledge = open(dir.path()).await;
+        assert_eq!(knowledge.dir(), dir.path().join("knowledge"));
+        knowledge
+            .add("天气/北京", "北京今天天气很好，明天下雨")
+            .await
+            .unwrap();
+        let file = knowledge.dir().join("天气_北京.md");
+        assert_eq!(
+            fs::read_to_string(&file).unwrap(),
+            "北京今天天气很好，明天下雨"
+        );
+        knowledge.add("rust", "Rust").await.unwrap();
+        knowledge.add("tea", "tea").await.unwrap();
+        // No temporary file is left behind.
+        let mut files: Vec<String> = fs::read_dir(knowledge.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        assert_eq!(files, ["rust.md", "tea.md", "天气_北京.md"]);
+        knowledge
+            .add("rust.md", "Rust has ownership")
+            .await
+            .unwrap();
+        assert_eq!(
+            fs::read_to_string(knowledge.dir().join("rust.md")).unwrap(),
+            "Rust has ownership"
+        );
+        assert!(knowledge.remove("tea").await.unwrap());
+        assert!(!knowledge.dir().join("tea.md").exists());
+    }
+
+    /// In PostgreSQL mode the folder is not the store: files put there are not entries
+    /// until imported.
+    #[tokio::test]
+    async fn on_postgres_the_folder_counts_only_when_imported() {
+        let Some(t) = TestDb::postgres() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let knowledge = open_on(&t, dir.path()).await;
+        knowledge
+            .add("in-db", "stored in the database")
+            .await
+            .unwrap();
+        assert!(!knowledge.dir().exists(), "no folder in PostgreSQL mode");
+        fs::create_dir_all(knowledge.dir()).unwrap();
+        fs::write(knowledge.dir().join("by-hand.md"), "written by hand").unwrap();
+        assert_eq!(knowledge.list().await.unwrap(), ["in-db"]);
+        assert!(knowledge.search("hand", 5).await.unwrap().is_empty());
+        let report = knowledge.import_dir(knowledge.dir(), false).await.unwrap();
+        assert_eq!(report.added, ["by-hand"]);
+        assert_eq!(
+            names(&knowledge.search("hand", 5).await.unwrap()),
+            ["by-hand"]
+        );
+        // A reopened store (another broker) reads the database, not its folder.
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = open_on(&t, other_dir.path()).await;
+        assert_eq!(other.list().await.unwrap(), ["by-hand", "in-db"]);
     }
 
     #[tokio::test]

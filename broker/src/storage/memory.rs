@@ -1,4 +1,4 @@
-//! Graph memory in `hearth.db` (seed `homeagent-plugin-sdk-api.md`, "MemoryAPI（图记忆）"):
+//! Graph memory in the broker's [`Db`] (seed `homeagent-plugin-sdk-api.md`, "MemoryAPI（图记忆）"):
 //! entities and the relations between them, written as (subject, relation, object)
 //! [`Triple`]s and recalled by keyword with a breadth-first walk. One method per rpc
 //! of `hearth.v1.Memory`.
@@ -18,13 +18,21 @@
 //!
 //! # Cost
 //! Keyword matching uses a trigram index for keywords of 3+ characters (shorter ones
-//! scan the entity names). Recall runs one indexed query per breadth-first level, for
+//! scan the entity names): FTS5's `trigram` tokenizer on SQLite, `pg_trgm` serving
+//! `LIKE` on PostgreSQL. Recall runs one indexed query per breadth-first level, for
 //! the whole frontier at once, whatever its size: depth 2 is two relation queries
 //! plus one entity query, not one query per node.
 //!
 //! # Durability
 //! Every write is one transaction, committed (WAL fsynced, see [`Db`]) before the call
 //! returns.
+//!
+//! # Backends
+//! SQLite is this file; PostgreSQL is `storage::pg::memory`, with the same rows,
+//! results, order and errors. The breadth-first walk ([`Walk`]) and the purge
+//! criteria ([`PurgeCriteria::terms`]) are shared; each backend only runs the queries.
+//! Several brokers may write one PostgreSQL graph at once: see that module for how
+//! commits, merges and purges stay correct together.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
@@ -38,10 +46,10 @@ use super::{Db, StorageError};
 
 /// Keywords at least this many characters long are matched through the trigram
 /// index; shorter ones scan the entity names (a trigram index cannot serve them).
-const TRIGRAM_MIN_CHARS: usize = 3;
+pub(super) const TRIGRAM_MIN_CHARS: usize = 3;
 
 /// How many entities [`MemoryStats::top_entities`] lists.
-const TOP_ENTITIES: i64 = 10;
+pub(super) const TOP_ENTITIES: i64 = 10;
 
 /// One fact to remember: `subject` —`relation`→ `object` (seed "Triple", with the
 /// optional types and session of `hearth.v1.Triple`).
@@ -227,15 +235,13 @@ impl PurgeCriteria {
         Ok(criteria)
     }
 
-    /// The `WHERE` condition over `relations` (terms ANDed) with its parameters,
-    /// numbered from `?{first}`; `None` when no criterion is given.
-    fn sql(&self, first: usize) -> Option<(String, Vec<SqlValue>)> {
-        let contains = |column: &str, n: usize| {
-            format!("{column} IN (SELECT id FROM entities WHERE instr(folded, ?{n}) > 0)")
-        };
+    /// The criteria given, trimmed, blank ones left out: `(column of relations, value,
+    /// contains)`. `contains` = the column is an entity id (`source_id`, `target_id`)
+    /// whose folded name must contain `value` (folded); otherwise the column must equal
+    /// `value`. Empty when no criterion is given.
+    pub(super) fn terms(&self) -> Vec<(&'static str, String, bool)> {
         let mut terms = Vec::new();
-        let mut args = Vec::new();
-        for (value, folded, term) in [
+        for (value, contains, column) in [
             (&self.subject_contains, true, "source_id"),
             (&self.target_contains, true, "target_id"),
             (&self.relation_type, false, "relation_type"),
@@ -244,16 +250,31 @@ impl PurgeCriteria {
             let Some(value) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) else {
                 continue;
             };
-            let n = first + args.len();
-            if folded {
-                terms.push(contains(term, n));
-                args.push(SqlValue::Text(fold(value)));
+            let value = if contains {
+                fold(value)
             } else {
-                terms.push(format!("{term} = ?{n}"));
-                args.push(SqlValue::Text(value.to_string()));
-            }
+                value.to_string()
+            };
+            terms.push((column, value, contains));
         }
-        (!terms.is_empty()).then(|| (terms.join(" AND "), args))
+        terms
+    }
+
+    /// The `WHERE` condition over `relations` (terms ANDed) with its parameters,
+    /// numbered from `?{first}`; `None` when no criterion is given.
+    fn sql(&self, first: usize) -> Option<(String, Vec<SqlValue>)> {
+        let mut conditions = Vec::new();
+        let mut args = Vec::new();
+        for (column, value, contains) in self.terms() {
+            let n = first + args.len();
+            conditions.push(if contains {
+                format!("{column} IN (SELECT id FROM entities WHERE instr(folded, ?{n}) > 0)")
+            } else {
+                format!("{column} = ?{n}")
+            });
+            args.push(SqlValue::Text(value));
+        }
+        (!conditions.is_empty()).then(|| (conditions.join(" AND "), args))
     }
 }
 
@@ -276,7 +297,8 @@ impl GraphMemory {
     /// counted).
     ///
     /// Errors: [`StorageError::Invalid`] naming the triple's index if a subject,
-    /// relation or object is empty (after trimming); then nothing is stored.
+    /// relation or object is empty (after trimming), or a field holds a NUL character
+    /// (PostgreSQL text cannot); then nothing is stored.
     pub async fn commit(&self, triples: Vec<Triple>) -> Result<u64, StorageError> {
         let triples = triples
             .into_iter()
@@ -285,6 +307,9 @@ impl GraphMemory {
             .collect::<Result<Vec<_>, _>>()?;
         if triples.is_empty() {
             return Ok(0);
+        }
+        if let Some(pg) = self.db.pg() {
+            return super::pg::memory::commit(pg, &triples, now()).await;
         }
         let op = format!("commit {} triples to graph memory", triples.len());
         self.db
@@ -325,12 +350,16 @@ impl GraphMemory {
         let mut folded: Vec<String> = keywords
             .into_iter()
             .map(|k| fold(k.as_ref()))
-            .filter(|k| !k.is_empty())
+            // No stored name holds a NUL (commit refuses them, PostgreSQL text cannot).
+            .filter(|k| !k.is_empty() && !k.contains('\0'))
             .collect();
         folded.sort();
         folded.dedup();
         if folded.is_empty() {
             return Ok(Subgraph::default());
+        }
+        if let Some(pg) = self.db.pg() {
+            return super::pg::memory::recall(pg, &folded, depth).await;
         }
         let op = format!("recall {folded:?} at depth {depth}");
         self.db
@@ -347,6 +376,9 @@ impl GraphMemory {
     /// Counts of the graph: entities, relations (active and soft-purged), entities per
     /// type, relations per type, sessions, and the most mentioned entities.
     pub async fn introspect(&self) -> Result<MemoryStats, StorageError> {
+        if let Some(pg) = self.db.pg() {
+            return super::pg::memory::introspect(pg).await;
+        }
         self.db
             .call("introspect graph memory", |conn| {
                 let count = |sql: &str| -> rusqlite::Result<u64> {
@@ -403,6 +435,15 @@ impl GraphMemory {
                 what: "merge entities".into(),
                 reason: format!("`{source}` and `{target}` are the same entity"),
             });
+        }
+        // No stored name holds a NUL (commit refuses them, PostgreSQL text cannot).
+        for name in [&source, &target] {
+            if name.contains('\0') {
+                return Err(entity_not_found(name.clone()));
+            }
+        }
+        if let Some(pg) = self.db.pg() {
+            return super::pg::memory::merge_entities(pg, &source, &target, now()).await;
         }
         let op = format!("merge entity `{source}` into `{target}`");
         self.db
@@ -501,6 +542,18 @@ impl GraphMemory {
                 ),
             });
         };
+        // No stored name, type or session holds a NUL (commit refuses them): nothing
+        // matches.
+        if criteria
+            .terms()
+            .iter()
+            .any(|(_, value, _)| value.contains('\0'))
+        {
+            return Ok(0);
+        }
+        if let Some(pg) = self.db.pg() {
+            return super::pg::memory::purge(pg, criteria, mode, now()).await;
+        }
         let op = format!("{} purge of graph memory ({criteria:?})", mode.as_str());
         self.db
             .call(op, move |conn| {
@@ -574,11 +627,26 @@ fn clean(index: usize, t: Triple) -> Result<Triple, StorageError> {
             });
         }
     }
+    for (field, value) in [
+        ("subject", &t.subject),
+        ("relation", &t.relation),
+        ("object", &t.object),
+        ("subject_type", &t.subject_type),
+        ("object_type", &t.object_type),
+        ("session_id", &t.session_id),
+    ] {
+        if value.contains('\0') {
+            return Err(StorageError::Invalid {
+                what: format!("commit: triple {index}"),
+                reason: format!("`{field}` contains a NUL character"),
+            });
+        }
+    }
     Ok(t)
 }
 
 /// The identity of an entity name: trimmed, Unicode lower case.
-fn fold(name: &str) -> String {
+pub(super) fn fold(name: &str) -> String {
     name.trim().to_lowercase()
 }
 
@@ -588,7 +656,7 @@ fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-fn entity_not_found(name: String) -> StorageError {
+pub(super) fn entity_not_found(name: String) -> StorageError {
     StorageError::NotFound {
         table: "entities".into(),
         key: name,
@@ -626,15 +694,23 @@ fn upsert_entity(
     .query_row(params![name, fold(name), kind, now], |row| row.get(0))
 }
 
+/// Entities whose folded name contains `?2` (3+ characters), through the trigram
+/// index: the FTS5 phrase `?1` finds candidates, `instr` keeps the exact substrings.
+/// (The trigram tokenizer folds case once more, its own way — the final sigma `ς`
+/// matches `σ` there — so the index alone would match more than a plain substring
+/// search, which shorter keywords and PostgreSQL do.)
+const KEYWORD_SQL: &str = "
+    SELECT e.id FROM entities_fts f JOIN entities e ON e.id = f.rowid
+    WHERE entities_fts MATCH ?1 AND instr(e.folded, ?2) > 0";
+
 /// Ids of the entities whose folded name contains `keyword` (already folded).
 fn matching_entities(conn: &Connection, keyword: &str) -> rusqlite::Result<Vec<i64>> {
     let rows = if keyword.chars().count() >= TRIGRAM_MIN_CHARS {
         // A quoted FTS5 string is a phrase: with the trigram tokenizer, its trigrams in
         // a row, i.e. the keyword as a substring.
         let phrase = format!("\"{}\"", keyword.replace('"', "\"\""));
-        let mut stmt =
-            conn.prepare_cached("SELECT rowid FROM entities_fts WHERE entities_fts MATCH ?1")?;
-        let rows = stmt.query_map([phrase], |row| row.get(0))?;
+        let mut stmt = conn.prepare_cached(KEYWORD_SQL)?;
+        let rows = stmt.query_map([phrase.as_str(), keyword], |row| row.get(0))?;
         rows.collect::<rusqlite::Result<Vec<i64>>>()?
     } else {
         let mut stmt =
@@ -659,48 +735,27 @@ const LEVEL_SQL: &str = "
     ORDER BY id";
 
 fn recall(conn: &Connection, keywords: &[String], depth: u32) -> rusqlite::Result<Subgraph> {
-    let mut visited = HashSet::new();
-    let mut levels: Vec<Vec<i64>> = Vec::new();
     let mut seeds = Vec::new();
     for keyword in keywords {
-        for id in matching_entities(conn, keyword)? {
-            if visited.insert(id) {
-                seeds.push(id);
-            }
-        }
+        seeds.extend(matching_entities(conn, keyword)?);
     }
-    if seeds.is_empty() {
-        return Ok(Subgraph::default());
-    }
-    levels.push(seeds);
-
-    let mut walked = HashSet::new();
-    let mut edges: Vec<(i64, i64, String)> = Vec::new();
+    let mut walk = Walk::new(seeds);
     let mut level_stmt = conn.prepare_cached(LEVEL_SQL)?;
     for _ in 0..depth {
-        let frontier = levels.last().expect("seeds are a level");
-        if frontier.is_empty() {
+        let Some(frontier) = walk.frontier() else {
             break;
-        }
-        let mut next = Vec::new();
-        let mut rows = level_stmt.query([ids_json(frontier)])?;
-        while let Some(row) = rows.next()? {
-            let id: i64 = row.get(0)?;
-            if !walked.insert(id) {
-                continue;
-            }
-            let (source, target): (i64, i64) = (row.get(1)?, row.get(2)?);
-            edges.push((source, target, row.get(3)?));
-            for end in [source, target] {
-                if visited.insert(end) {
-                    next.push(end);
-                }
-            }
-        }
-        levels.push(next);
+        };
+        let rows = level_stmt
+            .query_map([ids_json(frontier)], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        walk.add_level(rows);
     }
-
-    let all: Vec<i64> = levels.iter().flatten().copied().collect();
+    let all = walk.entity_ids();
+    if all.is_empty() {
+        return Ok(Subgraph::default());
+    }
     let mut by_id: HashMap<i64, Entity> = HashMap::with_capacity(all.len());
     {
         let mut stmt = conn.prepare_cached(
@@ -712,28 +767,97 @@ fn recall(conn: &Connection, keywords: &[String], depth: u32) -> rusqlite::Resul
             by_id.insert(row.get(3)?, entity_row(row)?);
         }
     }
-    let relations = edges
-        .into_iter()
-        .map(|(source, target, relation_type)| Relation {
-            source_name: by_id[&source].name.clone(),
-            target_name: by_id[&target].name.clone(),
-            relation_type,
-        })
-        .collect();
-    let mut entities = Vec::with_capacity(all.len());
-    for level in levels {
-        let mut level: Vec<Entity> = level.iter().map(|id| by_id[id].clone()).collect();
-        level.sort_by(|a, b| {
-            b.mention_count
-                .cmp(&a.mention_count)
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        entities.extend(level);
+    Ok(walk.finish(&by_id))
+}
+
+/// The breadth-first walk of [`GraphMemory::recall`], whatever the backend: the backend
+/// finds the seeds and each level's relations and looks up the entities; this keeps
+/// what was visited and walked and puts the result in its documented order.
+pub(super) struct Walk {
+    /// Every entity reached so far.
+    visited: HashSet<i64>,
+    /// The seeds, then the entities first reached at each level.
+    levels: Vec<Vec<i64>>,
+    /// Ids of the relations walked.
+    walked: HashSet<i64>,
+    /// (source, target, type) of each relation walked, in walk order.
+    edges: Vec<(i64, i64, String)>,
+}
+
+impl Walk {
+    /// A walk from the entities the keywords matched (in any order, repeats allowed).
+    pub(super) fn new(seeds: impl IntoIterator<Item = i64>) -> Walk {
+        let mut visited = HashSet::new();
+        let seeds: Vec<i64> = seeds.into_iter().filter(|&id| visited.insert(id)).collect();
+        Walk {
+            visited,
+            levels: vec![seeds],
+            walked: HashSet::new(),
+            edges: Vec::new(),
+        }
     }
-    Ok(Subgraph {
-        entities,
-        relations,
-    })
+
+    /// The entities the next level starts from; `None` when the last level reached
+    /// nothing new (or nothing matched).
+    pub(super) fn frontier(&self) -> Option<&[i64]> {
+        self.levels
+            .last()
+            .map(Vec::as_slice)
+            .filter(|level| !level.is_empty())
+    }
+
+    /// Adds one level: the active relations touching the frontier as `(id, source,
+    /// target, type)`, ordered by id. A relation may come twice (both ends in the
+    /// frontier) or again from an earlier level; it is walked once.
+    pub(super) fn add_level(&mut self, rows: impl IntoIterator<Item = (i64, i64, i64, String)>) {
+        let mut next = Vec::new();
+        for (id, source, target, relation_type) in rows {
+            if !self.walked.insert(id) {
+                continue;
+            }
+            self.edges.push((source, target, relation_type));
+            for end in [source, target] {
+                if self.visited.insert(end) {
+                    next.push(end);
+                }
+            }
+        }
+        self.levels.push(next);
+    }
+
+    /// Every entity reached, seeds first.
+    pub(super) fn entity_ids(&self) -> Vec<i64> {
+        self.levels.iter().flatten().copied().collect()
+    }
+
+    /// The subgraph, given every entity of [`Walk::entity_ids`] by id: entities level
+    /// by level, most mentioned first, then by name (byte-wise); relations in walk
+    /// order.
+    pub(super) fn finish(self, by_id: &HashMap<i64, Entity>) -> Subgraph {
+        let relations = self
+            .edges
+            .into_iter()
+            .map(|(source, target, relation_type)| Relation {
+                source_name: by_id[&source].name.clone(),
+                target_name: by_id[&target].name.clone(),
+                relation_type,
+            })
+            .collect();
+        let mut entities = Vec::with_capacity(by_id.len());
+        for level in self.levels {
+            let mut level: Vec<Entity> = level.iter().map(|id| by_id[id].clone()).collect();
+            level.sort_by(|a, b| {
+                b.mention_count
+                    .cmp(&a.mention_count)
+                    .then_with(|| a.name.cmp(&b.name))
+            });
+            entities.extend(level);
+        }
+        Subgraph {
+            entities,
+            relations,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -744,8 +868,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::storage::test_db::{on_both_backends, TestDb};
 
-    async fn open(dir: &std::path::Path) -> GraphMemory {
+    on_both_backends!(
+        commit_counts_mentions_and_never_duplicates_an_active_triple,
+        a_bad_triple_rejects_the_whole_commit,
+        recall_walks_both_directions_level_by_level_each_relation_once,
+        recall_matches_keywords_as_case_insensitive_substrings,
+        keywords_match_literally_never_as_patterns,
+        merge_redirects_relations_drops_self_loops_and_sums_mentions,
+        soft_purge_hides_relations_hard_purge_deletes_them_and_orphans,
+        purge_needs_criteria_and_a_known_mode,
+        brokers_committing_the_same_facts_at_once_agree,
+        merges_and_purges_beside_commits_keep_the_graph_whole,
+    );
+
+    async fn open(t: &TestDb) -> GraphMemory {
+        GraphMemory::new(t.open().await)
+    }
+
+    async fn open_sqlite(dir: &std::path::Path) -> GraphMemory {
         GraphMemory::new(Db::open(dir).await.unwrap())
     }
 
@@ -795,10 +937,8 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn commit_counts_mentions_and_never_duplicates_an_active_triple() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+    async fn commit_counts_mentions_and_never_duplicates_an_active_triple(t: TestDb) {
+        let memory = open(&t).await;
         let added = memory
             .commit(vec![
                 typed("Alice", "likes", "coffee", "Person", ""),
@@ -872,18 +1012,13 @@ mod tests {
             })
         );
 
-        // Acknowledged commits are in the file for any other connection.
-        let other = Connection::open(dir.path().join("hearth.db")).unwrap();
-        let n: i64 = other
-            .query_row("SELECT count(*) FROM relations", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(n, 3);
+        // Acknowledged commits are there for any other handle (another broker).
+        let other = open(&t).await;
+        assert_eq!(other.introspect().await.unwrap(), stats);
     }
 
-    #[tokio::test]
-    async fn a_bad_triple_rejects_the_whole_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+    async fn a_bad_triple_rejects_the_whole_commit(t: TestDb) {
+        let memory = open(&t).await;
         let err = memory
             .commit(vec![
                 Triple::new("a", "r", "b"),
@@ -898,6 +1033,23 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.to_string(), "commit: triple 0: empty `relation`");
+        let err = memory
+            .commit(vec![in_session("a", "r", "b", "s\0")])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "commit: triple 0: `session_id` contains a NUL character"
+        );
+        // A NUL matches nothing anywhere, and is no error.
+        assert_eq!(
+            memory.recall(["a\0"], 1).await.unwrap(),
+            Subgraph::default()
+        );
+        let err = memory.merge_entities("a\0", "b").await.unwrap_err();
+        assert_eq!(err.to_string(), "no `a\0` in entities");
+        let criteria = PurgeCriteria::from_map([("subject_contains", "\0")]).unwrap();
+        assert_eq!(memory.purge(&criteria, PurgeMode::Hard).await.unwrap(), 0);
         assert_eq!(memory.introspect().await.unwrap(), MemoryStats::default());
         assert_eq!(memory.commit(Vec::new()).await.unwrap(), 0);
     }
@@ -918,10 +1070,8 @@ mod tests {
             .unwrap();
     }
 
-    #[tokio::test]
-    async fn recall_walks_both_directions_level_by_level_each_relation_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+    async fn recall_walks_both_directions_level_by_level_each_relation_once(t: TestDb) {
+        let memory = open(&t).await;
         coffee_graph(&memory).await;
 
         // Depth 0: the matched entities alone.
@@ -978,10 +1128,8 @@ mod tests {
         assert_eq!(graph.entities.len(), 6);
     }
 
-    #[tokio::test]
-    async fn recall_matches_keywords_as_case_insensitive_substrings() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+    async fn recall_matches_keywords_as_case_insensitive_substrings(t: TestDb) {
+        let memory = open(&t).await;
         coffee_graph(&memory).await;
         // Trigram index path (3+ characters) and scan path (fewer), ASCII and CJK.
         for keywords in [
@@ -1039,10 +1187,8 @@ mod tests {
         assert_eq!(memory.recall([" "], 2).await.unwrap(), Subgraph::default());
     }
 
-    #[tokio::test]
-    async fn merge_redirects_relations_drops_self_loops_and_sums_mentions() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+    async fn merge_redirects_relations_drops_self_loops_and_sums_mentions(t: TestDb) {
+        let memory = open(&t).await;
         memory
             .commit(vec![
                 typed("Alice", "lives_in", "NYC", "Person", "City"),
@@ -1100,10 +1246,8 @@ mod tests {
         assert_eq!(memory.introspect().await.unwrap(), stats);
     }
 
-    #[tokio::test]
-    async fn soft_purge_hides_relations_hard_purge_deletes_them_and_orphans() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+    async fn soft_purge_hides_relations_hard_purge_deletes_them_and_orphans(t: TestDb) {
+        let memory = open(&t).await;
         memory
             .commit(vec![
                 in_session("Alice", "likes", "tea", "s1"),
@@ -1162,10 +1306,8 @@ mod tests {
         assert_eq!(memory.purge(&criteria, PurgeMode::Hard).await.unwrap(), 0);
     }
 
-    #[tokio::test]
-    async fn purge_needs_criteria_and_a_known_mode() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+    async fn purge_needs_criteria_and_a_known_mode(t: TestDb) {
+        let memory = open(&t).await;
         memory
             .commit(vec![Triple::new("a", "r", "b")])
             .await
@@ -1200,13 +1342,178 @@ mod tests {
         assert_eq!(memory.introspect().await.unwrap().relations, 1);
     }
 
+    async fn keywords_match_literally_never_as_patterns(t: TestDb) {
+        let memory = open(&t).await;
+        memory
+            .commit(vec![
+                Triple::new("50% off", "is", "a_deal"),
+                Triple::new("500 off", "is", "abdeal"),
+                Triple::new("back\\slash", "is", "odd"),
+                Triple::new("Οδυσσευς", "is", "hero"),
+            ])
+            .await
+            .unwrap();
+        // `%`, `_` and `\` are characters like any other, on the index path (3+
+        // characters) and the scan path alike.
+        for (keyword, expected) in [
+            ("%", vec!["50% off"]),
+            ("0%", vec!["50% off"]),
+            ("% o", vec!["50% off"]),
+            ("0 o", vec!["500 off"]),
+            ("_", vec!["a_deal"]),
+            ("a_d", vec!["a_deal"]),
+            ("A_DEAL", vec!["a_deal"]),
+            ("\\", vec!["back\\slash"]),
+            ("k\\s", vec!["back\\slash"]),
+            ("\\%", vec![]),
+            ("%%%", vec![]),
+            ("___", vec![]),
+            // A substring, not the trigram tokenizer's own folding (ς is not σ there).
+            ("ευς", vec!["Οδυσσευς"]),
+            ("σευσ", vec![]),
+            ("ΣΕΥΣ", vec!["Οδυσσευς"]),
+        ] {
+            let graph = memory.recall([keyword], 0).await.unwrap();
+            assert_eq!(names(&graph), expected, "{keyword:?}");
+        }
+    }
+
+    /// Two brokers (two handles: two pools on PostgreSQL, two connections on SQLite),
+    /// each with two tasks, commit the same facts at the same time in opposite orders:
+    /// no commit fails (no deadlock), every mention counts, and each fact is one active
+    /// relation.
+    async fn brokers_committing_the_same_facts_at_once_agree(t: TestDb) {
+        const ROUNDS: i64 = 20;
+        let brokers = [open(&t).await, open(&t).await];
+        let worker = |memory: GraphMemory, name: String, reverse: bool| async move {
+            let mut added = 0;
+            for round in 0..ROUNDS {
+                let mut triples = vec![
+                    Triple::new("Alice", "likes", " Coffee"),
+                    Triple::new("Bob ", "likes", "Coffee"),
+                    Triple::new("Alice", "knows", "Bob"),
+                    in_session("Alice", "said", &format!("{name} {round}"), &name),
+                ];
+                if reverse {
+                    triples.reverse();
+                }
+                added += memory.commit(triples).await.unwrap();
+            }
+            added
+        };
+        let (a1, a2, b1, b2) = tokio::join!(
+            worker(brokers[0].clone(), "a1".into(), false),
+            worker(brokers[0].clone(), "a2".into(), true),
+            worker(brokers[1].clone(), "b1".into(), true),
+            worker(brokers[1].clone(), "b2".into(), false),
+        );
+        assert_eq!(a1 + a2 + b1 + b2, 3 + 4 * ROUNDS as u64);
+
+        for memory in &brokers {
+            let stats = memory.introspect().await.unwrap();
+            assert_eq!(stats.entities, 3 + 4 * ROUNDS as u64);
+            assert_eq!(
+                (stats.relations, stats.inactive_relations),
+                (3 + 4 * ROUNDS as u64, 0)
+            );
+            assert_eq!(
+                stats.relation_types,
+                BTreeMap::from([
+                    ("knows".to_string(), 1),
+                    ("likes".to_string(), 2),
+                    ("said".to_string(), 4 * ROUNDS as u64),
+                ])
+            );
+            assert_eq!(stats.sessions, 4);
+            let entity = |name: &str, mention_count| Entity {
+                name: name.into(),
+                r#type: String::new(),
+                mention_count,
+            };
+            assert_eq!(
+                stats.top_entities[..3],
+                [
+                    entity("Alice", 3 * 4 * ROUNDS),
+                    entity("Bob", 2 * 4 * ROUNDS),
+                    entity("Coffee", 2 * 4 * ROUNDS),
+                ]
+            );
+            assert!(stats.top_entities[3..].iter().all(|e| e.mention_count == 1));
+            assert_eq!(
+                sorted(memory.recall(["coffee"], 1).await.unwrap().relations),
+                [
+                    rel("Alice", "likes", "Coffee"),
+                    rel("Bob", "likes", "Coffee")
+                ]
+            );
+        }
+    }
+
+    /// One broker commits while another commits, merges and hard-purges in a loop: the
+    /// end state is the same whatever the interleaving, and nothing fails.
+    async fn merges_and_purges_beside_commits_keep_the_graph_whole(t: TestDb) {
+        const ROUNDS: i64 = 15;
+        let (a, b) = (open(&t).await, open(&t).await);
+        a.commit(vec![
+            Triple::new("Alice", "likes", "Coffee"),
+            in_session("Brazil", "in", "South America", "keep"),
+        ])
+        .await
+        .unwrap();
+        let committer = async {
+            for round in 0..ROUNDS {
+                a.commit(vec![
+                    Triple::new("Alice", "likes", "Coffee"),
+                    in_session("Alice", "said", &format!("a{round}"), "keep"),
+                ])
+                .await
+                .unwrap();
+            }
+        };
+        let gardener = async {
+            let tmp = PurgeCriteria::from_map([("session_id", "tmp")]).unwrap();
+            for round in 0..ROUNDS {
+                let city = format!("city{round}");
+                b.commit(vec![
+                    in_session(&city, "in", "USA", "tmp"),
+                    in_session("Coffee", "from", &city, "tmp"),
+                ])
+                .await
+                .unwrap();
+                assert_eq!(b.merge_entities(&city, "Brazil").await.unwrap(), 2);
+                // Brazil in USA and Coffee from Brazil; USA is left with nothing.
+                assert_eq!(b.purge(&tmp, PurgeMode::Hard).await.unwrap(), 2);
+            }
+        };
+        tokio::join!(committer, gardener);
+
+        let stats = b.introspect().await.unwrap();
+        assert_eq!(stats.entities, 4 + ROUNDS as u64);
+        assert_eq!(
+            (stats.relations, stats.inactive_relations),
+            (2 + ROUNDS as u64, 0)
+        );
+        let m = mentions(&stats);
+        assert_eq!(m["Alice"], 1 + 2 * ROUNDS);
+        assert_eq!(m["Coffee"], 1 + 2 * ROUNDS);
+        assert_eq!(m["Brazil"], 1 + 2 * ROUNDS);
+        assert!(a.recall(["usa"], 1).await.unwrap().entities.is_empty());
+        assert_eq!(
+            sorted(a.recall(["brazil", "coffee"], 1).await.unwrap().relations),
+            [
+                rel("Alice", "likes", "Coffee"),
+                rel("Brazil", "in", "South America"),
+            ]
+        );
+    }
+
     /// Recall must stay index lookups as the graph grows: each level's two halves
     /// search `relations` by index (no full scan), and 3+ character keywords go
     /// through the trigram index.
     #[tokio::test]
     async fn recall_queries_use_indexes() {
         let dir = tempfile::tempdir().unwrap();
-        let memory = open(dir.path()).await;
+        let memory = open_sqlite(dir.path()).await;
         coffee_graph(&memory).await;
         let plans = memory
             .db
@@ -1218,10 +1525,7 @@ mod tests {
                 };
                 Ok([
                     plan(LEVEL_SQL, "[1,2]")?,
-                    plan(
-                        "SELECT rowid FROM entities_fts WHERE entities_fts MATCH ?1",
-                        "\"cof\"",
-                    )?,
+                    plan(&KEYWORD_SQL.replace("?2", "'cof'"), "\"cof\"")?,
                 ])
             })
             .await
@@ -1246,7 +1550,7 @@ mod tests {
     async fn recall_at_scale() {
         for relations in [10_000u64, 100_000] {
             let dir = tempfile::tempdir().unwrap();
-            let memory = open(dir.path()).await;
+            let memory = open_sqlite(dir.path()).await;
             let entities = relations / 2;
             // A deterministic pseudo-random graph, ~4 relations per entity.
             let mut x: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -1,28 +1,35 @@
-//! Everything the broker keeps on disk, under one data dir.
+//! Everything the broker keeps: in one data dir, or in a PostgreSQL database several
+//! brokers share ([`pg`], `[storage] url`; issue 18).
 //!
 //! - [`Db`]: `<data_dir>/hearth.db`, SQLite in WAL mode, owned by one thread; schema
-//!   versions in `PRAGMA user_version` ([`migrations`]).
-//! - [`Conversations`]: chat history per [`ConversationKey`] in `hearth.db`, trimmed to a
+//!   versions in `PRAGMA user_version` ([`migrations`]). Or PostgreSQL
+//!   ([`Db::postgres`]): a pool, the same schema steps ([`migrations::MIGRATIONS_PG`]),
+//!   conversation leases and notifications between brokers ([`pg`]).
+//! - [`Conversations`]: chat history per [`ConversationKey`], trimmed to a
 //!   [`HistoryBudget`] without splitting a tool exchange.
-//! - [`TextMemory`]: the raw chronological log, [`TextEvent`]s as JSONL under
-//!   `<data_dir>/memory/text/`, each append fsynced before it is acknowledged; files
-//!   rotated by size and deleted by age ([`TextMemoryOptions`]).
+//! - [`TextMemory`]: the raw chronological log of [`TextEvent`]s: JSONL files under
+//!   `<data_dir>/memory/text/`, each append fsynced before it is acknowledged, files
+//!   rotated by size and deleted by age ([`TextMemoryOptions`]); or `text_events` rows
+//!   on PostgreSQL.
 //! - [`Settings`]: core keys in `config`, each plugin's keys in its own
-//!   `config_<name>` table, [`ConfigDef`]s, a [`Settings::dump`] with secrets masked;
-//!   [`PluginSettings`] is one plugin's view, one method per `hearth.v1.Settings` rpc.
-//! - [`GraphMemory`]: entities and relations in `hearth.db`, committed as [`Triple`]s,
-//!   recalled by keyword and breadth-first walk, merged and purged.
-//! - [`DocMemory`]: [`Doc`]s in `hearth.db`, inserted, replaced by id, removed and
-//!   queried by full-text search with scores.
-//! - [`Knowledge`]: entries as files `<data_dir>/knowledge/<name>.md`, indexed in
-//!   `hearth.db` and re-indexed when the files change on disk.
+//!   `config_<name>` table (on PostgreSQL, `plugin_config` rows under that name),
+//!   [`ConfigDef`]s, a [`Settings::dump`] with secrets masked; [`PluginSettings`] is one
+//!   plugin's view, one method per `hearth.v1.Settings` rpc.
+//! - [`GraphMemory`]: entities and relations, committed as [`Triple`]s, recalled by
+//!   keyword and breadth-first walk, merged and purged.
+//! - [`DocMemory`]: [`Doc`]s, inserted, replaced by id, removed and queried by
+//!   full-text search with scores.
+//! - [`Knowledge`]: entries as files `<data_dir>/knowledge/<name>.md`, indexed and
+//!   re-indexed when the files change on disk; on PostgreSQL the database holds the
+//!   entries and the folder is imported.
 //! - `search` (internal): the index under both, jieba-segmented words and CJK
-//!   characters in SQLite FTS5, bm25 ranking, score = `-bm25()`.
+//!   characters in SQLite FTS5 (PostgreSQL: tsvectors), BM25 ranking.
 //!
 //! Every handle here is cheap to clone and usable from async code: the blocking I/O
 //! happens on the thread that owns the connection or the file, never on a runtime
 //! worker.
 
+pub mod config;
 mod conversations;
 mod db;
 mod docs;
@@ -38,10 +45,11 @@ mod text_memory;
 
 use std::path::PathBuf;
 
+pub use config::StorageConfig;
 pub use conversations::{ConversationKey, Conversations, HistoryBudget};
 pub use db::{Db, DB_FILE};
 pub use docs::{Doc, DocMemory};
-pub use knowledge::{Knowledge, KnowledgeEntry};
+pub use knowledge::{ImportReport, Knowledge, KnowledgeEntry};
 pub use memory::{
     Entity, GraphMemory, MemoryStats, PurgeCriteria, PurgeMode, Relation, Subgraph, Triple,
 };
@@ -50,6 +58,7 @@ pub use settings::{
     secret_by_name, ConfigDef, PluginSettings, Scope, Secrets, Settings, MAX_NAME_CHARS,
     SECRET_KEY_SUFFIXES, SECRET_MASK,
 };
+pub(crate) use text_memory::log_files as text_memory_files;
 pub use text_memory::{TextEvent, TextMemory, TextMemoryOptions};
 
 /// Why a storage operation failed. Each variant names the file, operation or message
@@ -78,6 +87,16 @@ pub enum StorageError {
         /// The server's message (severity, message, detail, hint) or the client's
         /// error chain.
         detail: String,
+    },
+    /// A turn's history write was refused: its broker's lease of the conversation was
+    /// taken by another broker (this one did not renew it in time: frozen or cut off).
+    /// Nothing of that write was stored.
+    #[error("conversation {conversation}: broker {holder} no longer holds its lease (another broker took it over); the turn's messages were not stored")]
+    LeaseLost {
+        /// The conversation, as [`ConversationKey`]'s `Display` shows it.
+        conversation: String,
+        /// This broker's id.
+        holder: String,
     },
     /// A file or directory could not be created, written or synced.
     #[error("{path}: {op}: {source}")]

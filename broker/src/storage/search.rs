@@ -43,6 +43,12 @@
 //! better, unbounded; a document matching both a word and its character phrase scores
 //! both. Scores compare hits of one query on one index, not across queries.
 //!
+//! # On PostgreSQL
+//! `storage::pg::search` indexes the same [`segment`]ed text in tsvector columns and
+//! searches the same [`alternatives`], computing these BM25 scores itself, so both
+//! backends find the same documents with the same scores (its module doc lists the
+//! few differences: Snowball instead of Porter stems, token edge cases).
+//!
 //! # The segmenter
 //! Loading jieba's dictionary takes a noticeable moment (hundreds of milliseconds in
 //! debug builds), so there is one instance, built on first use ([`OnceLock`]);
@@ -155,6 +161,18 @@ pub(crate) struct Segmented {
     chars: String,
 }
 
+impl Segmented {
+    /// The `words` column's text: jieba words, space-joined.
+    pub(crate) fn words(&self) -> &str {
+        &self.words
+    }
+
+    /// The `chars` column's text: CJK characters and break tokens, space-joined.
+    pub(crate) fn chars(&self) -> &str {
+        &self.chars
+    }
+}
+
 /// Segments `text` for indexing (see the module doc for the columns). Pure CPU work,
 /// proportional to the text; loads the dictionary on first use.
 pub(crate) fn segment(text: &str) -> Segmented {
@@ -210,11 +228,41 @@ fn fts_string(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
 }
 
-/// The FTS5 `MATCH` expression for a user query, or `None` if it has no searchable
-/// word. Never fails and never lets the query's text act as FTS5 syntax.
-pub(crate) fn match_expr(query: &str) -> Option<String> {
+/// The column of an index table that a query alternative searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Column {
+    /// The jieba words.
+    Words,
+    /// The CJK characters (with break tokens).
+    Chars,
+}
+
+impl Column {
+    /// The column's name in the index tables.
+    fn name(self) -> &'static str {
+        match self {
+            Column::Words => "words",
+            Column::Chars => "chars",
+        }
+    }
+}
+
+/// One alternative of a query's `OR`: a phrase (its tokens as the indexed text has
+/// them, space-separated for CJK characters) to find in one column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Alternative {
+    /// Where to look.
+    pub(crate) column: Column,
+    /// The phrase, as the query wrote it (FTS5 and [`tokens`] split it further).
+    pub(crate) text: String,
+}
+
+/// The alternatives of a user query, in the order [`match_expr`] writes them (FTS5's
+/// phrase order, which BM25 sums in): see the module doc, "Queries". Empty when the
+/// query has no searchable word.
+pub(crate) fn alternatives(query: &str) -> Vec<Alternative> {
     let mut seen = HashSet::new();
-    let mut expr = String::new();
+    let mut out = Vec::new();
     for token in jieba().cut_for_search(query, true) {
         let word = token.word;
         if !is_term(word) || !seen.insert(word.to_lowercase()) {
@@ -223,27 +271,48 @@ pub(crate) fn match_expr(query: &str) -> Option<String> {
         if seen.len() > MAX_QUERY_TERMS {
             break;
         }
+        if word.chars().all(is_cjk) {
+            let phrase = word.chars().map(String::from).collect::<Vec<_>>().join(" ");
+            if word.chars().count() > 1 {
+                out.push(Alternative {
+                    column: Column::Words,
+                    text: word.to_string(),
+                });
+            }
+            out.push(Alternative {
+                column: Column::Chars,
+                text: phrase,
+            });
+        } else {
+            out.push(Alternative {
+                column: Column::Words,
+                text: word.to_string(),
+            });
+        }
+    }
+    out
+}
+
+/// The FTS5 `MATCH` expression for a user query, or `None` if it has no searchable
+/// word. Never fails and never lets the query's text act as FTS5 syntax.
+pub(crate) fn match_expr(query: &str) -> Option<String> {
+    let mut expr = String::new();
+    for alt in alternatives(query) {
         if !expr.is_empty() {
             expr.push_str(" OR ");
         }
-        let n = word.chars().count();
-        if word.chars().all(is_cjk) {
-            let phrase = word.chars().map(String::from).collect::<Vec<_>>().join(" ");
-            if n == 1 {
-                let _ = write!(expr, "chars : {}", fts_string(&phrase));
-            } else {
-                let _ = write!(
-                    expr,
-                    "words : {} OR chars : {}",
-                    fts_string(word),
-                    fts_string(&phrase)
-                );
-            }
-        } else {
-            let _ = write!(expr, "words : {}", fts_string(word));
-        }
+        let _ = write!(expr, "{} : {}", alt.column.name(), fts_string(&alt.text));
     }
     (!expr.is_empty()).then_some(expr)
+}
+
+/// The tokens of `text` as FTS5's `unicode61` tokenizer cuts them, approximately:
+/// maximal runs of alphanumeric characters ([`char::is_alphanumeric`]; `unicode61`
+/// uses the Unicode categories L*, N* and Co). The PostgreSQL index feeds these,
+/// lower-cased, to its parser, so that one token here is one position there.
+pub(crate) fn tokens(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
 }
 
 /// One index table. The name is a constant of this module, never user input.

@@ -259,6 +259,12 @@ impl Settings {
         Settings { db }
     }
 
+    /// Whether the settings live in a database shared with other brokers
+    /// (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        self.db.pg().is_some()
+    }
+
     /// The view of the plugin `caller` (the one a spawn token names), with the seed's
     /// methods.
     pub fn for_plugin(&self, caller: impl Into<String>) -> PluginSettings {

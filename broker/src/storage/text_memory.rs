@@ -1,11 +1,25 @@
 //! TextMemory: the raw chronological log of what was said, as JSONL.
 //!
-//! One [`TextEvent`] per line in `<data_dir>/memory/text/YYYY-MM-DD.jsonl`, named by
-//! the day the line was written in the log's time zone ([`TextMemoryOptions::time_zone`]:
-//! the broker's local zone, or `[memory] timezone`), so one evening of a user in UTC+8
-//! is one file, and the log only ever grows at its newest file. A change of the zone
-//! (or of daylight saving time) never moves a line: a line goes to the file of the
-//! day it was written then.
+//! One [`TextEvent`] per line, as one JSON object. Each line belongs to the day it was
+//! written in the log's time zone ([`TextMemoryOptions::time_zone`]: the broker's local
+//! zone, or `[memory] timezone`), so one evening of a user in UTC+8 is one day, and the
+//! log only ever grows at its newest day. A change of the zone (or of daylight saving
+//! time) never moves a line: a line stays in the day it was written then.
+//! [`TextMemory::events_of_day`] reads a day back, in log order, in either mode.
+//!
+//! # Where the log lives
+//! - With SQLite storage (one broker, [`TextMemory::open_with`]): files
+//!   `<data_dir>/memory/text/YYYY-MM-DD.jsonl`, named by the line's day, as below.
+//! - With PostgreSQL storage (several brokers, [`TextMemory::postgres`]): rows of the
+//!   table `text_events`, `line` the same JSON text a file line holds, `day` the day
+//!   whose file it would be in (`storage::pg::text_memory`). Brokers sharing a database
+//!   share no folder, and a conversation moves between them, so one log in the
+//!   database keeps its lines together; appends of several brokers never tear or
+//!   interleave within a line as appends to one file over a network file system could.
+//!   An append is one transaction, acknowledged after COMMIT; `max_age_days` and
+//!   `check_interval` apply (see that module), `max_file_bytes` has no meaning there.
+//!
+//! # Files
 //! One thread owns the open file: appends from any number of tasks are queued to it,
 //! written whole (a line never interleaves with another) and fsynced (`fdatasync`)
 //! before their callers are answered. Appends that queue up while a sync is running
@@ -40,24 +54,28 @@ use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
 
-use super::StorageError;
+use super::pg::text_memory::PgLog;
+use super::{Db, StorageError};
 
 /// Most appends written and synced together.
 const MAX_BATCH: usize = 256;
 
 /// Limits of the log files (see the module doc, "Rotation") and the zone their days are
 /// in. The broker fills it from the `[memory]` settings; [`Default`] gives 64 MiB, 30
-/// days, a check every hour, the system's local time zone.
+/// days, a check every hour, the system's local time zone. In PostgreSQL mode the age
+/// limit, the check interval and the zone apply to the rows; the size limit does not.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TextMemoryOptions {
     /// Most bytes in one file; a line that would go past it starts the day's next
-    /// file. 0 = no size limit (one file per day).
+    /// file. 0 = no size limit (one file per day). Ignored in PostgreSQL mode (no
+    /// files).
     pub max_file_bytes: u64,
-    /// Files of days more than this many days before today are deleted. 0 = never
-    /// delete.
+    /// Files (in PostgreSQL mode: rows) of days more than this many days before today
+    /// are deleted. 0 = never delete.
     pub max_age_days: u32,
     /// How often an idle writer looks for files to delete (it also does at open and
-    /// at every new file). Zero = only then.
+    /// at every new file). Zero = only then. In PostgreSQL mode: how often an append
+    /// looks for rows to delete (also at open and on a new day).
     pub check_interval: Duration,
     /// The zone whose calendar days name the files (`TimeZone::system()`: the
     /// broker's local zone, from `TZ` or `/etc/localtime`; UTC when it has none).
@@ -93,12 +111,24 @@ pub struct TextEvent {
     pub injected_by: String,
 }
 
-/// Handle to the TextMemory log. Cheap to clone; all clones feed one writer thread,
-/// which ends when the last clone is dropped.
+/// Handle to the TextMemory log: files fed by one writer thread, which ends when the
+/// last clone is dropped, or rows in PostgreSQL. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct TextMemory {
-    dir: Arc<Path>,
-    appends: mpsc::Sender<Append>,
+    log: Log,
+}
+
+#[derive(Debug, Clone)]
+enum Log {
+    Files {
+        dir: Arc<Path>,
+        appends: mpsc::Sender<Append>,
+        time_zone: TimeZone,
+    },
+    Postgres {
+        log: Arc<PgLog>,
+        time_zone: TimeZone,
+    },
 }
 
 /// One caller's lines, written in order and answered together.
@@ -131,6 +161,7 @@ impl TextMemory {
             sync_dir(&parent).map_err(io("fsync", &parent))?;
         }
         let (appends, queue) = mpsc::channel();
+        let time_zone = options.time_zone.clone();
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             options,
@@ -141,12 +172,100 @@ impl TextMemory {
             .name("hearth-textmem".into())
             .spawn(move || writer.serve(queue))
             .map_err(io("start the TextMemory thread", &dir))?;
-        Ok(TextMemory { dir, appends })
+        Ok(TextMemory {
+            log: Log::Files {
+                dir,
+                appends,
+                time_zone,
+            },
+        })
     }
 
-    /// The directory of the `.jsonl` files.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The log in the PostgreSQL database `db` (table `text_events`, see the module
+    /// docs), for brokers sharing it; deletes rows past `options.max_age_days` first
+    /// (a failure to is logged, as later ones are).
+    ///
+    /// # Errors
+    /// [`StorageError::Invalid`] if `db` is not a PostgreSQL database.
+    pub async fn postgres(db: Db, options: TextMemoryOptions) -> Result<TextMemory, StorageError> {
+        let Some(pg) = db.pg() else {
+            return Err(StorageError::Invalid {
+                what: format!("TextMemory in {}", db.path().display()),
+                reason: "not a PostgreSQL database (SQLite storage keeps TextMemory in files)"
+                    .into(),
+            });
+        };
+        let time_zone = options.time_zone.clone();
+        let today = day_in(unix_now(), &time_zone);
+        let log = PgLog::open(pg.clone(), options, today).await;
+        Ok(TextMemory {
+            log: Log::Postgres {
+                log: Arc::new(log),
+                time_zone,
+            },
+        })
+    }
+
+    /// The log that goes with the broker's storage `db`: files under
+    /// `<data_dir>/memory/text/` with SQLite ([`TextMemory::open_with`]), the database
+    /// with PostgreSQL ([`TextMemory::postgres`]).
+    pub async fn for_db(
+        db: &Db,
+        data_dir: &Path,
+        options: TextMemoryOptions,
+    ) -> Result<TextMemory, StorageError> {
+        if db.pg().is_some() {
+            TextMemory::postgres(db.clone(), options).await
+        } else {
+            TextMemory::open_with(data_dir, options)
+        }
+    }
+
+    /// The directory of the `.jsonl` files; `None` in PostgreSQL mode.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.log {
+            Log::Files { dir, .. } => Some(dir),
+            Log::Postgres { .. } => None,
+        }
+    }
+
+    /// The events of `day` (a calendar day in the log's time zone), in log order:
+    /// the day's files in order (`YYYY-MM-DD.jsonl`, then `.1.jsonl`, `.2.jsonl` …),
+    /// or the day's rows by id. A line still being written is not returned.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] (a file could not be read, or holds a line that is not a
+    /// [`TextEvent`], naming the file and line) or [`StorageError::Postgres`].
+    pub async fn events_of_day(&self, day: Date) -> Result<Vec<TextEvent>, StorageError> {
+        match &self.log {
+            Log::Files { dir, .. } => {
+                let dir = dir.to_path_buf();
+                let blocking_dir = dir.clone();
+                tokio::task::spawn_blocking(move || read_day(&blocking_dir, day))
+                    .await
+                    .map_err(|_| StorageError::Closed { path: dir })?
+            }
+            Log::Postgres { log, .. } => log
+                .lines_of_day(day)
+                .await?
+                .into_iter()
+                .map(|(id, line)| {
+                    serde_json::from_str(&line).map_err(|e| StorageError::Postgres {
+                        target: log.target().to_string(),
+                        op: format!("read TextMemory of {day}"),
+                        detail: format!("text_events row {id} is not a TextEvent: {e}"),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Today in the log's time zone: the day an append now goes to.
+    pub fn today(&self) -> Date {
+        let tz = match &self.log {
+            Log::Files { time_zone, .. } | Log::Postgres { time_zone, .. } => time_zone,
+        };
+        day_in(unix_now(), tz)
     }
 
     /// Appends one line for `event` and returns once it is written and fsynced.
@@ -154,40 +273,87 @@ impl TextMemory {
         self.append_all(std::slice::from_ref(event)).await
     }
 
-    /// Appends one line per event, in order and next to each other, and returns once
-    /// all are written and fsynced (one write and one sync for all of them, shared
-    /// with whatever else is queued). On an error some leading lines may have been
-    /// written (to earlier files of a rotation), never a part of a line.
+    /// Appends one line per event, in order, and returns once all are durable. Files:
+    /// next to each other, written and fsynced (one write and one sync for all of them,
+    /// shared with whatever else is queued); on an error some leading lines may have
+    /// been written (to earlier files of a rotation), never a part of a line.
+    /// PostgreSQL: one transaction, all lines or none, returned after COMMIT; ids are
+    /// handed out per row, so lines other appends (of any broker) insert at the same
+    /// moment may fall between them.
     pub async fn append_all(&self, events: &[TextEvent]) -> Result<(), StorageError> {
         if events.is_empty() {
             return Ok(());
         }
         let now = unix_now();
-        let lines = events
-            .iter()
-            .map(|event| {
-                let mut line = if event.timestamp == 0 {
-                    let mut stamped = event.clone();
-                    stamped.timestamp = now;
-                    serde_json::to_vec(&stamped)
-                } else {
-                    serde_json::to_vec(event)
-                }
-                .expect("a TextEvent serializes");
-                // serde_json escapes control characters: no newline of its own.
-                line.push(b'\n');
-                line
-            })
-            .collect();
-        let (done, result) = oneshot::channel();
-        let closed = || StorageError::Closed {
-            path: self.dir.to_path_buf(),
-        };
-        self.appends
-            .send(Append { lines, done })
-            .map_err(|_| closed())?;
-        result.await.map_err(|_| closed())?
+        // serde_json escapes control characters: a line has no newline of its own.
+        let lines = events.iter().map(|event| {
+            if event.timestamp == 0 {
+                let mut stamped = event.clone();
+                stamped.timestamp = now;
+                serde_json::to_string(&stamped)
+            } else {
+                serde_json::to_string(event)
+            }
+            .expect("a TextEvent serializes")
+        });
+        match &self.log {
+            Log::Files { dir, appends, .. } => {
+                let lines = lines
+                    .map(|line| {
+                        let mut line = line.into_bytes();
+                        line.push(b'\n');
+                        line
+                    })
+                    .collect();
+                let (done, result) = oneshot::channel();
+                let closed = || StorageError::Closed {
+                    path: dir.to_path_buf(),
+                };
+                appends.send(Append { lines, done }).map_err(|_| closed())?;
+                result.await.map_err(|_| closed())?
+            }
+            Log::Postgres { log, time_zone } => {
+                let lines: Vec<String> = lines.collect();
+                log.append(&lines, day_in(now, time_zone)).await
+            }
+        }
     }
+}
+
+/// The events of `day` in the files under `dir`, in log order (see
+/// [`TextMemory::events_of_day`]). Blocking.
+fn read_day(dir: &Path, day: Date) -> Result<Vec<TextEvent>, StorageError> {
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StorageError::Io { path, op, source }
+    };
+    let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+        .map_err(io("list the TextMemory dir", dir))?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let (d, seq) = parse_file_name(entry.file_name().to_str()?)?;
+            (d == day).then(|| (seq, entry.path()))
+        })
+        .collect();
+    files.sort();
+    let mut events = Vec::new();
+    for (_, path) in files {
+        let text = std::fs::read_to_string(&path).map_err(io("read", &path))?;
+        // The last piece has no newline yet: a line being written, not acknowledged.
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        for (n, line) in whole.split_terminator('\n').enumerate() {
+            let event = serde_json::from_str(line).map_err(|e| StorageError::Io {
+                path: path.clone(),
+                op: "read a TextMemory line",
+                source: io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("line {}: not a TextEvent: {e}", n + 1),
+                ),
+            })?;
+            events.push(event);
+        }
+    }
+    Ok(events)
 }
 
 /// The file being appended to.
@@ -449,6 +615,28 @@ fn file_name(day: Date, seq: u32) -> String {
     }
 }
 
+/// The log files in `dir`, in log order (day, then number), each with its day; an
+/// empty list when `dir` does not exist. For `hearth storage migrate`.
+pub(crate) fn log_files(dir: &Path) -> io::Result<Vec<(Date, PathBuf)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if let Some((day, n)) = entry.file_name().to_str().and_then(parse_file_name) {
+            files.push((day, n, entry.path()));
+        }
+    }
+    files.sort_by_key(|f| (f.0, f.1));
+    Ok(files
+        .into_iter()
+        .map(|(day, _, path)| (day, path))
+        .collect())
+}
+
 /// (day, number) of a log file's name, `None` for any other name (an invalid date
 /// included), so no other file is ever taken for a log file.
 fn parse_file_name(name: &str) -> Option<(Date, u32)> {
@@ -508,6 +696,266 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use crate::storage::test_db::{on_both_backends, TestDb};
+
+    on_both_backends!(
+        appended_events_read_back_by_day_as_the_lines_written,
+        expired_days_are_deleted_at_open_and_after_the_check_interval,
+        concurrent_appends_never_interleave,
+    );
+
+    /// The log that goes with `t`'s storage: files in its data dir (SQLite) or rows in
+    /// its database (PostgreSQL).
+    async fn open_log(t: &TestDb, options: TextMemoryOptions) -> TextMemory {
+        let db = t.open().await;
+        // SQLite: `<data_dir>/hearth.db`; PostgreSQL ignores the dir.
+        let data_dir = db.path().parent().unwrap_or(Path::new(".")).to_path_buf();
+        TextMemory::for_db(&db, &data_dir, options).await.unwrap()
+    }
+
+    /// The raw lines of `day`, in log order: what the files hold, or the rows' `line`.
+    async fn raw_lines(memory: &TextMemory, day: Date) -> Vec<String> {
+        match &memory.log {
+            Log::Files { dir, .. } => {
+                let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+                    .unwrap()
+                    .filter_map(|e| {
+                        let e = e.unwrap();
+                        let (d, seq) = parse_file_name(e.file_name().to_str()?)?;
+                        (d == day).then(|| (seq, e.path()))
+                    })
+                    .collect();
+                files.sort();
+                files
+                    .iter()
+                    .flat_map(|(_, f)| {
+                        let text = std::fs::read_to_string(f).unwrap();
+                        assert!(text.ends_with('\n'), "{} ends mid-line", f.display());
+                        text.lines().map(String::from).collect::<Vec<_>>()
+                    })
+                    .collect()
+            }
+            Log::Postgres { log, .. } => log
+                .lines_of_day(day)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(_, line)| line)
+                .collect(),
+        }
+    }
+
+    /// Puts an event with `content` into the log's `day` behind its back (a day the
+    /// log itself never writes to: days only ever come from the clock).
+    async fn plant(memory: &TextMemory, day: Date, content: &str) {
+        let line = serde_json::to_string(&event(content, 1)).unwrap();
+        match &memory.log {
+            Log::Files { dir, .. } => {
+                std::fs::write(dir.join(file_name(day, 0)), line + "\n").unwrap()
+            }
+            Log::Postgres { log, .. } => {
+                let client = log.pg().client("plant").await.unwrap();
+                client
+                    .execute(
+                        "INSERT INTO text_events (day, line) VALUES (($1::text)::date, $2)",
+                        &[&day.to_string(), &line],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    async fn appended_events_read_back_by_day_as_the_lines_written(t: TestDb) {
+        let memory = open_log(&t, TextMemoryOptions::default()).await;
+        let first = event("多行\n内容 \"quoted\" 🌧", 1_795_996_800);
+        let stamped_later = TextEvent {
+            role: "assistant".into(),
+            content: "ok".into(),
+            timestamp: 0,
+            channel: String::new(),
+            injected_by: "timer".into(),
+        };
+        memory.append(&first).await.unwrap();
+        let before = unix_now();
+        memory
+            .append_all(&[stamped_later.clone(), event("third", 7)])
+            .await
+            .unwrap();
+        let after = unix_now();
+        memory.append_all(&[]).await.unwrap();
+
+        // Readable as soon as the append returned.
+        let today = memory.today();
+        let events = memory.events_of_day(today).await.unwrap();
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert_eq!(events[0], first);
+        // Timestamp 0 is stamped with the time of the append.
+        assert!(
+            (before..=after).contains(&events[1].timestamp),
+            "{events:?}"
+        );
+        assert_eq!(
+            events[1],
+            TextEvent {
+                timestamp: events[1].timestamp,
+                ..stamped_later
+            }
+        );
+        assert_eq!(events[2], event("third", 7));
+        // The lines are the JSON of the events; an empty channel is left out.
+        let lines = raw_lines(&memory, today).await;
+        let expected: Vec<String> = events
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        assert_eq!(lines, expected);
+        assert!(!lines[1].contains("channel"), "{}", lines[1]);
+        // Other days hold nothing.
+        for other in [today.yesterday().unwrap(), today.tomorrow().unwrap()] {
+            assert_eq!(memory.events_of_day(other).await.unwrap(), []);
+        }
+
+        // Another handle (a restarted broker, or another one) reads the same log and
+        // appends after what is there.
+        let other = open_log(&t, TextMemoryOptions::default()).await;
+        other.append(&event("fourth", 8)).await.unwrap();
+        let contents: Vec<String> = memory
+            .events_of_day(today)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.content)
+            .collect();
+        assert_eq!(contents, [first.content.as_str(), "ok", "third", "fourth"]);
+    }
+
+    async fn expired_days_are_deleted_at_open_and_after_the_check_interval(t: TestDb) {
+        let options = |max_age_days, check_interval| TextMemoryOptions {
+            max_file_bytes: 0,
+            max_age_days,
+            check_interval,
+            time_zone: TimeZone::system(),
+        };
+        let memory = open_log(&t, options(0, Duration::ZERO)).await;
+        let today = memory.today();
+        let ago = |days: i64| today.checked_sub(days.days()).unwrap();
+        for days in [400, 31, 30, 1] {
+            plant(&memory, ago(days), &format!("{days} days ago")).await;
+        }
+        drop(memory);
+
+        // At open: days more than 30 days before today go.
+        let memory = open_log(&t, options(30, Duration::ZERO)).await;
+        for (days, kept) in [(400, false), (31, false), (30, true), (1, true)] {
+            let events = memory.events_of_day(ago(days)).await.unwrap();
+            assert_eq!(events.len(), usize::from(kept), "{days} days ago");
+        }
+        drop(memory);
+
+        // While in use: at the latest at the first append after `check_interval`.
+        let memory = open_log(&t, options(2, Duration::from_millis(20))).await;
+        memory.append(&event("today", 1)).await.unwrap();
+        plant(&memory, ago(3), "expired").await;
+        plant(&memory, ago(2), "kept").await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !memory.events_of_day(ago(3)).await.unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never deleted");
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            memory.append(&event("later", 1)).await.unwrap();
+        }
+        assert_eq!(memory.events_of_day(ago(2)).await.unwrap().len(), 1);
+        assert_eq!(
+            memory.events_of_day(ago(1)).await.unwrap(),
+            [event("1 days ago", 1)]
+        );
+        assert_eq!(
+            memory.events_of_day(today).await.unwrap()[0].content,
+            "today"
+        );
+    }
+
+    /// Two brokers (two pools) appending to one PostgreSQL log at once: every line is
+    /// in the day, whole, and each writer's lines in its own order.
+    #[tokio::test]
+    async fn brokers_append_to_one_postgres_log() {
+        let Some(t) = TestDb::postgres() else {
+            return;
+        };
+        let brokers = [
+            open_log(&t, TextMemoryOptions::default()).await,
+            open_log(&t, TextMemoryOptions::default()).await,
+        ];
+        assert!(brokers.iter().all(|b| b.dir().is_none()));
+        const EACH: usize = 30;
+        let writer = |memory: TextMemory, name: String| async move {
+            for i in 0..EACH {
+                let batch = [
+                    event(&format!("{name} {i} a"), 1),
+                    event(&format!("{name} {i} b"), 1),
+                ];
+                memory.append_all(&batch).await.unwrap();
+            }
+        };
+        tokio::join!(
+            writer(brokers[0].clone(), "x".into()),
+            writer(brokers[0].clone(), "y".into()),
+            writer(brokers[1].clone(), "z".into()),
+        );
+        let events = brokers[1].events_of_day(brokers[1].today()).await.unwrap();
+        assert_eq!(events.len(), 3 * EACH * 2);
+        for name in ["x", "y", "z"] {
+            let mine: Vec<&str> = events
+                .iter()
+                .filter_map(|e| e.content.strip_prefix(&format!("{name} ")))
+                .collect();
+            let expected: Vec<String> = (0..EACH)
+                .flat_map(|i| [format!("{i} a"), format!("{i} b")])
+                .collect();
+            assert_eq!(mine, expected, "{name}");
+        }
+    }
+
+    /// PostgreSQL mode needs a PostgreSQL database.
+    #[tokio::test]
+    async fn postgres_mode_refuses_sqlite_storage() {
+        let t = TestDb::sqlite();
+        let err = TextMemory::postgres(t.open().await, TextMemoryOptions::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::Invalid { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("not a PostgreSQL database"),
+            "{err}"
+        );
+    }
+
+    /// A line being written (no newline yet) is not read; a line that is not an event
+    /// is an error naming the file and line.
+    #[tokio::test]
+    async fn reading_files_skips_a_partial_line_and_names_a_bad_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = TextMemory::open(dir.path()).unwrap();
+        memory.append(&event("whole", 1)).await.unwrap();
+        let day = date(2020, 1, 2);
+        let whole = serde_json::to_string(&event("old", 1)).unwrap();
+        let file = memory.dir().unwrap().join(file_name(day, 0));
+        std::fs::write(&file, format!("{whole}\n{{\"role\":\"us")).unwrap();
+        std::fs::write(
+            memory.dir().unwrap().join(file_name(day, 1)),
+            format!("{whole}\n"),
+        )
+        .unwrap();
+        let events = memory.events_of_day(day).await.unwrap();
+        assert_eq!(events, [event("old", 1), event("old", 1)]);
+        std::fs::write(&file, format!("{whole}\nnot json\n")).unwrap();
+        let err = memory.events_of_day(day).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("2020-01-02.jsonl") && text.contains("line 2"),
+            "{text}"
+        );
+    }
 
     fn event(content: &str, timestamp: i64) -> TextEvent {
         TextEvent {
@@ -633,7 +1081,7 @@ mod tests {
             .unwrap();
         sent.push(event("after the long one", 1));
 
-        let files = log_files(memory.dir());
+        let files = log_files(memory.dir().unwrap());
         assert!(files.len() >= 5, "{files:?}");
         let names: Vec<String> = files
             .iter()
@@ -659,7 +1107,7 @@ mod tests {
             let first_line = text.split_inclusive('\n').next().unwrap();
             assert!(sizes[i - 1] + first_line.len() as u64 > 300, "{sizes:?}");
         }
-        assert_eq!(read_all(memory.dir()), sent);
+        assert_eq!(read_all(memory.dir().unwrap()), sent);
 
         // A reopened log goes on in the last file while it has room.
         drop(memory);
@@ -667,9 +1115,12 @@ mod tests {
         let before = last.metadata().unwrap().len();
         let memory = TextMemory::open_with(dir.path(), options(300, 30)).unwrap();
         memory.append(&event("reopened", 2)).await.unwrap();
-        assert_eq!(log_files(memory.dir()).len(), files.len());
+        assert_eq!(log_files(memory.dir().unwrap()).len(), files.len());
         assert!(last.metadata().unwrap().len() > before);
-        assert_eq!(read_all(memory.dir()).last().unwrap().content, "reopened");
+        assert_eq!(
+            read_all(memory.dir().unwrap()).last().unwrap().content,
+            "reopened"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -689,12 +1140,12 @@ mod tests {
         for task in tasks {
             task.await.unwrap();
         }
-        let files = log_files(memory.dir());
+        let files = log_files(memory.dir().unwrap());
         assert!(files.len() > 10, "{}", files.len());
         for f in &files {
             assert!(f.metadata().unwrap().len() <= 1_000, "{}", f.display());
         }
-        let events = read_all(memory.dir());
+        let events = read_all(memory.dir().unwrap());
         assert_eq!(events.len(), 8 * 25);
         for t in 0..8 {
             let mine: Vec<usize> = events
@@ -790,15 +1241,19 @@ mod tests {
         )
         .unwrap();
         memory.append(&event("today", 1)).await.unwrap();
-        let expired = old_file(memory.dir(), 3, 0);
-        let kept = old_file(memory.dir(), 2, 0);
+        let expired = old_file(memory.dir().unwrap(), 3, 0);
+        let kept = old_file(memory.dir().unwrap(), 2, 0);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while expired.exists() {
             assert!(std::time::Instant::now() < deadline, "never deleted");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(kept.exists());
-        assert_eq!(read_all(memory.dir()).len(), 2, "today's and the kept file");
+        assert_eq!(
+            read_all(memory.dir().unwrap()).len(),
+            2,
+            "today's and the kept file"
+        );
     }
 
     #[tokio::test]
@@ -812,7 +1267,7 @@ mod tests {
             memory.append(&event(&"y".repeat(i * 10), 1)).await.unwrap();
         }
         assert!(ancient.exists());
-        assert_eq!(log_files_today(memory.dir()), 1);
+        assert_eq!(log_files_today(memory.dir().unwrap()), 1);
         assert_eq!(TextMemoryOptions::default().max_file_bytes, 64 << 20);
         assert_eq!(TextMemoryOptions::default().max_age_days, 30);
     }
@@ -830,7 +1285,7 @@ mod tests {
             let before = day_in(unix_now(), &tz);
             memory.append(&event("hi", 1)).await.unwrap();
             let after = day_in(unix_now(), &tz);
-            let name = log_files(memory.dir())[0]
+            let name = log_files(memory.dir().unwrap())[0]
                 .file_name()
                 .unwrap()
                 .to_string_lossy()
@@ -846,7 +1301,7 @@ mod tests {
     async fn appends_one_json_line_per_event_in_todays_file() {
         let dir = tempfile::tempdir().unwrap();
         let memory = TextMemory::open(dir.path()).unwrap();
-        assert_eq!(memory.dir(), dir.path().join("memory/text"));
+        assert_eq!(memory.dir(), Some(dir.path().join("memory/text").as_path()));
         let first = event("多行\n内容 \"quoted\" 🌧", 1_795_996_800);
         let second = TextEvent {
             role: "assistant".into(),
@@ -860,7 +1315,7 @@ mod tests {
         memory.append(&second).await.unwrap();
 
         // Visible as soon as append returned: it was written (and synced) by then.
-        let file = memory.dir().join(file_name(today(), 0));
+        let file = memory.dir().unwrap().join(file_name(today(), 0));
         let text = std::fs::read_to_string(&file).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
@@ -874,17 +1329,15 @@ mod tests {
         drop(memory);
         let memory = TextMemory::open(dir.path()).unwrap();
         memory.append(&event("third", 1)).await.unwrap();
-        let contents: Vec<String> = read_all(memory.dir())
+        let contents: Vec<String> = read_all(memory.dir().unwrap())
             .into_iter()
             .map(|e| e.content)
             .collect();
         assert_eq!(contents, [first.content.as_str(), "ok", "third"]);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_appends_never_interleave() {
-        let dir = tempfile::tempdir().unwrap();
-        let memory = TextMemory::open(dir.path()).unwrap();
+    async fn concurrent_appends_never_interleave(t: TestDb) {
+        let memory = open_log(&t, TextMemoryOptions::default()).await;
         const TASKS: usize = 32;
         const EACH: usize = 25;
         let mut tasks = Vec::new();
@@ -904,7 +1357,7 @@ mod tests {
         for task in tasks {
             task.await.unwrap();
         }
-        let events = read_all(memory.dir());
+        let events = memory.events_of_day(memory.today()).await.unwrap();
         assert_eq!(events.len(), TASKS * EACH);
         // Each task's lines are whole and in its own order.
         let mut next: HashMap<usize, usize> = HashMap::new();

@@ -309,6 +309,20 @@ impl Supervisor {
         if std::fs::read_dir(&data).is_ok_and(|mut d| d.next().is_some()) {
             return true;
         }
+        if let Some(settings) = self.settings.get().filter(|s| s.is_shared()) {
+            // Settings in a database shared with other brokers: ask it (a load runs on
+            // the multi-thread runtime of `hearth run`; elsewhere count it as state).
+            let scope = crate::storage::Scope::Plugin(name.to_string());
+            return match tokio::runtime::Handle::try_current() {
+                Ok(handle)
+                    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread =>
+                {
+                    tokio::task::block_in_place(|| handle.block_on(settings.table_name(&scope)))
+                        .map_or(true, |table| table.is_some())
+                }
+                _ => true,
+            };
+        }
         let db = self.config.data_dir.join(crate::storage::DB_FILE);
         if !db.exists() {
             return false;

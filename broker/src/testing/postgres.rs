@@ -71,6 +71,8 @@ pub enum Durability {
 pub struct PgCluster {
     dir: PathBuf,
     port: u16,
+    /// The postmaster's pid (also its process group).
+    pid: u32,
     bin: PathBuf,
     next_db: AtomicU32,
 }
@@ -166,13 +168,15 @@ impl PgCluster {
             let mut child = spawn_server(bin, &dir, port, durability, as_root, &log);
             match wait_ready(bin, &dir, port, &mut child) {
                 Ok(()) => {
-                    RUNNING.lock().unwrap().push((child.id(), dir.clone()));
+                    let pid = child.id();
+                    RUNNING.lock().unwrap().push((pid, dir.clone()));
                     register_atexit();
                     // The child is reaped at exit (stop_all); keep it out of Drop.
                     std::mem::forget(child);
                     let cluster = PgCluster {
                         dir,
                         port,
+                        pid,
                         bin: bin.to_path_buf(),
                         next_db: AtomicU32::new(0),
                     };
@@ -192,6 +196,11 @@ impl PgCluster {
             "postgres found no free port in 5 attempts:\n{}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
+    }
+
+    /// The postmaster's pid, which is also the process group of every server process.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// The TCP port on 127.0.0.1.

@@ -5,6 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::DeserializeOwned;
 
+use super::leases::{check_fence, TurnLease};
 use super::PgDb;
 use crate::storage::conversations::{units, units_to_drop, Row};
 use crate::storage::{ConversationKey, HistoryBudget, StorageError};
@@ -85,6 +86,16 @@ pub(in crate::storage) async fn append(
             .get(0)
         }
     };
+    // A turn's writes are fenced by its lease: a broker that lost it (frozen past its
+    // time to live, another broker took over) must not write into the conversation.
+    if let Some(lease) = TurnLease::current().filter(|l| l.conversation == id) {
+        if !check_fence(&tx, &lease).await.map_err(err())? {
+            return Err(StorageError::LeaseLost {
+                conversation: key.to_string(),
+                holder: lease.holder,
+            });
+        }
+    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);

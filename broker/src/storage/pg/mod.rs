@@ -21,9 +21,12 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 
 pub(super) mod conversations;
-pub(super) mod docs;
+pub(crate) mod docs;
 pub(super) mod knowledge;
+pub mod leases;
+pub mod listener;
 pub(super) mod memory;
+pub(crate) mod policies;
 pub(super) mod search;
 pub(super) mod settings;
 pub(super) mod text_memory;
@@ -48,6 +51,9 @@ const MIGRATION_LOCK: i64 = 0x6865_6172_7468_6d67;
 pub struct PgDb {
     pool: Pool,
     target: Arc<str>,
+    /// How to open a connection outside the pool ([`PgDb::listen`]).
+    config: Arc<tokio_postgres::Config>,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
 }
 
 impl fmt::Debug for PgDb {
@@ -82,9 +88,10 @@ impl PgDb {
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
         let target: Arc<str> = describe(&config).into();
+        let tls = tls()?;
         let manager = Manager::from_config(
-            config,
-            tls()?,
+            config.clone(),
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -100,9 +107,29 @@ impl PgDb {
                 op: "create the connection pool".into(),
                 detail: e.to_string(),
             })?;
-        let db = PgDb { pool, target };
+        let db = PgDb {
+            pool,
+            target,
+            config: Arc::new(config),
+            tls,
+        };
         db.migrate().await?;
         Ok(db)
+    }
+
+    /// Starts broker `id`'s listening connection ([`listener::Listener`]): its
+    /// liveness lock and the other brokers' notifications.
+    ///
+    /// # Errors
+    /// [`StorageError::Postgres`] when the first connection fails.
+    pub async fn listen(&self, id: &str) -> Result<listener::Listener, StorageError> {
+        listener::Listener::start((*self.config).clone(), self.tls.clone(), id, &self.target)
+            .await
+            .map_err(|detail| StorageError::Postgres {
+                target: self.target.to_string(),
+                op: "open the broker's listening connection".into(),
+                detail,
+            })
     }
 
     /// The server and database, as errors name them: `postgres://user@host:port/db`
@@ -118,6 +145,21 @@ impl PgDb {
             op: op.to_string(),
             detail: pool_error(e),
         })
+    }
+
+    /// Sends `payload` on the NOTIFY channel `channel` (every listening broker gets it,
+    /// this one too).
+    ///
+    /// # Errors
+    /// [`StorageError::Postgres`].
+    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StorageError> {
+        let op = format!("notify {channel}");
+        let client = self.client(&op).await?;
+        client
+            .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
+            .await
+            .map_err(self.error(op))?;
+        Ok(())
     }
 
     /// Maps a tokio-postgres error of `op` to [`StorageError::Postgres`].

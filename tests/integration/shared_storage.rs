@@ -1,0 +1,524 @@
+//! Issue 18: several brokers sharing one PostgreSQL database — a real PostgreSQL
+//! cluster (`hearth_broker::testing::postgres`, initdb into /tmp, a loopback port), two
+//! real brokers on it with the scripted LLM, conversations moving between them,
+//! brokers killed and frozen mid-turn.
+
+use std::time::{Duration, Instant};
+
+use hearth_broker::cli::AdminConn;
+use hearth_broker::testing::postgres::PgCluster;
+use hearth_proto::v1::chat_event::Event;
+use hearth_scripted::{Script, ScriptedLlm};
+use serde_json::{json, Value};
+
+use crate::harness::{repo, Broker, PluginDir};
+
+/// An LLM that echoes the last user message, and answers messages containing "slow"
+/// after `slow_ms`.
+fn echo_llm(slow_ms: u64) -> ScriptedLlm {
+    ScriptedLlm::start(
+        Script::from_value(json!({
+            "steps": [{"match": "slow", "delay_ms": slow_ms, "content": "slow answer"}],
+            "default": {"content": "echo: {user}"}
+        }))
+        .unwrap(),
+    )
+}
+
+/// A broker on `db_url` (in its hearth.toml, so `hearth settings` on its data dir uses
+/// it too) with `plugins`, the lease time to live `ttl_s`, and the scripted `llm`.
+async fn broker(db_url: &str, ttl_s: f64, llm: &ScriptedLlm, plugins: Vec<PluginDir>) -> Broker {
+    broker_with(db_url, ttl_s, llm, plugins, &[]).await
+}
+
+/// [`broker`] with more `hearth run` arguments.
+async fn broker_with(
+    db_url: &str,
+    ttl_s: f64,
+    llm: &ScriptedLlm,
+    plugins: Vec<PluginDir>,
+    args: &[&str],
+) -> Broker {
+    let toml = format!("[storage]\nurl = \"{db_url}\"\nlease_ttl_s = {ttl_s}\n");
+    let names: Vec<String> = plugins
+        .iter()
+        .map(|p| p.manifest["name"].as_str().unwrap().to_string())
+        .collect();
+    let url = llm.base_url();
+    let mut all = vec!["--llm-url", url.as_str()];
+    all.extend_from_slice(args);
+    let mut b = Broker::spawn_with_files(plugins, &all, &[("hearth.toml", &toml)]).await;
+    for name in names {
+        b.wait_ready(&name).await;
+    }
+    b
+}
+
+/// One chat exchange: its final event, or the stream's error.
+async fn chat(
+    admin: &mut AdminConn,
+    message: &str,
+    user: &str,
+) -> Result<(String, String), String> {
+    let req = admin.with_token(hearth_proto::v1::ChatRequest {
+        message: message.into(),
+        user_id: user.into(),
+        channel: "test".into(),
+        ..Default::default()
+    });
+    let mut stream = admin
+        .agent()
+        .chat(req)
+        .await
+        .map_err(|e| e.message().to_string())?
+        .into_inner();
+    loop {
+        match stream.message().await {
+            Ok(Some(ev)) => {
+                if let Some(Event::Final(f)) = ev.event {
+                    return Ok((f.text, f.error));
+                }
+            }
+            Ok(None) => return Err("the stream ended without a final event".into()),
+            Err(e) => return Err(format!("{}: {}", e.code(), e.message())),
+        }
+    }
+}
+
+/// The user messages of the LLM request that answered `message` (the history the
+/// broker sent with it, oldest first, the message itself last).
+fn history_sent_with(llm: &ScriptedLlm, message: &str) -> Vec<String> {
+    let request = llm
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| {
+            r["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .is_some_and(|m| m["content"] == message)
+        })
+        .unwrap_or_else(|| panic!("no LLM request for {message:?}"));
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn cluster() -> Option<&'static PgCluster> {
+    PgCluster::shared_durable()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_share_conversations_and_a_killed_brokers_conversation_goes_on_at_the_other() {
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let llm = echo_llm(60_000);
+    let mut a = broker(&url, 15.0, &llm, vec![]).await;
+    let mut b = broker(&url, 15.0, &llm, vec![]).await;
+
+    // Conversations on both brokers at once, and one conversation going from a to b.
+    let (mut aa, mut ba) = (Broker::admin_clone(&a), Broker::admin_clone(&b));
+    let (x, y) = tokio::join!(
+        chat(&mut aa, "hello from alice", "alice"),
+        chat(&mut ba, "hello from bob", "bob")
+    );
+    assert_eq!(x.unwrap().0, "echo: hello from alice");
+    assert_eq!(y.unwrap().0, "echo: hello from bob");
+    let got = chat(&mut b.admin, "second from alice", "alice")
+        .await
+        .unwrap();
+    assert_eq!(got.0, "echo: second from alice");
+    assert_eq!(
+        history_sent_with(&llm, "second from alice"),
+        [
+            "hello from alice",
+            "echo: hello from alice",
+            "second from alice"
+        ],
+        "broker b sees the history broker a wrote"
+    );
+
+    // Broker a is killed in the middle of a turn of alice's conversation.
+    let running = tokio::spawn(async move { chat(&mut aa, "a slow one", "alice").await });
+    let t0 = Instant::now();
+    while !llm
+        .requests()
+        .iter()
+        .any(|r| r.to_string().contains("a slow one"))
+    {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", a.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.stop_with(libc::SIGKILL);
+    let err = running
+        .await
+        .unwrap()
+        .expect_err("its broker died mid-turn");
+    assert!(!err.is_empty());
+
+    // The next message of that conversation is served by b at once (a's lease goes
+    // with its session), with the history a had stored; the unfinished turn left nothing.
+    let t0 = Instant::now();
+    let got = chat(&mut b.admin, "after the crash", "alice")
+        .await
+        .unwrap();
+    assert_eq!(got, ("echo: after the crash".to_string(), String::new()));
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "waited {:?} for a dead broker's lease (time to live 15 s)\n{}",
+        t0.elapsed(),
+        b.log()
+    );
+    assert_eq!(
+        history_sent_with(&llm, "after the crash"),
+        [
+            "hello from alice",
+            "echo: hello from alice",
+            "second from alice",
+            "echo: second from alice",
+            "after the crash"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_broker_loses_its_conversation_after_the_lease_and_cannot_write_into_it() {
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let llm = echo_llm(2_500);
+    let mut a = broker(&url, 2.0, &llm, vec![]).await;
+    let mut b = broker(&url, 2.0, &llm, vec![]).await;
+    assert_eq!(
+        chat(&mut a.admin, "first", "carol").await.unwrap().0,
+        "echo: first"
+    );
+    // a runs a slow turn and freezes (SIGSTOP) before it ends.
+    let mut aa = Broker::admin_clone(&a);
+    let running = tokio::spawn(async move { chat(&mut aa, "slow on a", "carol").await });
+    let t0 = Instant::now();
+    while !llm
+        .requests()
+        .iter()
+        .any(|r| r.to_string().contains("slow on a"))
+    {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", a.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = a.child.as_ref().unwrap().id() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // b waits for the lease (a's session is alive, only frozen), gets it once it
+    // expires, and serves.
+    let t0 = Instant::now();
+    let got = chat(&mut b.admin, "on b meanwhile", "carol").await.unwrap();
+    let waited = t0.elapsed();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(got.0, "echo: on b meanwhile");
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_secs(8),
+        "b waited {waited:?} for a lease of 2 s"
+    );
+    // a wakes up and finishes its turn, but may not store it: its lease is gone.
+    let late = running.await.unwrap();
+    assert!(late.is_ok(), "{late:?}");
+    a.wait_log("no longer holds its lease", Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        chat(&mut b.admin, "and then", "carol").await.unwrap().0,
+        "echo: and then"
+    );
+    assert_eq!(
+        history_sent_with(&llm, "and then"),
+        [
+            "first",
+            "echo: first",
+            "on b meanwhile",
+            "echo: on b meanwhile",
+            "and then"
+        ],
+        "the frozen broker's late turn was not written into the conversation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_changed_through_one_broker_is_seen_by_a_plugin_of_the_other() {
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let llm = echo_llm(0);
+    let probe = PluginDir {
+        dir: "probe".into(),
+        manifest: json!({"name": "probe", "runtime": "python",
+            "entry": repo().join("tests/plugins/host_probe.py")}),
+    };
+    // Both brokers take their admin token from one file, as behind a load balancer.
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("admin.token");
+    std::fs::write(&token_file, "0123456789abcdef0123456789abcdef-shared").unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let token_arg = token_file.to_str().unwrap();
+    let a = broker_with(&url, 15.0, &llm, vec![], &["--admin-token-file", token_arg]).await;
+    let mut b = broker_with(
+        &url,
+        15.0,
+        &llm,
+        vec![probe],
+        &["--admin-token-file", token_arg],
+    )
+    .await;
+    for broker in [&a, &b] {
+        assert_eq!(
+            std::fs::read_to_string(broker.data_dir().join("admin.token")).unwrap(),
+            "0123456789abcdef0123456789abcdef-shared"
+        );
+    }
+    // `hearth settings` on a's data dir writes to the shared database.
+    let (code, out, err) = a.cli(&["settings", "set", "--plugin", "probe", "colour", "\"blue\""]);
+    assert_eq!(code, 0, "{out}{err}");
+    let got = b
+        .call(
+            "probe_host",
+            json!({"call": "settings.get", "args": ["colour"], "kwargs": {}}),
+        )
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&got.content).unwrap();
+    assert_eq!(answer, json!({"ok": "blue"}), "{}", b.log());
+    // And back: a set by b's plugin is read on a's side.
+    b.call(
+        "probe_host",
+        json!({"call": "settings.set", "args": ["size", 3], "kwargs": {}}),
+    )
+    .await
+    .unwrap();
+    let (code, out, err) = a.cli(&["settings", "get", "--plugin", "probe", "size"]);
+    assert_eq!((code, out.trim()), (0, "3"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cooldowns_hold_across_brokers_and_a_confirmation_may_reach_either_broker() {
+    use crate::inject::{finished, lz};
+    use hearth_proto::v1::{ChatRequest, ConfirmResponse};
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let step =
+        |m: &str, calls: Value| json!({"match": m, "after_tool": false, "tool_calls": calls});
+    let answer = |m: &str| json!({"match": m, "after_tool": true, "content": "{tool_results}"});
+    let llm = ScriptedLlm::start(
+        Script::from_value(json!({"steps": [
+            step("cool", json!([{"name": "cool"}])), answer("cool"),
+            step("ask", json!([{"name": "ask", "arguments": {"what": "x"}}])), answer("ask"),
+        ]}))
+        .unwrap(),
+    );
+    let plugins = || {
+        vec![
+            lz("py", "cool", json!({"cooldown": 3600}), json!([])),
+            lz("py", "ask", json!({"confirm": true}), json!([])),
+        ]
+    };
+    let mut a = broker(&url, 15.0, &llm, plugins()).await;
+    let mut b = broker(&url, 15.0, &llm, plugins()).await;
+
+    // A cooldown started on a holds on b.
+    let f = finished(&a.chat("cool", "ann").await);
+    assert!(f[0].1 && f[0].2.contains("cool ran #1 for ann"), "{f:?}");
+    let f = finished(&b.chat("cool", "ann").await);
+    assert!(
+        !f[0].1
+            && f[0]
+                .2
+                .contains("cooldown: tool cool may be called again by user `ann` in"),
+        "{f:?}"
+    );
+    let f = finished(&b.chat("cool", "bob").await);
+    assert!(f[0].1, "{f:?}");
+
+    // A confirmation asked by a turn on a is answered through b.
+    let req = a.admin.with_token(ChatRequest {
+        message: "ask".into(),
+        user_id: "ann".into(),
+        channel: "test".into(),
+        ..Default::default()
+    });
+    let mut stream = a.admin.agent().chat(req).await.unwrap().into_inner();
+    let mut events = Vec::new();
+    while let Some(ev) = stream.message().await.unwrap() {
+        if let Some(Event::ConfirmRequest(c)) = &ev.event {
+            let yes = b.admin.with_token(ConfirmResponse {
+                confirm_id: c.confirm_id.clone(),
+                approved: true,
+            });
+            if let Err(e) = b.admin.agent().confirm(yes).await {
+                panic!("{e}\n--- a:\n{}\n--- b:\n{}", a.log(), b.log());
+            }
+            // Answered already: refused on either broker.
+            let again = b.admin.with_token(ConfirmResponse {
+                confirm_id: c.confirm_id.clone(),
+                approved: true,
+            });
+            let err = b.admin.agent().confirm(again).await.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        }
+        events.extend(ev.event);
+    }
+    let f = finished(&events);
+    assert!(f[0].1 && f[0].2.contains("ask ran #1"), "{f:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_data_dir_migrates_into_postgres_and_a_broker_goes_on_from_there() {
+    use hearth_broker::storage::{
+        ConversationKey, Db, Doc, DocMemory, GraphMemory, Knowledge, Scope, Settings, TextMemory,
+        TextMemoryOptions, Triple,
+    };
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let llm = echo_llm(0);
+    // A broker on SQLite leaves history, TextMemory and settings behind …
+    let mut old = Broker::spawn(vec![], &["--llm-url", &llm.base_url()]).await;
+    assert_eq!(
+        chat(&mut old.admin, "remember the 北京 trip", "dave")
+            .await
+            .unwrap()
+            .0,
+        "echo: remember the 北京 trip"
+    );
+    let data = old.data_dir();
+    let (code, _, err) = old.cli(&["settings", "set", "--plugin", "qq", "token", "\"t0k3n\""]);
+    assert_eq!(code, 0, "{err}");
+    // `migrate` refuses while the broker runs.
+    let (code, _, err) = old.cli(&["storage", "migrate", "--to", &url]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("stop it first"), "{err}");
+    old.stop_with(libc::SIGTERM);
+    // … and graph memory, a document and a Knowledge file.
+    {
+        let db = Db::open(&data).await.unwrap();
+        GraphMemory::new(db.clone())
+            .commit(vec![Triple::new("dave", "visited", "北京")])
+            .await
+            .unwrap();
+        DocMemory::new(db.clone())
+            .insert(Doc {
+                id: "trip".into(),
+                title: "北京之行".into(),
+                content: "我们去了故宫和长城".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    std::fs::create_dir_all(data.join("knowledge")).unwrap();
+    std::fs::write(
+        data.join("knowledge/wifi.md"),
+        "The guest wifi password is 4321.",
+    )
+    .unwrap();
+
+    let (code, out, err) = old.cli(&["storage", "migrate", "--to", &url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("conversation_messages"), "{out}");
+    // A second run refuses a database that holds data, unless told to replace it.
+    let (code, _, err) = old.cli(&["storage", "migrate", "--to", &url]);
+    assert_eq!(code, 1);
+    assert!(err.contains("already holds Hearth data"), "{err}");
+    let (code, out, err) = old.cli(&["storage", "migrate", "--to", &url, "--replace"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = old.cli(&["storage", "check", "--storage-url", &url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("postgresql") && out.contains("schema version"),
+        "{out}"
+    );
+
+    // Everything is there on PostgreSQL.
+    let db = Db::postgres(&url).await.unwrap();
+    let settings = Settings::new(db.clone());
+    assert_eq!(
+        settings
+            .get(&Scope::Plugin("qq".into()), "token")
+            .await
+            .unwrap(),
+        json!("t0k3n")
+    );
+    let graph = GraphMemory::new(db.clone())
+        .recall(["dave"], 1)
+        .await
+        .unwrap();
+    assert!(
+        graph.relations.iter().any(|r| r.target_name == "北京"),
+        "{graph:?}"
+    );
+    let docs = DocMemory::new(db.clone()).query("长城", 5).await.unwrap();
+    assert_eq!(
+        docs.first().map(|d| d.id.as_str()),
+        Some("trip"),
+        "{docs:?}"
+    );
+    let knowledge = Knowledge::open(db.clone(), &data).await.unwrap();
+    let found = knowledge.search("wifi password", 5).await.unwrap();
+    assert_eq!(
+        found.first().map(|k| k.name.as_str()),
+        Some("wifi"),
+        "{found:?}"
+    );
+    let log = TextMemory::postgres(db.clone(), TextMemoryOptions::default())
+        .await
+        .unwrap();
+    let today = log.events_of_day(log.today()).await.unwrap();
+    assert!(
+        today.iter().any(|e| e.content == "remember the 北京 trip"),
+        "{today:?}"
+    );
+    let key = ConversationKey {
+        user_id: "dave".into(),
+        group_id: None,
+        channel: "test".into(),
+    };
+    let history: Vec<Value> = hearth_broker::storage::Conversations::new(db, Default::default())
+        .history(&key)
+        .await
+        .unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+
+    // A broker on the database goes on with the conversation, and a folder of
+    // Knowledge files is imported into the database its data dir names.
+    let mut new = broker(&url, 15.0, &llm, vec![]).await;
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::write(folder.path().join("parking.md"), "停车场在B2层").unwrap();
+    let dir = folder.path().to_str().unwrap();
+    let (code, out, err) = new.cli(&["storage", "import-knowledge", dir]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("added    parking") && out.contains("1 added"),
+        "{out}"
+    );
+    let found = knowledge.search("停车场", 5).await.unwrap();
+    assert_eq!(
+        found.first().map(|k| k.name.as_str()),
+        Some("parking"),
+        "{found:?}"
+    );
+    let (code, out, _) = new.cli(&["storage", "import-knowledge", dir, "--prune"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("removed  wifi"), "{out}");
+    assert_eq!(
+        chat(&mut new.admin, "and now?", "dave").await.unwrap().0,
+        "echo: and now?"
+    );
+    assert_eq!(
+        history_sent_with(&llm, "and now?"),
+        [
+            "remember the 北京 trip",
+            "echo: remember the 北京 trip",
+            "and now?"
+        ]
+    );
+}
