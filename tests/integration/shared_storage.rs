@@ -522,3 +522,49 @@ async fn a_sqlite_data_dir_migrates_into_postgres_and_a_broker_goes_on_from_ther
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_services_pass_the_shared_cases_on_postgres() {
+    use crate::host::{assert_clean, case_plugin, cases_file, report, ALL_CAPABILITIES, SOURCES};
+    use hearth_broker::storage::{Db, TextMemory, TextMemoryOptions};
+    // The cases of tests/host_cases.json (settings, memory, TextMemory, DocMemory,
+    // knowledge, LLM sources, input, MCP, and every capability refusal) with the
+    // broker's state in PostgreSQL.
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let file = cases_file();
+    let (cases, refusals) = (
+        file["cases"].as_array().unwrap().len(),
+        file["refusals"].as_array().unwrap().len(),
+    );
+    let plugins = vec![
+        case_plugin("py", "hc_peer", "other", "", None),
+        case_plugin("py", "hc", "runner", "hc_peer", Some(&ALL_CAPABILITIES)),
+        case_plugin("py", "hc_nocap", "nocap", "hc_peer", Some(&[])),
+    ];
+    let toml = format!("{SOURCES}\n[storage]\nurl = \"{url}\"\n");
+    let mut b = Broker::spawn_with_files(plugins, &[], &[("hearth.toml", &toml)]).await;
+    for name in ["hc_peer", "hc", "hc_nocap"] {
+        b.wait_ready(name).await;
+    }
+    let ran = report(&mut b, "hc").await;
+    let refused = report(&mut b, "hc_nocap").await;
+    assert_clean(&[
+        (&ran, "py on PostgreSQL", "cases", cases),
+        (&refused, "py on PostgreSQL", "refusals", refusals),
+    ]);
+    // The runner's TextMemory appends are rows of the database, not files.
+    let log = TextMemory::postgres(
+        Db::postgres(&url).await.unwrap(),
+        TextMemoryOptions::default(),
+    )
+    .await
+    .unwrap();
+    let today = log.events_of_day(log.today()).await.unwrap();
+    assert!(
+        today.iter().filter(|e| e.content.contains("(hc)")).count() == 2,
+        "{today:?}"
+    );
+    let files = std::fs::read_dir(b.data_dir().join("memory/text")).map_or(0, |d| d.count());
+    assert_eq!(files, 0, "TextMemory files written beside the database");
+}
