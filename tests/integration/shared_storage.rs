@@ -568,3 +568,59 @@ async fn host_services_pass_the_shared_cases_on_postgres() {
     let files = std::fs::read_dir(b.data_dir().join("memory/text")).map_or(0, |d| d.count());
     assert_eq!(files, 0, "TextMemory files written beside the database");
 }
+
+/// As `memory::a_sigkilled_broker_loses_no_acknowledged_write`, on PostgreSQL: a
+/// broker SIGKILLed in the middle of a plugin's stream of `Settings.Set` and
+/// `Memory.Commit` calls lost none it acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_broker_on_postgres_loses_no_acknowledged_write() {
+    use hearth_broker::storage::{Db, GraphMemory, Scope, Settings};
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let acks = tempfile::NamedTempFile::new().unwrap();
+    let plugin = PluginDir {
+        dir: "durable".into(),
+        manifest: json!({"name": "durable", "runtime": "python",
+            "entry": repo().join("tests/plugins/durable_writer.py"),
+            "env": {"ACK_FILE": acks.path()}, "sandbox": {"write": [acks.path()]}}),
+    };
+    let toml = format!("[storage]\nurl = \"{url}\"\n");
+    let mut b = Broker::spawn_with_files(vec![plugin], &[], &[("hearth.toml", &toml)]).await;
+    let read = || -> Vec<u64> {
+        std::fs::read_to_string(acks.path())
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    let started = Instant::now();
+    while read().len() < 150 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the plugin acknowledged only {} writes:\n{}",
+            read().len(),
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.stop_with(libc::SIGKILL); // mid-stream
+                                // The reaper stops the plugin; its ack file is final once it is gone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let acked = read();
+    let db = Db::postgres(&url).await.unwrap();
+    let settings = Settings::new(db.clone());
+    let graph = GraphMemory::new(db);
+    let scope = Scope::Plugin("durable".into());
+    for &i in &acked {
+        assert_eq!(
+            settings.get(&scope, &format!("k{i}")).await.unwrap(),
+            json!(i),
+            "set {i} was acknowledged but is lost"
+        );
+        let g = graph.recall([format!("s{i}")], 1).await.unwrap();
+        assert!(
+            g.relations.iter().any(|r| r.target_name == format!("o{i}")),
+            "commit {i} was acknowledged but is lost"
+        );
+    }
+}
