@@ -188,9 +188,16 @@ impl PgDb {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await
             .map_err(self.error("migrate the schema: take the migration lock"))?;
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS hearth_schema (version INTEGER NOT NULL)")
+        let fresh: bool = tx
+            .query_one("SELECT to_regclass('hearth_schema') IS NULL", &[])
             .await
-            .map_err(self.error("migrate the schema: create hearth_schema"))?;
+            .map_err(self.error("migrate the schema: look for hearth_schema"))?
+            .get(0);
+        if fresh {
+            tx.batch_execute("CREATE TABLE hearth_schema (version INTEGER NOT NULL)")
+                .await
+                .map_err(self.error("migrate the schema: create hearth_schema"))?;
+        }
         let found: Option<i32> = tx
             .query_opt("SELECT version FROM hearth_schema", &[])
             .await
