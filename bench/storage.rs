@@ -50,8 +50,10 @@ use serde_json::json;
 use common::{cpu_us, env_num, loadavg, machine, summarize, utc_now};
 use harness::Broker;
 
-/// CPU µs of every process in process group `pgid` (the PostgreSQL server).
-fn group_cpu_us(pgid: u32) -> u64 {
+/// CPU µs of the PostgreSQL server: the postmaster `pid` and its children (each
+/// backend is a session of its own, so not in the postmaster's process group).
+fn group_cpu_us(pid: u32) -> u64 {
+    let postmaster = pid;
     let mut total = 0;
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry
@@ -67,7 +69,8 @@ fn group_cpu_us(pgid: u32) -> u64 {
         // Fields after the command (which may hold spaces) start after the last ')'.
         let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
         let fields: Vec<&str> = rest.split(' ').collect();
-        if fields.get(2).and_then(|f| f.parse::<u32>().ok()) == Some(pgid) {
+        let ppid = fields.get(1).and_then(|f| f.parse::<u32>().ok());
+        if pid == postmaster || ppid == Some(postmaster) {
             total += cpu_us(pid);
         }
     }
@@ -162,7 +165,7 @@ async fn per_turn(turns: usize, pg: &PgCluster) {
     print_row(
         "PostgreSQL, no lease",
         row,
-        "`SELECT 1` via the pool",
+        "prepared `SELECT 1`, one connection",
         floor,
     );
     let leases = Leases::start(

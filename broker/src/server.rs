@@ -131,7 +131,7 @@ async fn start_agent(
         storage.url = Some(url.clone());
     }
     let db = match storage.connection_url().map_err(|e| anyhow::anyhow!(e))? {
-        Some(url) => Db::postgres(&url).await?,
+        Some(url) => Db::postgres_with(&url, storage.ca.as_deref()).await?,
         None => Db::open(data_dir).await.context("opening hearth.db")?,
     };
     let leases = match db.pg() {
@@ -250,20 +250,7 @@ fn shared_admin_token(file: &Path, local: &Path) -> anyhow::Result<String> {
             file.display()
         );
     }
-    let tmp = local.with_extension("token.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.write_all(token.as_bytes())?;
-    }
-    std::fs::rename(&tmp, local).with_context(|| format!("writing {}", local.display()))?;
+    write_token(local, &token)?;
     Ok(token)
 }
 
@@ -318,8 +305,13 @@ pub(crate) fn write_admin_token(path: &Path) -> anyhow::Result<String> {
     getrandom::fill(&mut bytes)
         .map_err(|e| anyhow::anyhow!("reading the OS random source: {e}"))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    // Written under a temporary name and renamed: a client never reads a half-written
-    // (empty) token.
+    write_token(path, &token)?;
+    Ok(token)
+}
+
+/// Writes `token` to `path` (mode 0600) under a temporary name and renames it: a
+/// client never reads a half-written (empty) token.
+fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("token.tmp");
     let _ = std::fs::remove_file(&tmp);
     use std::io::Write;
@@ -333,7 +325,7 @@ pub(crate) fn write_admin_token(path: &Path) -> anyhow::Result<String> {
     f.write_all(token.as_bytes())?;
     drop(f);
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(token)
+    Ok(())
 }
 
 /// The supervisor of a broker or plugin host on `data_dir`: plugins dial `socket`; the

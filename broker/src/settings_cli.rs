@@ -128,7 +128,8 @@ async fn define_secret(settings: &Settings, scope: &Scope, key: &str) -> anyhow:
 /// run).
 pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<ExitCode> {
     let writes = matches!(command, SettingsCommand::Set { .. });
-    let url = Db::configured_url(data_dir, None)?;
+    let storage = Db::configured(data_dir, None)?;
+    let url = storage.connection_url().map_err(|e| anyhow!(e))?;
     if url.is_none() && !writes && !data_dir.join("hearth.db").exists() {
         bail!(
             "no hearth.db in {} (start `hearth run` once, or pass the right --data-dir)",
@@ -136,7 +137,7 @@ pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<Ex
         );
     }
     let db = match url {
-        Some(url) => Db::postgres(&url).await?,
+        Some(url) => Db::postgres_with(&url, storage.ca.as_deref()).await?,
         None => Db::open(data_dir).await?,
     };
     let settings = Settings::new(db);

@@ -145,7 +145,8 @@ async fn migrate(data_dir: &Path, url: &str, replace: bool) -> anyhow::Result<Ex
     }
     // Brings the SQLite file to this build's schema, as a broker start would.
     drop(Db::open(data_dir).await?);
-    let target = Db::postgres(url).await?;
+    let ca = Db::configured(data_dir, None)?.ca;
+    let target = Db::postgres_with(url, ca.as_deref()).await?;
     let pg = target.pg().expect("a PostgreSQL handle");
     let mut client = pg.client("migrate").await?;
     let tx = client

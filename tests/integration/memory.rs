@@ -147,6 +147,13 @@ async fn memory_documents_and_knowledge_reach_the_llm_context() {
 /// answered is in `hearth.db` when it is opened again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_broker_loses_no_acknowledged_write() {
+    no_acknowledged_write_lost(None).await;
+}
+
+/// The durability check: a broker (its state in PostgreSQL at `db_url`, else in
+/// `hearth.db`) is SIGKILLed while a plugin writes, then every acknowledged write is
+/// looked for.
+pub(crate) async fn no_acknowledged_write_lost(db_url: Option<&str>) {
     let acks = tempfile::NamedTempFile::new().unwrap();
     let plugin = crate::harness::PluginDir {
         dir: "durable".into(),
@@ -154,7 +161,9 @@ async fn a_sigkilled_broker_loses_no_acknowledged_write() {
             "entry": crate::harness::repo().join("tests/plugins/durable_writer.py"),
             "env": {"ACK_FILE": acks.path()}, "sandbox": {"write": [acks.path()]}}),
     };
-    let mut b = Broker::start(vec![plugin]).await;
+    let toml = db_url.map_or(String::new(), |url| format!("[storage]\nurl = \"{url}\"\n"));
+    let mut b = Broker::spawn_with_files(vec![plugin], &[], &[("hearth.toml", &toml)]).await;
+    b.wait_ready("durable").await;
     let read = || -> Vec<u64> {
         std::fs::read_to_string(acks.path())
             .unwrap()
@@ -178,7 +187,10 @@ async fn a_sigkilled_broker_loses_no_acknowledged_write() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let acked = read();
     assert!(acked.len() >= 150);
-    let db = Db::open(&data).await.unwrap();
+    let db = match db_url {
+        Some(url) => Db::postgres(url).await.unwrap(),
+        None => Db::open(&data).await.unwrap(),
+    };
     let settings = Settings::new(db.clone());
     let graph = GraphMemory::new(db);
     let scope = Scope::Plugin("durable".into());

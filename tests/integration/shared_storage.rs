@@ -574,53 +574,59 @@ async fn host_services_pass_the_shared_cases_on_postgres() {
 /// `Memory.Commit` calls lost none it acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_broker_on_postgres_loses_no_acknowledged_write() {
-    use hearth_broker::storage::{Db, GraphMemory, Scope, Settings};
     let Some(pg) = cluster() else { return };
-    let url = pg.database();
-    let acks = tempfile::NamedTempFile::new().unwrap();
-    let plugin = PluginDir {
-        dir: "durable".into(),
-        manifest: json!({"name": "durable", "runtime": "python",
-            "entry": repo().join("tests/plugins/durable_writer.py"),
-            "env": {"ACK_FILE": acks.path()}, "sandbox": {"write": [acks.path()]}}),
+    crate::memory::no_acknowledged_write_lost(Some(&pg.database())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls_is_checked_against_a_private_ca() {
+    use crate::nats::TestCa;
+    use hearth_broker::storage::{Db, Scope, Settings};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "pg-test-ca");
+    let (cert, key) = ca.issue("pg-server", &["IP:127.0.0.1", "DNS:localhost"]);
+    let Some(pg) = PgCluster::start_tls(&cert, &key) else {
+        return;
     };
-    let toml = format!("[storage]\nurl = \"{url}\"\n");
-    let mut b = Broker::spawn_with_files(vec![plugin], &[], &[("hearth.toml", &toml)]).await;
-    let read = || -> Vec<u64> {
-        std::fs::read_to_string(acks.path())
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.parse().ok())
-            .collect()
-    };
-    let started = Instant::now();
-    while read().len() < 150 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the plugin acknowledged only {} writes:\n{}",
-            read().len(),
-            b.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    b.stop_with(libc::SIGKILL); // mid-stream
-                                // The reaper stops the plugin; its ack file is final once it is gone.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let acked = read();
-    let db = Db::postgres(&url).await.unwrap();
-    let settings = Settings::new(db.clone());
-    let graph = GraphMemory::new(db);
-    let scope = Scope::Plugin("durable".into());
-    for &i in &acked {
-        assert_eq!(
-            settings.get(&scope, &format!("k{i}")).await.unwrap(),
-            json!(i),
-            "set {i} was acknowledged but is lost"
-        );
-        let g = graph.recall([format!("s{i}")], 1).await.unwrap();
-        assert!(
-            g.relations.iter().any(|r| r.target_name == format!("o{i}")),
-            "commit {i} was acknowledged but is lost"
-        );
-    }
+    let url = format!("{}?sslmode=require", pg.database());
+    // A server certificate from a CA nobody said to trust: refused, saying why.
+    let err = Db::postgres(&url).await.unwrap_err().to_string();
+    assert!(err.contains("certificate"), "{err}");
+    // With `[storage] ca`: TLS, and the database works.
+    let db = Db::postgres_with(&url, Some(&ca.cert())).await.unwrap();
+    Settings::new(db)
+        .set(&Scope::Core, "over", json!("tls"))
+        .await
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(
+        data.path().join("hearth.toml"),
+        format!(
+            "[storage]\nurl = \"{url}\"\nca = {:?}\n",
+            ca.cert().display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["settings", "get", "over"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "\"tls\"");
+    // A `ca` that holds no certificate is named.
+    std::fs::write(dir.path().join("empty.pem"), "nothing here\n").unwrap();
+    let err = Db::postgres_with(&url, Some(&dir.path().join("empty.pem")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("[storage] ca") && err.contains("no PEM certificate"),
+        "{err}"
+    );
 }

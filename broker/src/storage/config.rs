@@ -4,6 +4,7 @@
 //! [storage]
 //! url = "postgres://hearth@db.example.com:5432/hearth?sslmode=require"
 //! password_file = "/etc/hearth/pg.pw"   # or the password in the url, or HEARTH_STORAGE_URL
+//! ca = "/etc/hearth/pg-ca.pem"          # trust this CA for the server's certificate (else the system's)
 //! broker_id = "broker-1"                # unique per broker on the database; default <host>-<pid>-<random>
 //! lease_ttl_s = 15                      # a dead broker's conversations move after at most this
 //! ```
@@ -26,6 +27,9 @@ pub struct StorageConfig {
     /// A file holding the password (its first line; read at start, relative to the
     /// data dir), instead of one in the URL.
     pub password_file: Option<PathBuf>,
+    /// A PEM file of CA certificates to trust for the server's TLS certificate (a
+    /// managed service's own CA), besides the system's; relative to the data dir.
+    pub ca: Option<PathBuf>,
     /// This broker's id on the database (leases name it); unique among the brokers
     /// sharing it. Default: `<host>-<pid>-<4 random hex digits>`, new at each start.
     pub broker_id: Option<String>,
@@ -37,7 +41,10 @@ pub struct StorageConfig {
 impl StorageConfig {
     /// Makes relative paths relative to `data_dir`.
     pub fn resolve_paths(&mut self, data_dir: &Path) {
-        if let Some(p) = &mut self.password_file {
+        for p in [&mut self.password_file, &mut self.ca]
+            .into_iter()
+            .flatten()
+        {
             if p.is_relative() {
                 *p = data_dir.join(&*p);
             }

@@ -117,31 +117,41 @@ impl Db {
     /// A `hearth.toml` that does not load, a password file that cannot be read, or the
     /// database's own errors.
     pub async fn open_configured(data_dir: &Path, url: Option<String>) -> anyhow::Result<Db> {
-        match Db::configured_url(data_dir, url)? {
-            Some(url) => Ok(Db::postgres(&url).await?),
+        let storage = Db::configured(data_dir, url)?;
+        match storage.connection_url().map_err(|e| anyhow::anyhow!(e))? {
+            Some(url) => Ok(Db::postgres_with(&url, storage.ca.as_deref()).await?),
             None => Ok(Db::open(data_dir).await?),
         }
     }
 
-    /// The PostgreSQL URL [`Db::open_configured`] would connect to (password from
-    /// `password_file` included), `None` for SQLite.
+    /// The `[storage]` of `data_dir`'s `hearth.toml` with `url` (or
+    /// `HEARTH_STORAGE_URL`) over its `url`.
     ///
     /// # Errors
-    /// As [`Db::open_configured`], before any connection.
-    pub fn configured_url(data_dir: &Path, url: Option<String>) -> anyhow::Result<Option<String>> {
+    /// A `hearth.toml` that does not load.
+    pub fn configured(
+        data_dir: &Path,
+        url: Option<String>,
+    ) -> anyhow::Result<super::StorageConfig> {
         let config = crate::llm::config::Config::load(data_dir, &Default::default())
             .map_err(|e| anyhow::anyhow!(e))?;
         let mut storage = config.storage;
         if let Some(url) = url.or_else(|| std::env::var("HEARTH_STORAGE_URL").ok()) {
             storage.url = Some(url).filter(|u| !u.is_empty());
         }
-        storage.connection_url().map_err(|e| anyhow::anyhow!(e))
+        Ok(storage)
     }
 
     /// Connects to the PostgreSQL database at `url` (`postgres://user:pass@host:port/db`
     /// or the key=value form) and migrates its schema ([`super::pg::PgDb::connect`]).
     pub async fn postgres(url: &str) -> Result<Db, StorageError> {
-        let pg = super::pg::PgDb::connect(url).await?;
+        Db::postgres_with(url, None).await
+    }
+
+    /// [`Db::postgres`], also trusting the CA certificates of the PEM file `ca`
+    /// (`[storage] ca`).
+    pub async fn postgres_with(url: &str, ca: Option<&Path>) -> Result<Db, StorageError> {
+        let pg = super::pg::PgDb::connect_with(url, ca).await?;
         Ok(Db {
             path: Path::new(pg.target()).into(),
             backend: Backend::Postgres(pg),

@@ -99,9 +99,26 @@ impl PgCluster {
             .as_ref()
     }
 
+    /// A cluster of its own that also serves TLS with `cert` and `key` (PEM), for
+    /// tests of TLS clients; `None` as [`PgCluster::shared`]. It stops when the process
+    /// exits.
+    pub fn start_tls(cert: &Path, key: &Path) -> Option<PgCluster> {
+        PgCluster::start_on_own_thread_with(
+            Durability::Fast,
+            Some((cert.to_path_buf(), key.to_path_buf())),
+        )
+    }
+
     /// Starts a cluster from a thread that never ends (the parent-death signal is tied
     /// to the thread that forked the server).
     fn start_on_own_thread(durability: Durability) -> Option<PgCluster> {
+        PgCluster::start_on_own_thread_with(durability, None)
+    }
+
+    fn start_on_own_thread_with(
+        durability: Durability,
+        tls: Option<(PathBuf, PathBuf)>,
+    ) -> Option<PgCluster> {
         let Some(bin) = bin_dir() else {
             let why = "no PostgreSQL server found (apt-get install postgresql-15, or set HEARTH_PG_BINDIR); skipping the PostgreSQL cases";
             if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -114,7 +131,7 @@ impl PgCluster {
         std::thread::Builder::new()
             .name("hearth-test-postgres".into())
             .spawn(move || {
-                let _ = tx.send(PgCluster::start(&bin, durability));
+                let _ = tx.send(PgCluster::start_with(&bin, durability, tls));
                 loop {
                     std::thread::park();
                 }
@@ -126,6 +143,15 @@ impl PgCluster {
     /// `initdb` and start a cluster with the binaries in `bin`. Panics with the
     /// server's log when it does not come up.
     pub fn start(bin: &Path, durability: Durability) -> PgCluster {
+        PgCluster::start_with(bin, durability, None)
+    }
+
+    /// [`PgCluster::start`], serving TLS with `tls` = (certificate, key) when given.
+    fn start_with(
+        bin: &Path,
+        durability: Durability,
+        tls: Option<(PathBuf, PathBuf)>,
+    ) -> PgCluster {
         remove_stale_dirs();
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let dir = PathBuf::from(format!(
@@ -163,9 +189,31 @@ impl PgCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         let log = dir.join("server.log");
+        let mut extra = Vec::new();
+        if let Some((cert, key)) = tls {
+            // The server reads them as its own user, and refuses a key others may read.
+            let (c, k) = (dir.join("server.crt"), dir.join("server.key"));
+            std::fs::copy(cert, &c).expect("copy the TLS certificate");
+            std::fs::copy(key, &k).expect("copy the TLS key");
+            for f in [&c, &k] {
+                std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                    .expect("chmod the TLS files");
+                if as_root {
+                    chown_nobody(f);
+                }
+            }
+            extra = vec![
+                "-c".to_string(),
+                "ssl=on".into(),
+                "-c".into(),
+                format!("ssl_cert_file={}", c.display()),
+                "-c".into(),
+                format!("ssl_key_file={}", k.display()),
+            ];
+        }
         for _attempt in 0..5 {
             let port = free_port();
-            let mut child = spawn_server(bin, &dir, port, durability, as_root, &log);
+            let mut child = spawn_server(bin, &dir, port, durability, as_root, &log, &extra);
             match wait_ready(bin, &dir, port, &mut child) {
                 Ok(()) => {
                     let pid = child.id();
@@ -314,6 +362,7 @@ fn spawn_server(
     durability: Durability,
     as_root: bool,
     log: &Path,
+    extra: &[String],
 ) -> Child {
     let mut c = runner(bin, "postgres", as_root);
     c.arg("-D")
@@ -321,7 +370,8 @@ fn spawn_server(
         .args(["-c", "listen_addresses=127.0.0.1", "-p", &port.to_string()])
         .arg("-k")
         .arg(dir)
-        .args(["-c", "shared_buffers=16MB", "-c", "max_connections=200"]);
+        .args(["-c", "shared_buffers=16MB", "-c", "max_connections=200"])
+        .args(extra);
     if durability == Durability::Fast {
         c.args([
             "-c",
@@ -382,7 +432,7 @@ fn free_port() -> u16 {
         .expect("bind 127.0.0.1:0")
 }
 
-fn chown_nobody(dir: &Path) {
+fn chown_nobody(path: &Path) {
     let name = std::ffi::CString::new("nobody").unwrap();
     // SAFETY: getpwnam returns a pointer to static storage or null; read at once.
     let (uid, gid) = unsafe {
@@ -390,7 +440,7 @@ fn chown_nobody(dir: &Path) {
         assert!(!pw.is_null(), "no user nobody");
         ((*pw).pw_uid, (*pw).pw_gid)
     };
-    std::os::unix::fs::chown(dir, Some(uid), Some(gid)).expect("chown the cluster dir");
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("chown to nobody");
 }
 
 /// Removes `/tmp/hearth-pg-<pid>-*` directories whose process is gone (a killed test

@@ -73,6 +73,19 @@ impl PgDb {
     /// naming the server for a refused connection, login or migration;
     /// [`StorageError::SchemaTooNew`] for a database migrated by a newer Hearth.
     pub async fn connect(url: &str) -> Result<PgDb, StorageError> {
+        PgDb::connect_with(url, None).await
+    }
+
+    /// [`PgDb::connect`], also trusting the CA certificates of the PEM file `ca` for
+    /// the server's TLS certificate.
+    ///
+    /// # Errors
+    /// As [`PgDb::connect`]; [`StorageError::Invalid`] for a `ca` file that cannot be
+    /// read or holds no certificate.
+    pub async fn connect_with(
+        url: &str,
+        ca: Option<&std::path::Path>,
+    ) -> Result<PgDb, StorageError> {
         let mut config: tokio_postgres::Config =
             url.parse().map_err(|e| StorageError::Invalid {
                 what: "storage url".into(),
@@ -88,7 +101,7 @@ impl PgDb {
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
         let target: Arc<str> = describe(&config).into();
-        let tls = tls()?;
+        let tls = tls(ca)?;
         let manager = Manager::from_config(
             config.clone(),
             tls.clone(),
@@ -257,12 +270,36 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("postgres://{at}{host}:{port}/{db}")
 }
 
-/// The TLS connector: rustls with the ring provider and the system's CAs.
-fn tls() -> Result<tokio_postgres_rustls::MakeRustlsConnect, StorageError> {
+/// The TLS connector: rustls with the ring provider, trusting the system's CAs and
+/// those of `ca`.
+fn tls(
+    ca: Option<&std::path::Path>,
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StorageError> {
+    use rustls::pki_types::pem::PemObject as _;
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for cert in native.certs {
         let _ = roots.add(cert);
+    }
+    if let Some(file) = ca {
+        let invalid = |reason: String| StorageError::Invalid {
+            what: format!("[storage] ca {}", file.display()),
+            reason,
+        };
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(file)
+            .map_err(|e| invalid(e.to_string()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(invalid(
+                "holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+            ));
+        }
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| invalid(format!("not a CA certificate rustls takes: {e}")))?;
+        }
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
