@@ -60,7 +60,11 @@ pub(in crate::storage) async fn append(
     let tx = client.transaction().await.map_err(err())?;
     let found = tx
         .query_opt(
-            "SELECT id FROM conversations WHERE scope = $1 AND channel = $2 AND subject = $3",
+            &tx.prepare_cached(
+                "SELECT id FROM conversations WHERE scope = $1 AND channel = $2 AND subject = $3",
+            )
+            .await
+            .map_err(err())?,
             &[&scope, &channel, &subject],
         )
         .await
@@ -71,14 +75,18 @@ pub(in crate::storage) async fn append(
             // Another broker may create it at the same moment: the unique key decides,
             // and both then use the one row.
             tx.execute(
-                "INSERT INTO conversations (scope, channel, subject) VALUES ($1, $2, $3)
+                &tx.prepare_cached(
+                    "INSERT INTO conversations (scope, channel, subject) VALUES ($1, $2, $3)
                  ON CONFLICT (scope, channel, subject) DO NOTHING",
+                )
+                .await
+                .map_err(err())?,
                 &[&scope, &channel, &subject],
             )
             .await
             .map_err(err())?;
             tx.query_one(
-                "SELECT id FROM conversations WHERE scope = $1 AND channel = $2 AND subject = $3",
+                &tx.prepare_cached("SELECT id FROM conversations WHERE scope = $1 AND channel = $2 AND subject = $3").await.map_err(err())?,
                 &[&scope, &channel, &subject],
             )
             .await
@@ -105,20 +113,28 @@ pub(in crate::storage) async fn append(
     let injected: Vec<Option<&str>> = rows.iter().map(|r| r.injected_by.as_deref()).collect();
     // One round trip for the whole turn; ids in the slice's order.
     tx.execute(
-        "INSERT INTO conversation_messages
+        &tx.prepare_cached(
+            "INSERT INTO conversation_messages
              (conversation, role, message, chars, created_at, injected_by)
          SELECT $1, role, message, chars, $2, injected_by
            FROM unnest($3::text[], $4::text[], $5::bigint[], $6::text[])
                 WITH ORDINALITY AS m (role, message, chars, injected_by, n)
           ORDER BY n",
+        )
+        .await
+        .map_err(err())?,
         &[&id, &now, &roles, &texts, &chars, &injected],
     )
     .await
     .map_err(err())?;
     let kept = tx
         .query(
-            "SELECT id, role = 'tool', chars FROM conversation_messages
+            &tx.prepare_cached(
+                "SELECT id, role = 'tool', chars FROM conversation_messages
              WHERE conversation = $1 ORDER BY id",
+            )
+            .await
+            .map_err(err())?,
             &[&id],
         )
         .await
@@ -133,7 +149,11 @@ pub(in crate::storage) async fn append(
     let drop = units_to_drop(&units, budget);
     let dropped = if drop > 0 {
         tx.execute(
-            "DELETE FROM conversation_messages WHERE conversation = $1 AND id <= $2",
+            &tx.prepare_cached(
+                "DELETE FROM conversation_messages WHERE conversation = $1 AND id <= $2",
+            )
+            .await
+            .map_err(err())?,
             &[&id, &units[drop - 1].last_id],
         )
         .await

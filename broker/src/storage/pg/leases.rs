@@ -184,8 +184,12 @@ impl Leases {
             .map_err(err())?;
         let current = tx
             .query_opt(
-                "SELECT holder, expires > now() FROM conversation_leases
+                &tx.prepare_cached(
+                    "SELECT holder, expires > now() FROM conversation_leases
                  WHERE conversation = $1 FOR UPDATE",
+                )
+                .await
+                .map_err(err())?,
                 &[&conversation],
             )
             .await
@@ -194,9 +198,13 @@ impl Leases {
             None => {
                 let inserted = tx
                     .query_opt(
-                        "INSERT INTO conversation_leases (conversation, holder, expires)
+                        &tx.prepare_cached(
+                            "INSERT INTO conversation_leases (conversation, holder, expires)
                          VALUES ($1, $2, now() + make_interval(secs => $3))
                          ON CONFLICT (conversation) DO NOTHING RETURNING epoch",
+                        )
+                        .await
+                        .map_err(err())?,
                         &[&conversation, &i.holder, &ttl],
                     )
                     .await
@@ -214,7 +222,9 @@ impl Leases {
                     // Held: unless the holder's session is gone (its liveness lock free).
                     let gone: bool = tx
                         .query_one(
-                            "SELECT pg_try_advisory_xact_lock($1)",
+                            &tx.prepare_cached("SELECT pg_try_advisory_xact_lock($1)")
+                                .await
+                                .map_err(err())?,
                             &[&liveness_key(&holder)],
                         )
                         .await
@@ -226,11 +236,15 @@ impl Leases {
                     tracing::info!(conversation = %key, from = %holder, "taking over the conversation's lease: its broker is gone");
                 }
                 tx.query_one(
-                    "UPDATE conversation_leases
+                    &tx.prepare_cached(
+                        "UPDATE conversation_leases
                         SET expires = now() + make_interval(secs => $3),
                             epoch = CASE WHEN holder = $2 THEN epoch ELSE epoch + 1 END,
                             holder = $2
                       WHERE conversation = $1 RETURNING epoch",
+                    )
+                    .await
+                    .map_err(err())?,
                     &[&conversation, &i.holder, &ttl],
                 )
                 .await
@@ -255,13 +269,18 @@ pub(super) async fn conversation_id(pg: &PgDb, key: &ConversationKey) -> Result<
     let (scope, subject) = key.scope();
     let row = client
         .query_one(
-            "WITH made AS (
+            &client
+                .prepare_cached(
+                    "WITH made AS (
                  INSERT INTO conversations (scope, channel, subject) VALUES ($1, $2, $3)
                  ON CONFLICT (scope, channel, subject) DO NOTHING RETURNING id)
              SELECT id FROM made
              UNION ALL
              SELECT id FROM conversations WHERE scope = $1 AND channel = $2 AND subject = $3
              LIMIT 1",
+                )
+                .await
+                .map_err(pg.error(op.clone()))?,
             &[&scope, &key.channel, &subject],
         )
         .await
@@ -347,8 +366,8 @@ async fn renew(leases: std::sync::Weak<Inner>, turn: TurnLease, stop: Cancellati
             let client = i.pg.client(op).await?;
             client
                 .execute(
-                    "UPDATE conversation_leases SET expires = now() + make_interval(secs => $4)
-                     WHERE conversation = $1 AND holder = $2 AND epoch = $3",
+                    &client.prepare_cached("UPDATE conversation_leases SET expires = now() + make_interval(secs => $4)
+                     WHERE conversation = $1 AND holder = $2 AND epoch = $3").await.map_err(i.pg.error(op))?,
                     &[&turn.conversation, &turn.holder, &turn.epoch, &ttl],
                 )
                 .await
@@ -376,15 +395,21 @@ async fn release(leases: &Inner, turn: &TurnLease) {
             .map_err(pg.error(op))?;
         let n = tx
             .execute(
-                "UPDATE conversation_leases SET expires = now()
+                &tx.prepare_cached(
+                    "UPDATE conversation_leases SET expires = now()
                  WHERE conversation = $1 AND holder = $2 AND epoch = $3",
+                )
+                .await
+                .map_err(pg.error(op))?,
                 &[&turn.conversation, &turn.holder, &turn.epoch],
             )
             .await
             .map_err(pg.error(op))?;
         if n > 0 {
             tx.execute(
-                "SELECT pg_notify($1, $2)",
+                &tx.prepare_cached("SELECT pg_notify($1, $2)")
+                    .await
+                    .map_err(pg.error(op))?,
                 &[&LEASES_CHANNEL, &turn.conversation.to_string()],
             )
             .await
@@ -407,8 +432,12 @@ pub(super) async fn check_fence(
 ) -> Result<bool, tokio_postgres::Error> {
     Ok(tx
         .query_opt(
-            "SELECT 1 FROM conversation_leases
+            &tx.prepare_cached(
+                "SELECT 1 FROM conversation_leases
              WHERE conversation = $1 AND holder = $2 AND epoch = $3 FOR SHARE",
+            )
+            .await
+            .map_err(std::convert::identity)?,
             &[&lease.conversation, &lease.holder, &lease.epoch],
         )
         .await?
