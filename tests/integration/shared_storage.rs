@@ -630,3 +630,73 @@ async fn postgres_over_tls_is_checked_against_a_private_ca() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_on_one_postgres_and_one_nats_serve_a_nodes_plugin_alike() {
+    use crate::nats::NatsServer;
+    use crate::remote::{wait_nodes, Node};
+    // A plugin on a plugin host: its calls come from either broker, and its host calls
+    // (relayed over NATS to whichever broker takes them) land in the one database.
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let nats = NatsServer::plain();
+    let probe = PluginDir {
+        dir: "probe".into(),
+        manifest: json!({"name": "probe", "runtime": "python",
+            "entry": repo().join("tests/plugins/host_probe.py")}),
+    };
+    let _node = Node::spawn(nats.url(), "a", "127.0.0.2", &[probe]);
+    let llm = echo_llm(0);
+    let toml = |id: &str| {
+        format!(
+            "[storage]\nurl = \"{url}\"\n[nats]\nname = \"{id}\"\nlocal_address = \"127.0.0.1\"\n"
+        )
+    };
+    let spawn = |id: &'static str| {
+        let toml = toml(id);
+        let llm_url = llm.base_url();
+        let nats_url = nats.url().to_string();
+        async move {
+            Broker::spawn_with_files(
+                vec![],
+                &["--llm-url", &llm_url, "--nats", &nats_url],
+                &[("hearth.toml", &toml)],
+            )
+            .await
+        }
+    };
+    let mut b1 = spawn("b1").await;
+    let mut b2 = spawn("b2").await;
+    wait_nodes(&mut b1, "probe", &["a"]).await;
+    wait_nodes(&mut b2, "probe", &["a"]).await;
+    for (i, b) in [&mut b1, &mut b2].into_iter().enumerate() {
+        let set = json!({"call": "settings.set", "args": [format!("k{i}"), i], "kwargs": {}});
+        let got = b.call("probe_host", set).await.unwrap();
+        assert!(got.success, "{got:?}");
+    }
+    // Both writes are in the one database, whichever broker relayed them.
+    for b in [&mut b1, &mut b2] {
+        for i in 0..2 {
+            let get = json!({"call": "settings.get", "args": [format!("k{i}")], "kwargs": {}});
+            let got = b.call("probe_host", get).await.unwrap();
+            let answer: Value = serde_json::from_str(&got.content).unwrap();
+            assert_eq!(answer, json!({"ok": i}), "{}", b.log());
+        }
+    }
+    // And the conversations of both brokers are one service.
+    assert_eq!(
+        chat(&mut b1.admin, "hi from erin", "erin").await.unwrap().0,
+        "echo: hi from erin"
+    );
+    assert_eq!(
+        chat(&mut b2.admin, "again from erin", "erin")
+            .await
+            .unwrap()
+            .0,
+        "echo: again from erin"
+    );
+    assert_eq!(
+        history_sent_with(&llm, "again from erin"),
+        ["hi from erin", "echo: hi from erin", "again from erin"]
+    );
+}
