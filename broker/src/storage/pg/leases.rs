@@ -436,8 +436,7 @@ pub(super) async fn check_fence(
                 "SELECT 1 FROM conversation_leases
              WHERE conversation = $1 AND holder = $2 AND epoch = $3 FOR SHARE",
             )
-            .await
-            .map_err(std::convert::identity)?,
+            .await?,
             &[&lease.conversation, &lease.holder, &lease.epoch],
         )
         .await?
