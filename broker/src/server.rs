@@ -153,7 +153,6 @@ async fn start_agent(
     let text_memory = TextMemory::for_db(&db, data_dir, config.text_memory)
         .await
         .context("opening TextMemory")?;
-    crate::storage::warm_up_segmenter();
     let memory = GraphMemory::new(db.clone());
     let docs = DocMemory::new(db.clone());
     let knowledge = Knowledge::open(db.clone(), data_dir)

@@ -60,10 +60,8 @@ pub struct DocMemory {
 }
 
 impl DocMemory {
-    /// DocMemory stored in `db`. Starts loading the segmenter's dictionary in the
-    /// background ([`warm_up_segmenter`](super::warm_up_segmenter)).
+    /// DocMemory stored in `db`.
     pub fn new(db: Db) -> DocMemory {
-        search::warm_up_segmenter();
         DocMemory { db }
     }
 

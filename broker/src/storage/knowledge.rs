@@ -210,13 +210,11 @@ impl Knowledge {
     pub const RACY_WINDOW: Duration = Duration::from_secs(2);
 
     /// Opens the folder `<data_dir>/knowledge/` (created if needed) and brings the
-    /// index in `db` up to date with it. Starts loading the segmenter in the
-    /// background.
+    /// index in `db` up to date with it.
     ///
     /// On PostgreSQL the database is the store: the folder is neither created nor read
     /// (see the module doc, "On PostgreSQL").
     pub async fn open(db: Db, data_dir: &Path) -> Result<Knowledge, StorageError> {
-        search::warm_up_segmenter();
         let dir = data_dir.join("knowledge");
         if db.pg().is_some() {
             return Ok(Knowledge {

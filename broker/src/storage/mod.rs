@@ -38,6 +38,7 @@ mod memory;
 pub mod migrations;
 pub mod pg;
 mod search;
+mod segmenter;
 mod settings;
 #[cfg(test)]
 pub(crate) mod test_db;
@@ -53,7 +54,8 @@ pub use knowledge::{ImportReport, Knowledge, KnowledgeEntry};
 pub use memory::{
     Entity, GraphMemory, MemoryStats, PurgeCriteria, PurgeMode, Relation, Subgraph, Triple,
 };
-pub use search::{keywords, warm_up_segmenter, DEFAULT_TOP_K, MAX_QUERY_TERMS, MAX_TOP_K};
+pub use search::{keywords, DEFAULT_TOP_K, MAX_QUERY_TERMS, MAX_TOP_K};
+pub use segmenter::cut_for_search;
 pub use settings::{
     secret_by_name, ConfigDef, PluginSettings, Scope, Secrets, Settings, MAX_NAME_CHARS,
     SECRET_KEY_SUFFIXES, SECRET_MASK,

@@ -6,7 +6,7 @@
 //! FTS5's `unicode61` tokenizer makes a whole run of CJK characters one token
 //! ("今天天气很好" is a single term), and its `trigram` tokenizer cannot match a
 //! 2-character query such as 天气 (both measured; see DESIGN.md, "Known pitfalls").
-//! So the text is cut into words by [`jieba_rs::Jieba::cut_for_search`] (which also
+//! So the text is cut into words by jieba's search mode ([`cut_for_search`], which also
 //! offers the dictionary words inside a long word: 中华人民共和国 → 中华, 华人, 人民,
 //! 共和, 共和国 …) and the words are indexed space-joined in a `unicode61` table.
 //!
@@ -50,20 +50,19 @@
 //! few differences: Snowball instead of Porter stems, token edge cases).
 //!
 //! # The segmenter
-//! Loading jieba's dictionary takes a noticeable moment (hundreds of milliseconds in
-//! debug builds), so there is one instance, built on first use ([`OnceLock`]);
-//! [`warm_up_segmenter`] builds it on a background thread ahead of the first search.
+//! [`super::segmenter`] cuts exactly as `jieba_rs::Jieba::cut_for_search(text, true)`
+//! does, with jieba's dictionary read in place from the binary: nothing is loaded at
+//! start and the first search pays no dictionary load.
 //!
 //! [`migrations`]: super::migrations
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::OnceLock;
 
-use jieba_rs::Jieba;
 use rusqlite::{params, Connection};
 
+use super::segmenter::cut_for_search;
 use super::StorageError;
 
 /// Results returned when the caller asks for `top_k = 0` (the proto's unset value).
@@ -79,25 +78,6 @@ pub const MAX_QUERY_TERMS: usize = 64;
 /// produced by a query phrase, which holds CJK characters only).
 const CHAR_BREAK: &str = "0";
 
-/// The shared segmenter, its dictionary loaded on first use.
-fn jieba() -> &'static Jieba {
-    static JIEBA: OnceLock<Jieba> = OnceLock::new();
-    JIEBA.get_or_init(Jieba::new)
-}
-
-/// Loads the segmenter's dictionary on a background thread, so the first insert or
-/// search does not pay for it. Idempotent and cheap once loaded.
-pub fn warm_up_segmenter() {
-    let spawned = std::thread::Builder::new()
-        .name("hearth-jieba".into())
-        .spawn(|| {
-            jieba();
-        });
-    if let Err(e) = spawned {
-        tracing::debug!("search: no warm-up thread ({e}); the first search loads jieba");
-    }
-}
-
 /// Words of `text` worth recalling graph memory by: jieba's words of two or more
 /// characters for CJK, of three or more for other scripts (lower-cased), without a
 /// few English function words; distinct, in order of appearance, at most `max`.
@@ -109,8 +89,8 @@ pub fn keywords(text: &str, max: usize) -> Vec<String> {
         "but", "all", "any", "some", "tell", "know", "please",
     ];
     let mut out: Vec<String> = Vec::new();
-    for token in jieba().cut_for_search(text, true) {
-        let word = token.word.trim();
+    for token in cut_for_search(text) {
+        let word = token.trim();
         let cjk = word.chars().any(is_cjk);
         let chars = word.chars().count();
         if !is_term(word) || (cjk && chars < 2) || (!cjk && chars < 3) {
@@ -177,12 +157,12 @@ impl Segmented {
 /// proportional to the text; loads the dictionary on first use.
 pub(crate) fn segment(text: &str) -> Segmented {
     let mut words = String::with_capacity(text.len() + text.len() / 2);
-    for token in jieba().cut_for_search(text, true) {
-        if is_term(token.word) {
+    for token in cut_for_search(text) {
+        if is_term(token) {
             if !words.is_empty() {
                 words.push(' ');
             }
-            words.push_str(token.word);
+            words.push_str(token);
         }
     }
     let mut chars = String::new();
@@ -263,8 +243,8 @@ pub(crate) struct Alternative {
 pub(crate) fn alternatives(query: &str) -> Vec<Alternative> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    for token in jieba().cut_for_search(query, true) {
-        let word = token.word;
+    for token in cut_for_search(query) {
+        let word = token;
         if !is_term(word) || !seen.insert(word.to_lowercase()) {
             continue;
         }
