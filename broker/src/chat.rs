@@ -141,7 +141,20 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
     let mut ok = true;
     let (term, err_term) = (Printer::stdout(), Printer::stderr());
     let mut status = StatusLine::new(!args.json);
-    while let Some(ev) = events.message().await.map_err(status_error)? {
+    loop {
+        let ev = match events.message().await {
+            Ok(Some(ev)) => ev,
+            Ok(None) => break,
+            Err(e) => {
+                // The error goes to stderr on a line of its own, not after a half line
+                // of streamed text.
+                status.erase()?;
+                if !args.json && !streamed.is_empty() && !streamed.ends_with('\n') {
+                    println!();
+                }
+                return Err(status_error(e));
+            }
+        };
         let Some(e) = ev.event else { continue };
         if let Event::ToolCallProgress(p) = &e {
             if args.json {

@@ -251,9 +251,13 @@ pub enum Command {
     /// stage hooks and triggers to brokers over NATS. `hearth plugins …` and
     /// `hearth tools …` work against it with its --data-dir.
     Node(crate::remote::node::NodeArgs),
-    /// Settings in `<data_dir>/hearth.db` (core, or a plugin's with --plugin), read and
-    /// written locally: no broker needed; secrets are masked.
+    /// Settings in the database of the data dir's broker (core, or a plugin's with
+    /// --plugin): `<data_dir>/hearth.db`, or PostgreSQL with --storage-url,
+    /// `HEARTH_STORAGE_URL` or `[storage] url`. No broker needed; secrets are masked.
     Settings {
+        /// The PostgreSQL database, as `hearth run --storage-url` got it.
+        #[arg(long, global = true, value_name = "URL")]
+        storage_url: Option<String>,
         /// Settings operation.
         #[command(subcommand)]
         command: crate::settings_cli::SettingsCommand,
@@ -566,11 +570,20 @@ pub fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(adopt(&cli.data_dir, &name, &dir, json))),
-        Command::Settings { command } => tokio::runtime::Builder::new_current_thread()
+        Command::Settings {
+            storage_url,
+            command,
+        } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(crate::settings_cli::run(&cli.data_dir, command))),
+            .and_then(|rt| {
+                rt.block_on(crate::settings_cli::run(
+                    &cli.data_dir,
+                    storage_url,
+                    command,
+                ))
+            }),
         Command::Storage { command } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -134,6 +134,7 @@ async fn start_agent(
         Some(url) => Db::postgres_with(&url, storage.ca.as_deref()).await?,
         None => Db::open(data_dir).await.context("opening hearth.db")?,
     };
+    db.mark_data_dir(data_dir);
     let leases = match db.pg() {
         Some(pg) => {
             let id = storage.broker_id();

@@ -123,12 +123,17 @@ async fn define_secret(settings: &Settings, scope: &Scope, key: &str) -> anyhow:
 }
 
 /// Runs `hearth settings …` on `<data_dir>/hearth.db`, or on the PostgreSQL database
-/// the data dir's broker uses (`[storage] url`, `HEARTH_STORAGE_URL`). Reading SQLite
-/// needs the file to exist; `set` creates it (to configure a broker before its first
-/// run).
-pub async fn run(data_dir: &Path, command: SettingsCommand) -> anyhow::Result<ExitCode> {
+/// the data dir's broker uses (`storage_url`, `HEARTH_STORAGE_URL`, `[storage] url`; a
+/// data dir whose broker runs on PostgreSQL given otherwise is refused, see
+/// [`Db::configured`]). Reading SQLite needs the file to exist; `set` creates it (to
+/// configure a broker before its first run).
+pub async fn run(
+    data_dir: &Path,
+    storage_url: Option<String>,
+    command: SettingsCommand,
+) -> anyhow::Result<ExitCode> {
     let writes = matches!(command, SettingsCommand::Set { .. });
-    let storage = Db::configured(data_dir, None)?;
+    let storage = Db::configured(data_dir, storage_url)?;
     let url = storage.connection_url().map_err(|e| anyhow!(e))?;
     if url.is_none() && !writes && !data_dir.join("hearth.db").exists() {
         bail!(

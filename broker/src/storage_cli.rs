@@ -145,7 +145,12 @@ async fn migrate(data_dir: &Path, url: &str, replace: bool) -> anyhow::Result<Ex
     }
     // Brings the SQLite file to this build's schema, as a broker start would.
     drop(Db::open(data_dir).await?);
-    let ca = Db::configured(data_dir, None)?.ca;
+    // Only `[storage] ca` of the data dir's config is used: the source is its SQLite
+    // file, whatever database its broker runs on now.
+    let ca = crate::llm::config::Config::load(data_dir, &Default::default())
+        .map_err(|e| anyhow::anyhow!(e))?
+        .storage
+        .ca;
     let target = Db::postgres_with(url, ca.as_deref()).await?;
     let pg = target.pg().expect("a PostgreSQL handle");
     let mut client = pg.client("migrate").await?;
@@ -244,7 +249,7 @@ async fn migrate(data_dir: &Path, url: &str, replace: bool) -> anyhow::Result<Ex
         println!("{table:<24} {n:>8} rows");
     }
     println!(
-        "migrated {} to {}; now set [storage] url in {} (or start brokers with --storage-url)",
+        "migrated {} to {}; now set [storage] url in {} (or start brokers with --storage-url, and give `hearth settings` the same --storage-url)",
         file.display(),
         pg.target(),
         data_dir.join("hearth.toml").display()
@@ -583,10 +588,32 @@ struct Line {
 }
 
 async fn check(data_dir: &Path, url: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
-    let db = Db::open_configured(data_dir, url).await?;
-    let lines = match db.pg() {
-        Some(pg) => check_postgres(pg).await?,
-        None => check_sqlite(data_dir).await?,
+    // Reads only: neither migrates a schema nor creates a database file.
+    let storage = Db::configured(data_dir, url)?;
+    let (backend, database, lines) = match storage
+        .connection_url()
+        .map_err(|e| anyhow::anyhow!(e))?
+    {
+        Some(url) => {
+            let pg = crate::storage::pg::PgDb::open(&url, storage.ca.as_deref())?;
+            let lines = check_postgres(&pg).await?;
+            ("postgresql", pg.target().to_string(), lines)
+        }
+        None => {
+            let file = data_dir.join(crate::storage::DB_FILE);
+            if !file.exists() {
+                anyhow::bail!(
+                    "no {} in {} and no [storage] url: nothing to check (pass --storage-url, or the right --data-dir)",
+                    crate::storage::DB_FILE,
+                    data_dir.display()
+                );
+            }
+            (
+                "sqlite",
+                file.display().to_string(),
+                check_sqlite(data_dir).await?,
+            )
+        }
     };
     let ok = lines.iter().all(|l| l.ok);
     if json {
@@ -596,10 +623,10 @@ async fn check(data_dir: &Path, url: Option<String>, json: bool) -> anyhow::Resu
             .collect();
         println!(
             "{}",
-            serde_json::json!({"backend": db.backend_name(), "database": db.path().display().to_string(), "ok": ok, "checks": v})
+            serde_json::json!({"backend": backend, "database": database, "ok": ok, "checks": v})
         );
     } else {
-        println!("{} {}", db.backend_name(), db.path().display());
+        println!("{backend} {database}");
         for l in &lines {
             println!(
                 "{} {:<28} {}",
@@ -653,7 +680,7 @@ async fn check_sqlite(data_dir: &Path) -> anyhow::Result<Vec<Line>> {
 }
 
 async fn check_postgres(pg: &crate::storage::pg::PgDb) -> anyhow::Result<Vec<Line>> {
-    let client = pg.client("check").await?;
+    let client = pg.client("connect").await?;
     let q = |sql: &'static str| {
         let client = &client;
         async move {
@@ -670,6 +697,20 @@ async fn check_postgres(pg: &crate::storage::pg::PgDb) -> anyhow::Result<Vec<Lin
         what: "server".into(),
         detail: format!("PostgreSQL {server}"),
     });
+    let has_schema: bool = q("SELECT to_regclass('hearth_schema') IS NOT NULL")
+        .await?
+        .get(0);
+    if !has_schema {
+        lines.push(Line {
+            ok: false,
+            what: "schema version".into(),
+            detail: format!(
+                "none: no Hearth schema in this database yet (the first broker started on it, or `hearth storage migrate --to`, creates version {})",
+                MIGRATIONS_PG.len()
+            ),
+        });
+        return Ok(lines);
+    }
     let version: i32 = q("SELECT version FROM hearth_schema").await?.get(0);
     lines.push(Line {
         ok: version as usize == MIGRATIONS_PG.len(),

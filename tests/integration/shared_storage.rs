@@ -221,9 +221,13 @@ async fn a_frozen_broker_loses_its_conversation_after_the_lease_and_cannot_write
         waited >= Duration::from_millis(1000) && waited < Duration::from_secs(8),
         "b waited {waited:?} for a lease of 2 s"
     );
-    // a wakes up and finishes its turn, but may not store it: its lease is gone.
-    let late = running.await.unwrap();
-    assert!(late.is_ok(), "{late:?}");
+    // a wakes up and finishes its turn, but may not store it: its lease is gone, and
+    // its client is told that the reply was not kept.
+    let (_, error) = running.await.unwrap().expect("the late turn's final event");
+    assert!(
+        error.contains("not stored") && error.contains("no longer holds its lease"),
+        "{error}"
+    );
     a.wait_log("no longer holds its lease", Duration::from_secs(20))
         .await;
     assert_eq!(
@@ -299,6 +303,72 @@ async fn a_setting_changed_through_one_broker_is_seen_by_a_plugin_of_the_other()
     .unwrap();
     let (code, out, err) = a.cli(&["settings", "get", "--plugin", "probe", "size"]);
     assert_eq!((code, out.trim()), (0, "3"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_commands_use_the_brokers_database_or_name_it_and_check_changes_nothing() {
+    let Some(pg) = cluster() else { return };
+    let url = pg.database();
+    let llm = echo_llm(0);
+    let llm_url = llm.base_url();
+    // The database given on the broker's command line only, not in its hearth.toml.
+    let b = Broker::spawn_with_files(vec![], &["--llm-url", &llm_url, "--storage-url", &url], &[])
+        .await;
+    // (The admin socket may answer before the agent's storage is open.)
+    b.wait_log("storage: PostgreSQL", Duration::from_secs(20))
+        .await;
+    // Without it, `hearth settings` refuses and names the database, creating nothing.
+    let (code, _, err) = b.cli(&["settings", "set", "colour", "\"red\""]);
+    assert_eq!(code, 1, "{err}\n{}", b.log());
+    assert!(
+        err.contains("keeps its state in PostgreSQL")
+            && err.contains(&url)
+            && err.contains("--storage-url"),
+        "{err}"
+    );
+    assert!(!b.data_dir().join("hearth.db").exists());
+    // With it (before or after the operation), the broker's database.
+    let (code, _, err) = b.cli(&[
+        "settings",
+        "--storage-url",
+        &url,
+        "set",
+        "colour",
+        "\"red\"",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = b.cli(&["settings", "get", "colour", "--storage-url", &url]);
+    assert_eq!((code, out.trim()), (0, "\"red\""), "{err}");
+    let db = url.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.psql(db, "SELECT value FROM config WHERE key = 'colour'"),
+        "\"red\""
+    );
+    // `storage check` reads only: an empty database stays empty.
+    let empty = pg.database();
+    let (code, out, err) = b.cli(&["storage", "check", "--storage-url", &empty]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("no Hearth schema"), "{out}");
+    let empty_db = empty.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.psql(
+            empty_db,
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        ),
+        "0"
+    );
+    // A malformed URL names its bad part.
+    for (bad, says) in [
+        ("postgres://hearth@127.0.0.1:notaport/x", "port `notaport`"),
+        ("mysql://hearth@127.0.0.1/x", "scheme `mysql://`"),
+        (
+            "postgres://hearth@127.0.0.1/x?sslmode=bogus",
+            "sslmode `bogus`",
+        ),
+    ] {
+        let (code, _, err) = b.cli(&["storage", "check", "--storage-url", bad]);
+        assert!(code != 0 && err.contains(says), "{bad}: {err}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -180,6 +180,24 @@ async fn a_frozen_plugin_is_detected_as_hung_and_restarted_but_a_busy_one_is_not
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_stopped_for_longer_than_the_hung_timeout_keeps_its_plugins() {
+    let hb = json!({"ping_interval_ms": 100, "hung_timeout_ms": 800});
+    let mut b = Broker::start(vec![stress("py", "pyx", "", hb)]).await;
+    let before = b.wait_ready("pyx").await;
+    // The broker, not the plugin, is stopped: three hung timeouts long.
+    unsafe { libc::kill(b.pid() as i32, libc::SIGSTOP) };
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    unsafe { libc::kill(b.pid() as i32, libc::SIGCONT) };
+    b.wait_log("did not run for", LONG).await;
+    // A hung verdict would have come within a ping interval of waking up.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let after = b.plugin("pyx").await;
+    assert_eq!(after.pid, before.pid, "{}", after.last_exit);
+    assert!(alive(before.pid));
+    assert!(b.call("pyx_echo", json!({"x": 1})).await.unwrap().success);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_crash_budget_marks_a_plugin_failed_and_restart_revives_it() {
     let mut b = Broker::start(vec![stress("py", "pyx", "", fast(json!({})))]).await;
     for round in 0..2 {

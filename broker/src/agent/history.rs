@@ -41,7 +41,12 @@ fn text_event(m: &Message, channel: &str, now: i64, injected_by: Option<&str>) -
 
 /// Appends `record` to `key`'s history and (unless `no_memory`) to TextMemory, its
 /// first message (the turn's input) marked as injected by the plugin `injected_by`.
-/// Failures are logged, never fatal: the reply is still given.
+/// Failures are logged; the reply is still given.
+///
+/// # Errors
+/// The history write's error (e.g. [`crate::storage::StorageError::LeaseLost`] when
+/// another broker took the conversation over), as text: the turn reports it, so its
+/// client knows the exchange was not kept. A TextMemory failure is only logged.
 pub async fn remember(
     conversations: Option<&Conversations>,
     text_memory: Option<&TextMemory>,
@@ -49,13 +54,17 @@ pub async fn remember(
     record: &[Message],
     no_memory: bool,
     injected_by: Option<&str>,
-) {
+) -> Result<(), String> {
     let history = async {
-        if let Some(c) = conversations {
-            if let Err(e) = c.append_injected(key, record, injected_by).await {
+        let Some(c) = conversations else {
+            return Ok(());
+        };
+        c.append_injected(key, record, injected_by)
+            .await
+            .map_err(|e| {
                 tracing::error!("history of {key}: {e}");
-            }
-        }
+                e.to_string()
+            })
     };
     let text = async {
         let Some(tm) = text_memory.filter(|_| !no_memory) else {
@@ -73,7 +82,7 @@ pub async fn remember(
             tracing::error!("TextMemory of {key}: {e}");
         }
     };
-    tokio::join!(history, text);
+    tokio::join!(history, text).0
 }
 
 #[cfg(test)]

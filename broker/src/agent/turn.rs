@@ -239,7 +239,7 @@ impl Turn<'_> {
                 remembered = format!("{remembered}\n{r}").trim().to_string();
             }
             record.push(Message::text("assistant", remembered));
-            remember(
+            let kept = remember(
                 self.deps.conversations.as_ref(),
                 self.deps.text_memory.as_ref(),
                 &self.key,
@@ -248,6 +248,12 @@ impl Turn<'_> {
                 self.input.injected_by.as_deref(),
             )
             .await;
+            if let Err(e) = kept {
+                // The reply was given, but the conversation will not remember it: the
+                // client must not take the exchange as kept.
+                result = "error";
+                error = format!("the reply was given but not stored: {e}");
+            }
         }
         let done = Final {
             text: final_text,

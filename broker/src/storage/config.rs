@@ -65,7 +65,10 @@ impl StorageConfig {
         }
     }
 
-    /// The URL with the password of `password_file` in it, when one is given.
+    /// The URL with the password of `password_file` in it, when one is given and the
+    /// URL has no password of its own (a password in the URL, e.g. from
+    /// `--storage-url`, wins). Without either, the connection takes `PGPASSWORD` or
+    /// `~/.pgpass` (`storage::pg`).
     ///
     /// # Errors
     /// The file cannot be read, or the URL does not parse.
@@ -73,7 +76,7 @@ impl StorageConfig {
         let Some(url) = &self.url else {
             return Ok(None);
         };
-        let Some(file) = &self.password_file else {
+        let Some(file) = self.password_file.as_ref().filter(|_| !has_password(url)) else {
             return Ok(Some(url.clone()));
         };
         let text = std::fs::read_to_string(file)
@@ -115,6 +118,21 @@ impl StorageConfig {
     }
 }
 
+/// Whether `url` carries a password: `postgres://user:password@…`, or a `password=`
+/// pair of the key=value form.
+fn has_password(url: &str) -> bool {
+    match url.split_once("://") {
+        Some((_, rest)) => rest
+            .split('/')
+            .next()
+            .and_then(|authority| authority.rsplit_once('@'))
+            .is_some_and(|(auth, _)| auth.contains(':')),
+        None => url
+            .split_whitespace()
+            .any(|pair| pair.trim_start().starts_with("password=")),
+    }
+}
+
 fn percent_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -149,6 +167,14 @@ mod tests {
             c.connection_url().unwrap().unwrap(),
             "host=db user=hearth password='p@ss w\\'rd'"
         );
+        // A password of the URL's own wins over the file.
+        for own in [
+            "postgres://hearth:given@db/hearth",
+            "host=db user=hearth password=given",
+        ] {
+            c.url = Some(own.into());
+            assert_eq!(c.connection_url().unwrap().unwrap(), own);
+        }
         c.url = Some("postgres://db/hearth".into());
         assert!(c.connection_url().unwrap_err().contains("needs a user"));
         c.password_file = Some(dir.path().join("missing"));

@@ -59,6 +59,12 @@ enum Job {
 /// File name of the database inside the data dir.
 pub const DB_FILE: &str = "hearth.db";
 
+/// The file in a data dir that names the PostgreSQL database its broker runs on
+/// (`postgres://user@host:port/db`, no password), so that `hearth settings` on that data
+/// dir does not quietly use a `hearth.db` instead. Written by `hearth run`, removed
+/// when it runs on SQLite.
+pub const STORAGE_MARK: &str = "storage-url";
+
 /// Handle to the broker's database: `<data_dir>/hearth.db` (SQLite, the default), or a
 /// PostgreSQL database shared by several brokers ([`Db::postgres`]). Cheap to clone;
 /// every clone talks to the same connection thread or pool.
@@ -127,8 +133,13 @@ impl Db {
     /// The `[storage]` of `data_dir`'s `hearth.toml` with `url` (or
     /// `HEARTH_STORAGE_URL`) over its `url`.
     ///
+    /// Client commands (`hearth settings`, `hearth storage`) use this. When it names no
+    /// database but the data dir's broker last ran on PostgreSQL (its
+    /// [`STORAGE_MARK`], e.g. from `hearth run --storage-url`), the error says so and
+    /// names the database, instead of reading or creating a `hearth.db` nobody uses.
+    ///
     /// # Errors
-    /// A `hearth.toml` that does not load.
+    /// A `hearth.toml` that does not load; the case above.
     pub fn configured(
         data_dir: &Path,
         url: Option<String>,
@@ -139,7 +150,34 @@ impl Db {
         if let Some(url) = url.or_else(|| std::env::var("HEARTH_STORAGE_URL").ok()) {
             storage.url = Some(url).filter(|u| !u.is_empty());
         }
+        if storage.url.is_none() {
+            if let Ok(target) = std::fs::read_to_string(data_dir.join(STORAGE_MARK)) {
+                anyhow::bail!(
+                    "the broker of {} keeps its state in PostgreSQL ({}), not in {}/hearth.db: pass the same --storage-url here, or set HEARTH_STORAGE_URL or [storage] url in its hearth.toml",
+                    data_dir.display(),
+                    target.trim(),
+                    data_dir.display()
+                );
+            }
+        }
         Ok(storage)
+    }
+
+    /// Records in `data_dir` which database its broker runs on ([`STORAGE_MARK`]:
+    /// PostgreSQL's target without password), or removes the mark for SQLite. A
+    /// failure to write is logged, never fatal.
+    pub fn mark_data_dir(&self, data_dir: &Path) {
+        let mark = data_dir.join(STORAGE_MARK);
+        let outcome = match self.pg() {
+            Some(pg) => std::fs::write(&mark, format!("{}\n", pg.target())),
+            None => match std::fs::remove_file(&mark) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(file = %mark.display(), "cannot record the broker's database for client commands: {e}");
+        }
     }
 
     /// Connects to the PostgreSQL database at `url` (`postgres://user:pass@host:port/db`

@@ -48,7 +48,7 @@ use std::path::PathBuf;
 
 pub use config::StorageConfig;
 pub use conversations::{ConversationKey, Conversations, HistoryBudget};
-pub use db::{Db, DB_FILE};
+pub use db::{Db, DB_FILE, STORAGE_MARK};
 pub use docs::{Doc, DocMemory};
 pub use knowledge::{ImportReport, Knowledge, KnowledgeEntry};
 pub use memory::{

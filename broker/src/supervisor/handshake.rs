@@ -3,7 +3,7 @@
 //! the message loop until the stream ends.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hearth_proto::v1::{
     host_message::Msg as HostMsg, plugin_message::Msg as PluginMsg, HostMessage, Ping,
@@ -366,6 +366,11 @@ impl Supervisor {
 /// Pings the plugin every `interval`; reports it hung after `hung_after` without a
 /// `Pong`. SDKs answer pings from their I/O task, so a long tool call is not a hang;
 /// a frozen event loop or a stopped process is.
+///
+/// A tick that comes far later than `interval` means the broker itself did not run
+/// (stopped with SIGSTOP, a suspended VM, a starved machine): the plugin could not
+/// have been answered meanwhile, so it gets a fresh `hung_after` instead of being
+/// killed for the broker's own pause.
 pub(super) async fn heartbeat(
     session: Arc<Session>,
     control: mpsc::UnboundedSender<Control>,
@@ -376,10 +381,21 @@ pub(super) async fn heartbeat(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut nonce = 0u64;
+    let mut last_tick = Instant::now();
     loop {
         tick.tick().await;
         if session.is_closed() {
             return;
+        }
+        let gap = last_tick.elapsed();
+        last_tick = Instant::now();
+        if gap > interval * 2 + Duration::from_secs(1) {
+            tracing::warn!(
+                paused_ms = gap.as_millis() as u64,
+                "the broker did not run for {} ms (stopped or starved); the plugin's ping timeout starts again",
+                gap.as_millis()
+            );
+            session.pong();
         }
         let silent = session.since_last_pong();
         if silent > hung_after {

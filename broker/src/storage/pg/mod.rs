@@ -26,6 +26,7 @@ pub(super) mod knowledge;
 pub mod leases;
 pub mod listener;
 pub(super) mod memory;
+mod password;
 pub(crate) mod policies;
 pub(super) mod search;
 pub(super) mod settings;
@@ -67,11 +68,14 @@ impl fmt::Debug for PgDb {
 impl PgDb {
     /// Connects to `url` (`postgres://user:password@host:port/dbname?sslmode=…`, or
     /// libpq's `key=value` form), checks the server answers, and migrates the schema.
+    /// A URL without a password takes it from `PGPASSWORD` or `~/.pgpass` as libpq
+    /// would (see `password.rs`).
     ///
     /// # Errors
-    /// [`StorageError::Invalid`] for a URL that does not parse; [`StorageError::Postgres`]
-    /// naming the server for a refused connection, login or migration;
-    /// [`StorageError::SchemaTooNew`] for a database migrated by a newer Hearth.
+    /// [`StorageError::Invalid`] for a URL that does not parse (naming the part);
+    /// [`StorageError::Postgres`] naming the server for a refused connection, login or
+    /// migration; [`StorageError::SchemaTooNew`] for a database migrated by a newer
+    /// Hearth.
     pub async fn connect(url: &str) -> Result<PgDb, StorageError> {
         PgDb::connect_with(url, None).await
     }
@@ -86,11 +90,23 @@ impl PgDb {
         url: &str,
         ca: Option<&std::path::Path>,
     ) -> Result<PgDb, StorageError> {
-        let mut config: tokio_postgres::Config =
-            url.parse().map_err(|e| StorageError::Invalid {
-                what: "storage url".into(),
-                reason: format!("{e} (expected postgres://user:password@host:port/database)"),
-            })?;
+        let db = PgDb::open(url, ca)?;
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// The database at `url` without connecting yet and without migrating it: for
+    /// `hearth storage check`, which changes nothing. Errors as
+    /// [`PgDb::connect_with`]'s for the URL and `ca`; connection errors come with the
+    /// first use.
+    pub fn open(url: &str, ca: Option<&std::path::Path>) -> Result<PgDb, StorageError> {
+        let invalid = |reason: String| StorageError::Invalid {
+            what: "storage url".into(),
+            reason: format!("{reason} (expected postgres://user:password@host:port/database)"),
+        };
+        check_url(url).map_err(invalid)?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| invalid(db_error(&e)))?;
+        password::fill(&mut config);
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -120,14 +136,12 @@ impl PgDb {
                 op: "create the connection pool".into(),
                 detail: e.to_string(),
             })?;
-        let db = PgDb {
+        Ok(PgDb {
             pool,
             target,
             config: Arc::new(config),
             tls,
-        };
-        db.migrate().await?;
-        Ok(db)
+        })
     }
 
     /// Starts broker `id`'s listening connection ([`listener::Listener`]): its
@@ -193,7 +207,7 @@ impl PgDb {
     /// [`MIGRATION_LOCK`], creating `hearth_schema` on first use.
     async fn migrate(&self) -> Result<(), StorageError> {
         let known = MIGRATIONS_PG.len() as i32;
-        let mut client = self.client("migrate the schema").await?;
+        let mut client = self.client("connect").await?;
         let tx = client
             .transaction()
             .await
@@ -337,11 +351,91 @@ pub(crate) fn db_error(e: &tokio_postgres::Error) -> String {
 }
 
 fn pool_error(e: deadpool_postgres::PoolError) -> String {
+    use deadpool_postgres::{PoolError, TimeoutType};
     match e {
-        deadpool_postgres::PoolError::Backend(e) => db_error(&e),
-        deadpool_postgres::PoolError::Timeout(kind) => format!(
-            "no connection within the pool's timeout ({kind:?}; {POOL_SIZE} connections, all busy or the server not answering)"
+        PoolError::Backend(e) => db_error(&e),
+        PoolError::Timeout(TimeoutType::Wait) => format!(
+            "all {POOL_SIZE} pooled connections stayed busy for {} s",
+            POOL_WAIT.as_secs()
+        ),
+        PoolError::Timeout(TimeoutType::Create) => format!(
+            "the server did not complete a connection within {} s (it accepted the TCP connection but never answered: is this a PostgreSQL port?)",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+        PoolError::Timeout(TimeoutType::Recycle) => format!(
+            "a pooled connection did not answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
         ),
         other => other.to_string(),
+    }
+}
+
+/// Names what is wrong with a storage URL that tokio-postgres would reject with only
+/// "invalid connection string": the scheme, a port that is not a number, an `sslmode`
+/// it does not take. Other mistakes are left to its parser.
+fn check_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        if url.contains('=') {
+            return Ok(()); // libpq's key=value form
+        }
+        return Err(format!(
+            "`{url}` is neither a postgres:// URL nor libpq key=value pairs"
+        ));
+    };
+    if scheme != "postgres" && scheme != "postgresql" {
+        return Err(format!(
+            "the scheme `{scheme}://` is not PostgreSQL's (postgres:// or postgresql://)"
+        ));
+    }
+    let (authority, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, q),
+        None => (rest, ""),
+    };
+    let authority = authority.split('/').next().unwrap_or("");
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    for host in hosts.split(',') {
+        let port = match host.strip_prefix('[') {
+            Some(v6) => v6.split_once("]:").map(|(_, p)| p),
+            None => host.split_once(':').map(|(_, p)| p),
+        };
+        if let Some(port) = port.filter(|p| p.parse::<u16>().is_err()) {
+            return Err(format!("the port `{port}` is not a number from 0 to 65535"));
+        }
+    }
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        if let Some(mode) = pair.strip_prefix("sslmode=") {
+            if !matches!(mode, "disable" | "prefer" | "require") {
+                return Err(format!(
+                    "sslmode `{mode}` is not one of disable, prefer, require (verify-full is what require does here: the certificate is always checked)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_url;
+
+    #[test]
+    fn a_bad_storage_url_names_its_bad_part() {
+        for ok in [
+            "postgres://hearth:pw@127.0.0.1:5432/hearth?sslmode=require",
+            "postgresql://h@[::1]:6543,db2:5433/x",
+            "host=/run/postgresql user=hearth",
+        ] {
+            assert_eq!(check_url(ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            ("postgres//h@db/x", "neither a postgres:// URL"),
+            ("/tmp/foo.db", "neither a postgres:// URL"),
+            ("mysql://h@db/x", "scheme `mysql://`"),
+            ("postgres://h@db:notaport/x", "port `notaport`"),
+            ("postgres://h@db:5432/x?sslmode=bogus", "sslmode `bogus`"),
+        ] {
+            let err = check_url(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 }
