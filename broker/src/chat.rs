@@ -241,7 +241,13 @@ async fn exchange(conn: &mut AdminConn, args: &ChatArgs, message: &str) -> anyho
                 shown.push_str(&r.text);
             }
             Event::Queued(q) => {
-                if q.ahead > 0 {
+                if !q.held_by.is_empty() {
+                    eprintln!(
+                        "… waiting: broker {} is running a turn of {}",
+                        err_term.line(&q.held_by),
+                        err_term.line(&q.conversation)
+                    );
+                } else if q.ahead > 0 {
                     eprintln!(
                         "… waiting: {} of {} ahead",
                         crate::term::count(q.ahead as usize, "turn", "turns"),
@@ -424,7 +430,11 @@ pub(crate) fn event_json(e: &Event) -> serde_json::Value {
             json!({"type": "plugin_reply", "plugin": r.plugin, "text": r.text, "inline": r.inline})
         }
         Event::Queued(q) => {
-            json!({"type": "queued", "ahead": q.ahead, "conversation": q.conversation})
+            let mut v = json!({"type": "queued", "ahead": q.ahead, "conversation": q.conversation});
+            if !q.held_by.is_empty() {
+                v["held_by"] = json!(q.held_by);
+            }
+            v
         }
         Event::ToolCallProgress(p) => json!({"type": "tool_call_progress", "call_id": p.call_id,
             "tool": p.tool, "plugin": p.plugin, "message": p.message, "progress": p.progress,

@@ -332,7 +332,11 @@ type Queued struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ahead uint32                 `protobuf:"varint,1,opt,name=ahead,proto3" json:"ahead,omitempty"`
 	// Which conversation, e.g. `user:cli/alice` or `group:qq/123`.
-	Conversation  string `protobuf:"bytes,2,opt,name=conversation,proto3" json:"conversation,omitempty"`
+	Conversation string `protobuf:"bytes,2,opt,name=conversation,proto3" json:"conversation,omitempty"`
+	// Brokers sharing PostgreSQL: the id of the broker running a turn of this
+	// conversation, which this turn waits for (`ahead` counts this broker's queue only).
+	// Empty otherwise.
+	HeldBy        string `protobuf:"bytes,3,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +381,13 @@ func (x *Queued) GetAhead() uint32 {
 func (x *Queued) GetConversation() string {
 	if x != nil {
 		return x.Conversation
+	}
+	return ""
+}
+
+func (x *Queued) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
 	}
 	return ""
 }
@@ -1291,10 +1302,11 @@ const file_hearth_v1_agent_proto_rawDesc = "" +
 	"\x06queued\x18\t \x01(\v2\x11.hearth.v1.QueuedH\x00R\x06queued\x12K\n" +
 	"\x12tool_call_progress\x18\n" +
 	" \x01(\v2\x1b.hearth.v1.ToolCallProgressH\x00R\x10toolCallProgressB\a\n" +
-	"\x05event\"B\n" +
+	"\x05event\"[\n" +
 	"\x06Queued\x12\x14\n" +
 	"\x05ahead\x18\x01 \x01(\rR\x05ahead\x12\"\n" +
-	"\fconversation\x18\x02 \x01(\tR\fconversation\"P\n" +
+	"\fconversation\x18\x02 \x01(\tR\fconversation\x12\x17\n" +
+	"\aheld_by\x18\x03 \x01(\tR\x06heldBy\"P\n" +
 	"\fShortCircuit\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x16\n" +
 	"\x06plugin\x18\x02 \x01(\tR\x06plugin\x12\x12\n" +

@@ -2241,12 +2241,14 @@ export namespace hearth {
         interface IQueued {
             ahead?: (number|null);
             conversation?: (string|null);
+            heldBy?: (string|null);
         }
 
         class Queued implements IQueued {
             constructor(properties?: hearth.v1.IQueued);
             public ahead: number;
             public conversation: string;
+            public heldBy: string;
             public static create(properties?: hearth.v1.IQueued): hearth.v1.Queued;
             public static encode(message: hearth.v1.IQueued, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.Queued;

@@ -10703,6 +10703,7 @@ $root.hearth = (function() {
 
             Queued.prototype.ahead = 0;
             Queued.prototype.conversation = "";
+            Queued.prototype.heldBy = "";
 
             Queued.create = function create(properties) {
                 return new Queued(properties);
@@ -10719,6 +10720,8 @@ $root.hearth = (function() {
                     writer.uint32(8).uint32(message.ahead);
                 if (message.conversation != null && Object.hasOwnProperty.call(message, "conversation"))
                     writer.uint32(18).string(message.conversation);
+                if (message.heldBy != null && Object.hasOwnProperty.call(message, "heldBy"))
+                    writer.uint32(26).string(message.heldBy);
                 return writer;
             };
 
@@ -10751,6 +10754,10 @@ $root.hearth = (function() {
                         }
                     case 2: {
                             message.conversation = reader.string();
+                            break;
+                        }
+                    case 3: {
+                            message.heldBy = reader.string();
                             break;
                         }
                     default:

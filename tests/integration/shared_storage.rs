@@ -60,27 +60,41 @@ async fn chat(
     message: &str,
     user: &str,
 ) -> Result<(String, String), String> {
+    chat_noting_waits(admin, message, user).await.0
+}
+
+/// [`chat`], and the `held_by` of every `Queued` event on the way (the brokers this
+/// turn waited for).
+async fn chat_noting_waits(
+    admin: &mut AdminConn,
+    message: &str,
+    user: &str,
+) -> (Result<(String, String), String>, Vec<String>) {
+    let mut held_by = Vec::new();
     let req = admin.with_token(hearth_proto::v1::ChatRequest {
         message: message.into(),
         user_id: user.into(),
         channel: "test".into(),
         ..Default::default()
     });
-    let mut stream = admin
-        .agent()
-        .chat(req)
-        .await
-        .map_err(|e| e.message().to_string())?
-        .into_inner();
+    let mut stream = match admin.agent().chat(req).await {
+        Ok(s) => s.into_inner(),
+        Err(e) => return (Err(e.message().to_string()), held_by),
+    };
     loop {
         match stream.message().await {
-            Ok(Some(ev)) => {
-                if let Some(Event::Final(f)) = ev.event {
-                    return Ok((f.text, f.error));
-                }
+            Ok(Some(ev)) => match ev.event {
+                Some(Event::Final(f)) => return (Ok((f.text, f.error)), held_by),
+                Some(Event::Queued(q)) if !q.held_by.is_empty() => held_by.push(q.held_by),
+                _ => {}
+            },
+            Ok(None) => {
+                return (
+                    Err("the stream ended without a final event".into()),
+                    held_by,
+                )
             }
-            Ok(None) => return Err("the stream ended without a final event".into()),
-            Err(e) => return Err(format!("{}: {}", e.code(), e.message())),
+            Err(e) => return (Err(format!("{}: {}", e.code(), e.message())), held_by),
         }
     }
 }
@@ -213,8 +227,15 @@ async fn a_frozen_broker_loses_its_conversation_after_the_lease_and_cannot_write
     // b waits for the lease (a's session is alive, only frozen), gets it once it
     // expires, and serves.
     let t0 = Instant::now();
-    let got = chat(&mut b.admin, "on b meanwhile", "carol").await.unwrap();
+    let (got, waited_for) = chat_noting_waits(&mut b.admin, "on b meanwhile", "carol").await;
+    let got = got.unwrap();
     let waited = t0.elapsed();
+    // b's client was told whom it waits for.
+    assert_eq!(waited_for.len(), 1, "{waited_for:?}");
+    assert!(
+        waited_for[0].contains(&format!("-{pid}-")),
+        "{waited_for:?} is not broker a (pid {pid})"
+    );
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(got.0, "echo: on b meanwhile");
     assert!(

@@ -412,6 +412,7 @@ impl Agent {
             events.emit(Event::Queued(Queued {
                 ahead: position.ahead as u32,
                 conversation: key.to_string(),
+                held_by: String::new(),
             }));
         }
         let ready = Self::take_ready(&mut state);
@@ -484,7 +485,15 @@ impl Shared {
             let Some(leases) = &self.deps.leases else {
                 return Ok(self.deps.run(input, &events, interrupts).await);
             };
-            let lease = leases.acquire(&key).await?;
+            let lease = leases
+                .acquire_noting(&key, |holder| {
+                    events.emit(Event::Queued(Queued {
+                        ahead: 0,
+                        conversation: key.to_string(),
+                        held_by: holder.to_string(),
+                    }))
+                })
+                .await?;
             let done = lease
                 .turn_lease()
                 .scope(self.deps.run(input, &events, interrupts))

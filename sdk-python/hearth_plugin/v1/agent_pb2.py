@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from hearth_plugin.v1 import plugin_pb2 as hearth_dot_v1_dot_plugin__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/agent.proto\x12\thearth.v1\x1a\x16hearth/v1/plugin.proto\"\x8c\x01\n\x0b\x43hatRequest\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x04 \x01(\t\x12\x11\n\tno_memory\x18\x05 \x01(\x08\x12%\n\x08priority\x18\x06 \x01(\x0e\x32\x13.hearth.v1.Priority\"\xfe\x03\n\tChatEvent\x12*\n\ntext_delta\x18\x01 \x01(\x0b\x32\x14.hearth.v1.TextDeltaH\x00\x12\x37\n\x11tool_call_started\x18\x02 \x01(\x0b\x32\x1a.hearth.v1.ToolCallStartedH\x00\x12\x39\n\x12tool_call_finished\x18\x03 \x01(\x0b\x32\x1b.hearth.v1.ToolCallFinishedH\x00\x12\x34\n\x0f\x63onfirm_request\x18\x04 \x01(\x0b\x32\x19.hearth.v1.ConfirmRequestH\x00\x12!\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x10.hearth.v1.FinalH\x00\x12.\n\x0cplugin_reply\x18\x06 \x01(\x0b\x32\x16.hearth.v1.PluginReplyH\x00\x12\x30\n\rshort_circuit\x18\x07 \x01(\x0b\x32\x17.hearth.v1.ShortCircuitH\x00\x12-\n\x0binterrupted\x18\x08 \x01(\x0b\x32\x16.hearth.v1.InterruptedH\x00\x12#\n\x06queued\x18\t \x01(\x0b\x32\x11.hearth.v1.QueuedH\x00\x12\x39\n\x12tool_call_progress\x18\n \x01(\x0b\x32\x1b.hearth.v1.ToolCallProgressH\x00\x42\x07\n\x05\x65vent\"-\n\x06Queued\x12\r\n\x05\x61head\x18\x01 \x01(\r\x12\x14\n\x0c\x63onversation\x18\x02 \x01(\t\";\n\x0cShortCircuit\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"+\n\x0bInterrupted\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xb3\x01\n\x12\x41gentInjectRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\tinterrupt\x18\x04 \x01(\x08\x12\x11\n\tno_memory\x18\x05 \x01(\x08\x12\x0f\n\x07user_id\x18\x06 \x01(\t\x12\x10\n\x08group_id\x18\x07 \x01(\t\x12%\n\x08priority\x18\x08 \x01(\x0e\x32\x13.hearth.v1.Priority\"E\n\tInjectAck\x12\r\n\x05\x61head\x18\x01 \x01(\r\x12\x14\n\x0c\x63onversation\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\",\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\treasoning\x18\x02 \x01(\x08\"S\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x11\n\targs_json\x18\x04 \x01(\t\"s\n\x10ToolCallProgress\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x10\n\x08progress\x18\x05 \x01(\x01\x12\r\n\x05total\x18\x06 \x01(\x01\"\x99\x01\n\x10ToolCallFinished\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x12\n\nelapsed_us\x18\x06 \x01(\x04\x12\x0e\n\x06plugin\x18\x07 \x01(\t\x12\x11\n\tdenied_by\x18\x08 \x01(\t\"Y\n\x0e\x43onfirmRequest\x12\x12\n\nconfirm_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x12\n\ntimeout_ms\x18\x04 \x01(\r\"7\n\x0f\x43onfirmResponse\x12\x12\n\nconfirm_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\"\x0c\n\nConfirmAck\"\xa2\x01\n\x05\x46inal\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x35\n\x0btoken_usage\x18\x02 \x03(\x0b\x32 .hearth.v1.Final.TokenUsageEntry\x12\x12\n\niterations\x18\x03 \x01(\r\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x1a\x31\n\x0fTokenUsageEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\";\n\x0bPluginReply\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06inline\x18\x03 \x01(\x08\x32\xbc\x01\n\x05\x41gent\x12\x36\n\x04\x43hat\x12\x16.hearth.v1.ChatRequest\x1a\x14.hearth.v1.ChatEvent0\x01\x12<\n\x07\x43onfirm\x12\x1a.hearth.v1.ConfirmResponse\x1a\x15.hearth.v1.ConfirmAck\x12=\n\x06Inject\x12\x1d.hearth.v1.AgentInjectRequest\x1a\x14.hearth.v1.InjectAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hearth/v1/agent.proto\x12\thearth.v1\x1a\x16hearth/v1/plugin.proto\"\x8c\x01\n\x0b\x43hatRequest\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x04 \x01(\t\x12\x11\n\tno_memory\x18\x05 \x01(\x08\x12%\n\x08priority\x18\x06 \x01(\x0e\x32\x13.hearth.v1.Priority\"\xfe\x03\n\tChatEvent\x12*\n\ntext_delta\x18\x01 \x01(\x0b\x32\x14.hearth.v1.TextDeltaH\x00\x12\x37\n\x11tool_call_started\x18\x02 \x01(\x0b\x32\x1a.hearth.v1.ToolCallStartedH\x00\x12\x39\n\x12tool_call_finished\x18\x03 \x01(\x0b\x32\x1b.hearth.v1.ToolCallFinishedH\x00\x12\x34\n\x0f\x63onfirm_request\x18\x04 \x01(\x0b\x32\x19.hearth.v1.ConfirmRequestH\x00\x12!\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x10.hearth.v1.FinalH\x00\x12.\n\x0cplugin_reply\x18\x06 \x01(\x0b\x32\x16.hearth.v1.PluginReplyH\x00\x12\x30\n\rshort_circuit\x18\x07 \x01(\x0b\x32\x17.hearth.v1.ShortCircuitH\x00\x12-\n\x0binterrupted\x18\x08 \x01(\x0b\x32\x16.hearth.v1.InterruptedH\x00\x12#\n\x06queued\x18\t \x01(\x0b\x32\x11.hearth.v1.QueuedH\x00\x12\x39\n\x12tool_call_progress\x18\n \x01(\x0b\x32\x1b.hearth.v1.ToolCallProgressH\x00\x42\x07\n\x05\x65vent\">\n\x06Queued\x12\r\n\x05\x61head\x18\x01 \x01(\r\x12\x14\n\x0c\x63onversation\x18\x02 \x01(\t\x12\x0f\n\x07held_by\x18\x03 \x01(\t\";\n\x0cShortCircuit\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0e\n\x06plugin\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\"+\n\x0bInterrupted\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xb3\x01\n\x12\x41gentInjectRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\tinterrupt\x18\x04 \x01(\x08\x12\x11\n\tno_memory\x18\x05 \x01(\x08\x12\x0f\n\x07user_id\x18\x06 \x01(\t\x12\x10\n\x08group_id\x18\x07 \x01(\t\x12%\n\x08priority\x18\x08 \x01(\x0e\x32\x13.hearth.v1.Priority\"E\n\tInjectAck\x12\r\n\x05\x61head\x18\x01 \x01(\r\x12\x14\n\x0c\x63onversation\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\",\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\treasoning\x18\x02 \x01(\x08\"S\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x11\n\targs_json\x18\x04 \x01(\t\"s\n\x10ToolCallProgress\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0e\n\x06plugin\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x10\n\x08progress\x18\x05 \x01(\x01\x12\r\n\x05total\x18\x06 \x01(\x01\"\x99\x01\n\x10ToolCallFinished\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0f\n\x07success\x18\x03 \x01(\x08\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x12\n\nelapsed_us\x18\x06 \x01(\x04\x12\x0e\n\x06plugin\x18\x07 \x01(\t\x12\x11\n\tdenied_by\x18\x08 \x01(\t\"Y\n\x0e\x43onfirmRequest\x12\x12\n\nconfirm_id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x12\n\ntimeout_ms\x18\x04 \x01(\r\"7\n\x0f\x43onfirmResponse\x12\x12\n\nconfirm_id\x18\x01 \x01(\t\x12\x10\n\x08\x61pproved\x18\x02 \x01(\x08\"\x0c\n\nConfirmAck\"\xa2\x01\n\x05\x46inal\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x35\n\x0btoken_usage\x18\x02 \x03(\x0b\x32 .hearth.v1.Final.TokenUsageEntry\x12\x12\n\niterations\x18\x03 \x01(\r\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x1a\x31\n\x0fTokenUsageEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\";\n\x0bPluginReply\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06inline\x18\x03 \x01(\x08\x32\xbc\x01\n\x05\x41gent\x12\x36\n\x04\x43hat\x12\x16.hearth.v1.ChatRequest\x1a\x14.hearth.v1.ChatEvent0\x01\x12<\n\x07\x43onfirm\x12\x1a.hearth.v1.ConfirmResponse\x1a\x15.hearth.v1.ConfirmAck\x12=\n\x06Inject\x12\x1d.hearth.v1.AgentInjectRequest\x1a\x14.hearth.v1.InjectAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,35 +39,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHATEVENT']._serialized_start=204
   _globals['_CHATEVENT']._serialized_end=714
   _globals['_QUEUED']._serialized_start=716
-  _globals['_QUEUED']._serialized_end=761
-  _globals['_SHORTCIRCUIT']._serialized_start=763
-  _globals['_SHORTCIRCUIT']._serialized_end=822
-  _globals['_INTERRUPTED']._serialized_start=824
-  _globals['_INTERRUPTED']._serialized_end=867
-  _globals['_AGENTINJECTREQUEST']._serialized_start=870
-  _globals['_AGENTINJECTREQUEST']._serialized_end=1049
-  _globals['_INJECTACK']._serialized_start=1051
-  _globals['_INJECTACK']._serialized_end=1120
-  _globals['_TEXTDELTA']._serialized_start=1122
-  _globals['_TEXTDELTA']._serialized_end=1166
-  _globals['_TOOLCALLSTARTED']._serialized_start=1168
-  _globals['_TOOLCALLSTARTED']._serialized_end=1251
-  _globals['_TOOLCALLPROGRESS']._serialized_start=1253
-  _globals['_TOOLCALLPROGRESS']._serialized_end=1368
-  _globals['_TOOLCALLFINISHED']._serialized_start=1371
-  _globals['_TOOLCALLFINISHED']._serialized_end=1524
-  _globals['_CONFIRMREQUEST']._serialized_start=1526
-  _globals['_CONFIRMREQUEST']._serialized_end=1615
-  _globals['_CONFIRMRESPONSE']._serialized_start=1617
-  _globals['_CONFIRMRESPONSE']._serialized_end=1672
-  _globals['_CONFIRMACK']._serialized_start=1674
-  _globals['_CONFIRMACK']._serialized_end=1686
-  _globals['_FINAL']._serialized_start=1689
-  _globals['_FINAL']._serialized_end=1851
-  _globals['_FINAL_TOKENUSAGEENTRY']._serialized_start=1802
-  _globals['_FINAL_TOKENUSAGEENTRY']._serialized_end=1851
-  _globals['_PLUGINREPLY']._serialized_start=1853
-  _globals['_PLUGINREPLY']._serialized_end=1912
-  _globals['_AGENT']._serialized_start=1915
-  _globals['_AGENT']._serialized_end=2103
+  _globals['_QUEUED']._serialized_end=778
+  _globals['_SHORTCIRCUIT']._serialized_start=780
+  _globals['_SHORTCIRCUIT']._serialized_end=839
+  _globals['_INTERRUPTED']._serialized_start=841
+  _globals['_INTERRUPTED']._serialized_end=884
+  _globals['_AGENTINJECTREQUEST']._serialized_start=887
+  _globals['_AGENTINJECTREQUEST']._serialized_end=1066
+  _globals['_INJECTACK']._serialized_start=1068
+  _globals['_INJECTACK']._serialized_end=1137
+  _globals['_TEXTDELTA']._serialized_start=1139
+  _globals['_TEXTDELTA']._serialized_end=1183
+  _globals['_TOOLCALLSTARTED']._serialized_start=1185
+  _globals['_TOOLCALLSTARTED']._serialized_end=1268
+  _globals['_TOOLCALLPROGRESS']._serialized_start=1270
+  _globals['_TOOLCALLPROGRESS']._serialized_end=1385
+  _globals['_TOOLCALLFINISHED']._serialized_start=1388
+  _globals['_TOOLCALLFINISHED']._serialized_end=1541
+  _globals['_CONFIRMREQUEST']._serialized_start=1543
+  _globals['_CONFIRMREQUEST']._serialized_end=1632
+  _globals['_CONFIRMRESPONSE']._serialized_start=1634
+  _globals['_CONFIRMRESPONSE']._serialized_end=1689
+  _globals['_CONFIRMACK']._serialized_start=1691
+  _globals['_CONFIRMACK']._serialized_end=1703
+  _globals['_FINAL']._serialized_start=1706
+  _globals['_FINAL']._serialized_end=1868
+  _globals['_FINAL_TOKENUSAGEENTRY']._serialized_start=1819
+  _globals['_FINAL_TOKENUSAGEENTRY']._serialized_end=1868
+  _globals['_PLUGINREPLY']._serialized_start=1870
+  _globals['_PLUGINREPLY']._serialized_end=1929
+  _globals['_AGENT']._serialized_start=1932
+  _globals['_AGENT']._serialized_end=2120
 # @@protoc_insertion_point(module_scope)

@@ -48,12 +48,14 @@ class ChatEvent(_message.Message):
     def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., confirm_request: _Optional[_Union[ConfirmRequest, _Mapping]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., plugin_reply: _Optional[_Union[PluginReply, _Mapping]] = ..., short_circuit: _Optional[_Union[ShortCircuit, _Mapping]] = ..., interrupted: _Optional[_Union[Interrupted, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., tool_call_progress: _Optional[_Union[ToolCallProgress, _Mapping]] = ...) -> None: ...
 
 class Queued(_message.Message):
-    __slots__ = ("ahead", "conversation")
+    __slots__ = ("ahead", "conversation", "held_by")
     AHEAD_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
     ahead: int
     conversation: str
-    def __init__(self, ahead: _Optional[int] = ..., conversation: _Optional[str] = ...) -> None: ...
+    held_by: str
+    def __init__(self, ahead: _Optional[int] = ..., conversation: _Optional[str] = ..., held_by: _Optional[str] = ...) -> None: ...
 
 class ShortCircuit(_message.Message):
     __slots__ = ("stage", "plugin", "text")

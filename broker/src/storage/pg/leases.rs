@@ -128,6 +128,20 @@ impl Leases {
     /// # Errors
     /// [`StorageError::Postgres`] when the database fails.
     pub async fn acquire(&self, key: &ConversationKey) -> Result<Lease, StorageError> {
+        self.acquire_noting(key, |_| {}).await
+    }
+
+    /// [`Leases::acquire`], calling `waiting(holder)` once, with the holding broker's
+    /// id, when the lease is held by another broker and this call starts waiting.
+    ///
+    /// # Errors
+    /// As [`Leases::acquire`].
+    pub async fn acquire_noting(
+        &self,
+        key: &ConversationKey,
+        waiting: impl FnOnce(&str),
+    ) -> Result<Lease, StorageError> {
+        let mut waiting = Some(waiting);
         let i = &self.inner;
         let conversation = conversation_id(&i.pg, key).await?;
         let mut notices = i.listener.subscribe();
@@ -145,6 +159,9 @@ impl Leases {
                     if waiting_since.is_none() {
                         waiting_since = Some(tokio::time::Instant::now());
                         tracing::debug!(conversation = %key, holder = %other, "waiting for the conversation's lease");
+                    }
+                    if let Some(note) = waiting.take() {
+                        note(&other);
                     }
                 }
             }
