@@ -24,12 +24,14 @@ mod common;
 #[allow(dead_code)]
 #[path = "../tests/integration/harness.rs"]
 mod harness;
+#[path = "raw.rs"]
+mod raw;
 
 use common::{cpu_us, env_num, machine, summarize};
 
 use std::time::{Duration, Instant};
 
-use harness::{node_echo, py_echo, rss_kib, stress, wait_gone, Broker};
+use harness::{node_echo, py_echo, python, repo, rss_kib, stress, wait_gone, Broker};
 use hearth_broker::cli::AdminConn;
 use hearth_proto::v1::{CallToolRequest, PluginState, RestartPluginRequest};
 use serde_json::json;
@@ -287,6 +289,17 @@ async fn run() {
         )
     };
 
+    // 3c. The raw floor of each language, in the same run: a minimal plugin of that
+    // language (generated stubs only) on a minimal tonic host (bench/raw.rs) over a
+    // Unix socket, the same arguments, one call at a time. The hop's ratio to it is
+    // the figure the goal names (broker p50 ≤ 1.3× raw p50).
+    let mut raw_rows = Vec::new();
+    for t in &targets {
+        let raw = raw::RawPlugin::start(t.lang, &python(), &repo()).await;
+        raw.tool_trips(warmup, ARGS).await;
+        raw_rows.push((t.lang, summarize(raw.tool_trips(calls, ARGS).await)));
+    }
+
     // 4. Throughput with 1 and `inflight` calls in flight.
     let mut tput_rows = Vec::new();
     for t in &targets {
@@ -398,6 +411,17 @@ async fn run() {
         println!(
             "| no plugin (broker rejects args `{BROKER_ONLY_ARGS}`) | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
             s.n, s.mean, s.min, s.p50, s.p90, s.p99, s.p999, s.max, rate
+        );
+    }
+    println!("\nThe broker↔plugin hop beside the raw floor of its language, measured in this run (`elapsed_us` p50 against a raw tonic host's `InvokeTool` round trip p50 to a minimal plugin of the same language, bench/raw.rs), in µs.\n");
+    println!("| plugin | broker hop p50 | raw round trip p50 | ratio |");
+    println!("|---|---:|---:|---:|");
+    for ((lang, hop), (_, raw)) in broker_rows.iter().zip(&raw_rows) {
+        println!(
+            "| {lang} | {:.1} | {:.1} | {:.2}× |",
+            hop.p50,
+            raw.p50,
+            hop.p50 / raw.p50
         );
     }
     println!("\nBroker-side wall time of the same calls (`elapsed_us` of CallToolResponse: route, validate, plugin round trip), in µs.\n");
