@@ -157,6 +157,11 @@ async fn throughput(
 }
 
 fn main() {
+    // The raw Rust plugin of section 3c is this binary run again.
+    if std::env::var_os(raw::RAW_PLUGIN_ENV).is_some() {
+        raw::raw_plugin_main();
+        return;
+    }
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
