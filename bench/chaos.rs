@@ -107,18 +107,6 @@ impl Cfg {
     }
 }
 
-/// xorshift64*: the killer's choices (no `rand` dependency in this crate).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
-    }
-}
-
 /// One stress plugin under chaos.
 #[derive(Clone)]
 struct Target {
@@ -454,7 +442,8 @@ async fn killer(
     mut rx: watch::Receiver<Snapshot>,
     cfg: Arc<Cfg>,
 ) -> (Vec<Kill>, u64) {
-    let mut rng = Rng(cfg.seed);
+    // The killer's choices, reproducible from the seed.
+    let mut rng = hearth_broker::testing::Rng(cfg.seed);
     let recovering: Arc<Mutex<HashSet<String>>> = Arc::default();
     let mut watchers = JoinSet::new();
     let end = Instant::now() + Duration::from_secs(cfg.secs);

@@ -294,18 +294,6 @@ mod tests {
         words
     }
 
-    /// A small deterministic generator (xorshift64*), so a failure reproduces.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
-        }
-    }
-
     #[test]
     fn the_dictionary_is_jieba_rs_own() {
         // jieba-rs's Debug output is its only public view of its dictionary's size.
@@ -375,7 +363,7 @@ mod tests {
             "a", "Z", "7", "-", ".", "_", "+", "#", "&", "%", " ", "\r\n", "\n", "，", "。", "é",
             "ß", "😀", "𠀀", "㐀", "ア", "한", "\u{3000}", "x1", "v2.0", "foo_bar",
         ];
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut rng = crate::testing::Rng(0x9E37_79B9_7F4A_7C15);
         for _ in 0..4000 {
             let mut s = String::new();
             for _ in 0..rng.below(24) {
