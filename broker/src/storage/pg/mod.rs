@@ -378,9 +378,8 @@ fn check_url(url: &str) -> Result<(), String> {
         if url.contains('=') {
             return Ok(()); // libpq's key=value form
         }
-        return Err(format!(
-            "`{url}` is neither a postgres:// URL nor libpq key=value pairs"
-        ));
+        // Not echoed: a malformed URL may still hold a password.
+        return Err("it is neither a postgres:// URL nor libpq key=value pairs".into());
     };
     if scheme != "postgres" && scheme != "postgresql" {
         return Err(format!(
@@ -428,14 +427,17 @@ mod tests {
             assert_eq!(check_url(ok), Ok(()), "{ok}");
         }
         for (bad, says) in [
-            ("postgres//h@db/x", "neither a postgres:// URL"),
+            ("postgres//h:secret@db/x", "neither a postgres:// URL"),
             ("/tmp/foo.db", "neither a postgres:// URL"),
             ("mysql://h@db/x", "scheme `mysql://`"),
             ("postgres://h@db:notaport/x", "port `notaport`"),
             ("postgres://h@db:5432/x?sslmode=bogus", "sslmode `bogus`"),
         ] {
             let err = check_url(bad).unwrap_err();
-            assert!(err.contains(says), "{bad}: {err}");
+            assert!(
+                err.contains(says) && !err.contains("secret"),
+                "{bad}: {err}"
+            );
         }
     }
 }
