@@ -391,6 +391,7 @@ pub(super) async fn heartbeat(
         last_tick = Instant::now();
         if gap > interval * 2 + Duration::from_secs(1) {
             tracing::warn!(
+                plugin = %session.plugin(),
                 paused_ms = gap.as_millis() as u64,
                 "the broker did not run for {} ms (stopped or starved); the plugin's ping timeout starts again",
                 gap.as_millis()

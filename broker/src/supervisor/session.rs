@@ -235,6 +235,11 @@ impl Session {
         self.registration.get().cloned()
     }
 
+    /// The plugin this session belongs to.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
     /// Records a `Pong`.
     pub fn pong(&self) {
         *self.last_pong.lock().unwrap() = Instant::now();

@@ -58,38 +58,22 @@ pub(in crate::storage) async fn query(
     let op = "query doc memory";
     let client = pg.client(op).await?;
     let hits = PgIndex::DOCS
-        .search(&client, text, limit)
-        .await
-        .map_err(pg.error(op))?;
-    if hits.is_empty() {
-        return Ok(Vec::new());
-    }
-    let seqs: Vec<i64> = hits.iter().map(|(seq, _)| *seq).collect();
-    let rows = client
-        .query(
+        .search_rows(
+            &client,
+            text,
+            limit,
             "SELECT seq, id, title, content FROM doc_memory WHERE seq = ANY($1)",
-            &[&seqs],
         )
         .await
         .map_err(pg.error(op))?;
-    let mut found: std::collections::HashMap<i64, Doc> = rows
-        .into_iter()
-        .map(|r| {
-            (
-                r.get(0),
-                Doc {
-                    id: r.get(1),
-                    title: r.get(2),
-                    content: r.get(3),
-                    score: 0.0,
-                },
-            )
-        })
-        .collect();
-    // A document removed between the two statements is left out.
     Ok(hits
         .into_iter()
-        .filter_map(|(seq, score)| found.remove(&seq).map(|doc| Doc { score, ..doc }))
+        .map(|(r, score)| Doc {
+            id: r.get(1),
+            title: r.get(2),
+            content: r.get(3),
+            score,
+        })
         .collect())
 }
 

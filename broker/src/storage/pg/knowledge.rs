@@ -94,33 +94,20 @@ pub(in crate::storage) async fn search(
     let op = "search knowledge";
     let client = pg.client(op).await?;
     let hits = PgIndex::KNOWLEDGE
-        .search(&client, query, limit)
-        .await
-        .map_err(pg.error(op))?;
-    if hits.is_empty() {
-        return Ok(Vec::new());
-    }
-    let seqs: Vec<i64> = hits.iter().map(|(seq, _)| *seq).collect();
-    let rows = client
-        .query(
+        .search_rows(
+            &client,
+            query,
+            limit,
             "SELECT seq, name, content FROM knowledge WHERE seq = ANY($1)",
-            &[&seqs],
         )
         .await
         .map_err(pg.error(op))?;
-    let mut found: HashMap<i64, (String, String)> = rows
-        .iter()
-        .map(|r| (r.get(0), (r.get(1), r.get(2))))
-        .collect();
-    // An entry removed between the two statements is left out.
     Ok(hits
         .into_iter()
-        .filter_map(|(seq, score)| {
-            found.remove(&seq).map(|(name, content)| KnowledgeEntry {
-                name,
-                content,
-                score,
-            })
+        .map(|(r, score)| KnowledgeEntry {
+            name: r.get(1),
+            content: r.get(2),
+            score,
         })
         .collect())
 }

@@ -225,6 +225,34 @@ impl PgIndex {
         Ok(())
     }
 
+    /// [`PgIndex::search`], each hit joined to its stored row: `select` is a query
+    /// taking the hits' seqs as `$1` (`… WHERE seq = ANY($1)`) whose first column is
+    /// the seq. Best first, as (row, score); a row removed between the two statements
+    /// is left out.
+    pub(crate) async fn search_rows(
+        self,
+        client: &Client,
+        query: &str,
+        limit: usize,
+        select: &str,
+    ) -> Result<Vec<(tokio_postgres::Row, f64)>, tokio_postgres::Error> {
+        let hits = self.search(client, query, limit).await?;
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let seqs: Vec<i64> = hits.iter().map(|(seq, _)| *seq).collect();
+        let mut rows: HashMap<i64, tokio_postgres::Row> = client
+            .query(select, &[&seqs])
+            .await?
+            .into_iter()
+            .map(|r| (r.get(0), r))
+            .collect();
+        Ok(hits
+            .into_iter()
+            .filter_map(|(seq, score)| rows.remove(&seq).map(|r| (r, score)))
+            .collect())
+    }
+
     /// The best `limit` rows for `query`, best first, as (seq, score) with the score
     /// SQLite's `-bm25()` gives (positive, higher = better). A query without
     /// searchable words gives no rows.
