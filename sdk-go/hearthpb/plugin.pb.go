@@ -231,6 +231,7 @@ type PluginMessage struct {
 	//	*PluginMessage_Pong
 	//	*PluginMessage_RegisterTool
 	//	*PluginMessage_UnregisterTool
+	//	*PluginMessage_Batch
 	Msg           isPluginMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -363,6 +364,15 @@ func (x *PluginMessage) GetUnregisterTool() *UnregisterTool {
 	return nil
 }
 
+func (x *PluginMessage) GetBatch() *PluginBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*PluginMessage_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isPluginMessage_Msg interface {
 	isPluginMessage_Msg()
 }
@@ -407,6 +417,10 @@ type PluginMessage_UnregisterTool struct {
 	UnregisterTool *UnregisterTool `protobuf:"bytes,10,opt,name=unregister_tool,json=unregisterTool,proto3,oneof"`
 }
 
+type PluginMessage_Batch struct {
+	Batch *PluginBatch `protobuf:"bytes,11,opt,name=batch,proto3,oneof"`
+}
+
 func (*PluginMessage_Hello) isPluginMessage_Msg() {}
 
 func (*PluginMessage_Register) isPluginMessage_Msg() {}
@@ -427,6 +441,57 @@ func (*PluginMessage_RegisterTool) isPluginMessage_Msg() {}
 
 func (*PluginMessage_UnregisterTool) isPluginMessage_Msg() {}
 
+func (*PluginMessage_Batch) isPluginMessage_Msg() {}
+
+// Several plugin messages in one, in order: what a plugin sends instead of each of
+// them when both sides agreed on the feature "batch" (`Registered.features`) and
+// several are ready at once (results of calls that finished together). The broker
+// handles `msgs` exactly as if they had come one by one. Never nested; at most the
+// message size limit in all (an SDK batches small messages only).
+type PluginBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Msgs          []*PluginMessage       `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginBatch) Reset() {
+	*x = PluginBatch{}
+	mi := &file_hearth_v1_plugin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginBatch) ProtoMessage() {}
+
+func (x *PluginBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_hearth_v1_plugin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginBatch.ProtoReflect.Descriptor instead.
+func (*PluginBatch) Descriptor() ([]byte, []int) {
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PluginBatch) GetMsgs() []*PluginMessage {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
 // Everything the broker sends on the session.
 type HostMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -441,6 +506,7 @@ type HostMessage struct {
 	//	*HostMessage_Shutdown
 	//	*HostMessage_Ping
 	//	*HostMessage_ToolRegistration
+	//	*HostMessage_Batch
 	Msg           isHostMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -448,7 +514,7 @@ type HostMessage struct {
 
 func (x *HostMessage) Reset() {
 	*x = HostMessage{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[1]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +526,7 @@ func (x *HostMessage) String() string {
 func (*HostMessage) ProtoMessage() {}
 
 func (x *HostMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[1]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +539,7 @@ func (x *HostMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMessage.ProtoReflect.Descriptor instead.
 func (*HostMessage) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{1}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HostMessage) GetMsg() isHostMessage_Msg {
@@ -564,6 +630,15 @@ func (x *HostMessage) GetToolRegistration() *ToolRegistration {
 	return nil
 }
 
+func (x *HostMessage) GetBatch() *HostBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*HostMessage_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isHostMessage_Msg interface {
 	isHostMessage_Msg()
 }
@@ -604,6 +679,10 @@ type HostMessage_ToolRegistration struct {
 	ToolRegistration *ToolRegistration `protobuf:"bytes,9,opt,name=tool_registration,json=toolRegistration,proto3,oneof"`
 }
 
+type HostMessage_Batch struct {
+	Batch *HostBatch `protobuf:"bytes,10,opt,name=batch,proto3,oneof"`
+}
+
 func (*HostMessage_Registered) isHostMessage_Msg() {}
 
 func (*HostMessage_Rejected) isHostMessage_Msg() {}
@@ -622,6 +701,55 @@ func (*HostMessage_Ping) isHostMessage_Msg() {}
 
 func (*HostMessage_ToolRegistration) isHostMessage_Msg() {}
 
+func (*HostMessage_Batch) isHostMessage_Msg() {}
+
+// Several broker messages in one, in order: sent only to a plugin whose `Hello`
+// listed the feature "batch", when several are ready at once (calls started together).
+// The plugin handles `msgs` exactly as if they had come one by one. Never nested.
+type HostBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Msgs          []*HostMessage         `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostBatch) Reset() {
+	*x = HostBatch{}
+	mi := &file_hearth_v1_plugin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostBatch) ProtoMessage() {}
+
+func (x *HostBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_hearth_v1_plugin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostBatch.ProtoReflect.Descriptor instead.
+func (*HostBatch) Descriptor() ([]byte, []int) {
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HostBatch) GetMsgs() []*HostMessage {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
 // First message of a session.
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -632,7 +760,8 @@ type Hello struct {
 	Sdk string `protobuf:"bytes,2,opt,name=sdk,proto3" json:"sdk,omitempty"`
 	// SDK version.
 	SdkVersion string `protobuf:"bytes,3,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
-	// Optional behaviours the SDK supports, e.g. "cancel", "progress", "stages".
+	// Optional behaviours the SDK supports, e.g. "cancel", "progress", "stages",
+	// "batch" (it reads `HostBatch` and may send `PluginBatch`, see below).
 	Features []string `protobuf:"bytes,4,rep,name=features,proto3" json:"features,omitempty"`
 	// Process id of the plugin as the plugin sees it.
 	Pid           uint32 `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
@@ -642,7 +771,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[2]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +783,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[2]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +796,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{2}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Hello) GetProtocolVersion() string {
@@ -718,7 +847,7 @@ type PluginInfo struct {
 
 func (x *PluginInfo) Reset() {
 	*x = PluginInfo{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[3]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +859,7 @@ func (x *PluginInfo) String() string {
 func (*PluginInfo) ProtoMessage() {}
 
 func (x *PluginInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[3]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +872,7 @@ func (x *PluginInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginInfo.ProtoReflect.Descriptor instead.
 func (*PluginInfo) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{3}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PluginInfo) GetName() string {
@@ -795,7 +924,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[4]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +936,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[4]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +949,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{4}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Register) GetPlugin() *PluginInfo {
@@ -901,7 +1030,7 @@ type ToolSpec struct {
 
 func (x *ToolSpec) Reset() {
 	*x = ToolSpec{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[5]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1042,7 @@ func (x *ToolSpec) String() string {
 func (*ToolSpec) ProtoMessage() {}
 
 func (x *ToolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[5]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1055,7 @@ func (x *ToolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolSpec.ProtoReflect.Descriptor instead.
 func (*ToolSpec) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{5}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolSpec) GetName() string {
@@ -1002,7 +1131,7 @@ type ToolAnnotations struct {
 
 func (x *ToolAnnotations) Reset() {
 	*x = ToolAnnotations{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[6]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1143,7 @@ func (x *ToolAnnotations) String() string {
 func (*ToolAnnotations) ProtoMessage() {}
 
 func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[6]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1156,7 @@ func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
 func (*ToolAnnotations) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{6}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolAnnotations) GetReadOnlyHint() bool {
@@ -1082,7 +1211,7 @@ type AiTool struct {
 
 func (x *AiTool) Reset() {
 	*x = AiTool{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[7]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1223,7 @@ func (x *AiTool) String() string {
 func (*AiTool) ProtoMessage() {}
 
 func (x *AiTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[7]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1236,7 @@ func (x *AiTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AiTool.ProtoReflect.Descriptor instead.
 func (*AiTool) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{7}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AiTool) GetParameters() []*AiToolParameter {
@@ -1193,7 +1322,7 @@ type AiToolParameter struct {
 
 func (x *AiToolParameter) Reset() {
 	*x = AiToolParameter{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[8]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1334,7 @@ func (x *AiToolParameter) String() string {
 func (*AiToolParameter) ProtoMessage() {}
 
 func (x *AiToolParameter) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[8]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1347,7 @@ func (x *AiToolParameter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AiToolParameter.ProtoReflect.Descriptor instead.
 func (*AiToolParameter) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{8}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AiToolParameter) GetName() string {
@@ -1290,7 +1419,7 @@ type StageHook struct {
 
 func (x *StageHook) Reset() {
 	*x = StageHook{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[9]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1431,7 @@ func (x *StageHook) String() string {
 func (*StageHook) ProtoMessage() {}
 
 func (x *StageHook) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[9]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1444,7 @@ func (x *StageHook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageHook.ProtoReflect.Descriptor instead.
 func (*StageHook) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StageHook) GetStage() Stage {
@@ -1359,7 +1488,7 @@ type InjectSpec struct {
 
 func (x *InjectSpec) Reset() {
 	*x = InjectSpec{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[10]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1500,7 @@ func (x *InjectSpec) String() string {
 func (*InjectSpec) ProtoMessage() {}
 
 func (x *InjectSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[10]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1513,7 @@ func (x *InjectSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectSpec.ProtoReflect.Descriptor instead.
 func (*InjectSpec) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{10}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InjectSpec) GetUsage() string {
@@ -1418,7 +1547,7 @@ type Trigger struct {
 
 func (x *Trigger) Reset() {
 	*x = Trigger{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[11]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1559,7 @@ func (x *Trigger) String() string {
 func (*Trigger) ProtoMessage() {}
 
 func (x *Trigger) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[11]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1572,7 @@ func (x *Trigger) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Trigger.ProtoReflect.Descriptor instead.
 func (*Trigger) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Trigger) GetType() TriggerType {
@@ -1483,7 +1612,7 @@ type ConfigDef struct {
 
 func (x *ConfigDef) Reset() {
 	*x = ConfigDef{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[12]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1624,7 @@ func (x *ConfigDef) String() string {
 func (*ConfigDef) ProtoMessage() {}
 
 func (x *ConfigDef) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[12]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1637,7 @@ func (x *ConfigDef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDef.ProtoReflect.Descriptor instead.
 func (*ConfigDef) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConfigDef) GetKey() string {
@@ -1610,7 +1739,7 @@ type RejectedItem struct {
 
 func (x *RejectedItem) Reset() {
 	*x = RejectedItem{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[13]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1751,7 @@ func (x *RejectedItem) String() string {
 func (*RejectedItem) ProtoMessage() {}
 
 func (x *RejectedItem) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[13]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1764,7 @@ func (x *RejectedItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedItem.ProtoReflect.Descriptor instead.
 func (*RejectedItem) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RejectedItem) GetKind() string {
@@ -1678,7 +1807,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[14]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1819,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[14]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1832,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Registered) GetPlugin() string {
@@ -1752,7 +1881,7 @@ type Rejected struct {
 
 func (x *Rejected) Reset() {
 	*x = Rejected{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[15]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1893,7 @@ func (x *Rejected) String() string {
 func (*Rejected) ProtoMessage() {}
 
 func (x *Rejected) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[15]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1906,7 @@ func (x *Rejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejected.ProtoReflect.Descriptor instead.
 func (*Rejected) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Rejected) GetReason() string {
@@ -1806,7 +1935,7 @@ type RegisterTool struct {
 
 func (x *RegisterTool) Reset() {
 	*x = RegisterTool{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[16]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1947,7 @@ func (x *RegisterTool) String() string {
 func (*RegisterTool) ProtoMessage() {}
 
 func (x *RegisterTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[16]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1960,7 @@ func (x *RegisterTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterTool.ProtoReflect.Descriptor instead.
 func (*RegisterTool) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterTool) GetRequestId() string {
@@ -1858,7 +1987,7 @@ type UnregisterTool struct {
 
 func (x *UnregisterTool) Reset() {
 	*x = UnregisterTool{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[17]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +1999,7 @@ func (x *UnregisterTool) String() string {
 func (*UnregisterTool) ProtoMessage() {}
 
 func (x *UnregisterTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[17]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +2012,7 @@ func (x *UnregisterTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterTool.ProtoReflect.Descriptor instead.
 func (*UnregisterTool) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UnregisterTool) GetRequestId() string {
@@ -1913,7 +2042,7 @@ type ToolRegistration struct {
 
 func (x *ToolRegistration) Reset() {
 	*x = ToolRegistration{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[18]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2054,7 @@ func (x *ToolRegistration) String() string {
 func (*ToolRegistration) ProtoMessage() {}
 
 func (x *ToolRegistration) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[18]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2067,7 @@ func (x *ToolRegistration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolRegistration.ProtoReflect.Descriptor instead.
 func (*ToolRegistration) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolRegistration) GetRequestId() string {
@@ -1984,7 +2113,7 @@ type Sender struct {
 
 func (x *Sender) Reset() {
 	*x = Sender{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[19]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2125,7 @@ func (x *Sender) String() string {
 func (*Sender) ProtoMessage() {}
 
 func (x *Sender) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[19]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2138,7 @@ func (x *Sender) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sender.ProtoReflect.Descriptor instead.
 func (*Sender) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Sender) GetUserId() string {
@@ -2063,7 +2192,7 @@ type InvokeTool struct {
 
 func (x *InvokeTool) Reset() {
 	*x = InvokeTool{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[20]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2204,7 @@ func (x *InvokeTool) String() string {
 func (*InvokeTool) ProtoMessage() {}
 
 func (x *InvokeTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[20]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2217,7 @@ func (x *InvokeTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeTool.ProtoReflect.Descriptor instead.
 func (*InvokeTool) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InvokeTool) GetCallId() uint64 {
@@ -2161,7 +2290,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[21]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2302,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[21]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2315,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolResult) GetCallId() uint64 {
@@ -2250,7 +2379,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[22]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2391,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[22]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2404,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Progress) GetCallId() uint64 {
@@ -2324,7 +2453,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[23]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2465,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[23]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2478,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Cancel) GetCallId() uint64 {
@@ -2377,7 +2506,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[24]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2518,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[24]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2531,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{24}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Shutdown) GetGraceMs() uint32 {
@@ -2429,7 +2558,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[25]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2570,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[25]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2583,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{25}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Ping) GetNonce() uint64 {
@@ -2473,7 +2602,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[26]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2614,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[26]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2627,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{26}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Pong) GetNonce() uint64 {
@@ -2520,7 +2649,7 @@ type MemItem struct {
 
 func (x *MemItem) Reset() {
 	*x = MemItem{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[27]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2661,7 @@ func (x *MemItem) String() string {
 func (*MemItem) ProtoMessage() {}
 
 func (x *MemItem) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[27]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2674,7 @@ func (x *MemItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemItem.ProtoReflect.Descriptor instead.
 func (*MemItem) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{27}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MemItem) GetRole() string {
@@ -2585,7 +2714,7 @@ type ToolCallInfo struct {
 
 func (x *ToolCallInfo) Reset() {
 	*x = ToolCallInfo{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[28]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2726,7 @@ func (x *ToolCallInfo) String() string {
 func (*ToolCallInfo) ProtoMessage() {}
 
 func (x *ToolCallInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[28]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2739,7 @@ func (x *ToolCallInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallInfo.ProtoReflect.Descriptor instead.
 func (*ToolCallInfo) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{28}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ToolCallInfo) GetId() string {
@@ -2669,7 +2798,7 @@ type ToolResultInfo struct {
 
 func (x *ToolResultInfo) Reset() {
 	*x = ToolResultInfo{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[29]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2810,7 @@ func (x *ToolResultInfo) String() string {
 func (*ToolResultInfo) ProtoMessage() {}
 
 func (x *ToolResultInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[29]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2823,7 @@ func (x *ToolResultInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResultInfo.ProtoReflect.Descriptor instead.
 func (*ToolResultInfo) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{29}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ToolResultInfo) GetCallId() string {
@@ -2765,7 +2894,7 @@ type StageContext struct {
 
 func (x *StageContext) Reset() {
 	*x = StageContext{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[30]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2906,7 @@ func (x *StageContext) String() string {
 func (*StageContext) ProtoMessage() {}
 
 func (x *StageContext) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[30]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2919,7 @@ func (x *StageContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageContext.ProtoReflect.Descriptor instead.
 func (*StageContext) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{30}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StageContext) GetRawMessage() string {
@@ -2918,7 +3047,7 @@ type RunStage struct {
 
 func (x *RunStage) Reset() {
 	*x = RunStage{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[31]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3059,7 @@ func (x *RunStage) String() string {
 func (*RunStage) ProtoMessage() {}
 
 func (x *RunStage) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[31]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3072,7 @@ func (x *RunStage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStage.ProtoReflect.Descriptor instead.
 func (*RunStage) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{31}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunStage) GetCallId() uint64 {
@@ -3007,7 +3136,7 @@ type StageResult struct {
 
 func (x *StageResult) Reset() {
 	*x = StageResult{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[32]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3148,7 @@ func (x *StageResult) String() string {
 func (*StageResult) ProtoMessage() {}
 
 func (x *StageResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[32]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3161,7 @@ func (x *StageResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageResult.ProtoReflect.Descriptor instead.
 func (*StageResult) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{32}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StageResult) GetCallId() uint64 {
@@ -3079,7 +3208,7 @@ type HandleEvent struct {
 
 func (x *HandleEvent) Reset() {
 	*x = HandleEvent{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[33]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3220,7 @@ func (x *HandleEvent) String() string {
 func (*HandleEvent) ProtoMessage() {}
 
 func (x *HandleEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[33]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3233,7 @@ func (x *HandleEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandleEvent.ProtoReflect.Descriptor instead.
 func (*HandleEvent) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{33}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HandleEvent) GetCallId() uint64 {
@@ -3174,7 +3303,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[34]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3315,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[34]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3328,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{34}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Reply) GetCallId() uint64 {
@@ -3227,7 +3356,7 @@ type EventDone struct {
 
 func (x *EventDone) Reset() {
 	*x = EventDone{}
-	mi := &file_hearth_v1_plugin_proto_msgTypes[35]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3368,7 @@ func (x *EventDone) String() string {
 func (*EventDone) ProtoMessage() {}
 
 func (x *EventDone) ProtoReflect() protoreflect.Message {
-	mi := &file_hearth_v1_plugin_proto_msgTypes[35]
+	mi := &file_hearth_v1_plugin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3381,7 @@ func (x *EventDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventDone.ProtoReflect.Descriptor instead.
 func (*EventDone) Descriptor() ([]byte, []int) {
-	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{35}
+	return file_hearth_v1_plugin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EventDone) GetCallId() uint64 {
@@ -3273,7 +3402,7 @@ var File_hearth_v1_plugin_proto protoreflect.FileDescriptor
 
 const file_hearth_v1_plugin_proto_rawDesc = "" +
 	"\n" +
-	"\x16hearth/v1/plugin.proto\x12\thearth.v1\"\xab\x04\n" +
+	"\x16hearth/v1/plugin.proto\x12\thearth.v1\"\xdb\x04\n" +
 	"\rPluginMessage\x12(\n" +
 	"\x05hello\x18\x01 \x01(\v2\x10.hearth.v1.HelloH\x00R\x05hello\x121\n" +
 	"\bregister\x18\x02 \x01(\v2\x13.hearth.v1.RegisterH\x00R\bregister\x128\n" +
@@ -3287,8 +3416,11 @@ const file_hearth_v1_plugin_proto_rawDesc = "" +
 	"\x04pong\x18\b \x01(\v2\x0f.hearth.v1.PongH\x00R\x04pong\x12>\n" +
 	"\rregister_tool\x18\t \x01(\v2\x17.hearth.v1.RegisterToolH\x00R\fregisterTool\x12D\n" +
 	"\x0funregister_tool\x18\n" +
-	" \x01(\v2\x19.hearth.v1.UnregisterToolH\x00R\x0eunregisterToolB\x05\n" +
-	"\x03msg\"\xfe\x03\n" +
+	" \x01(\v2\x19.hearth.v1.UnregisterToolH\x00R\x0eunregisterTool\x12.\n" +
+	"\x05batch\x18\v \x01(\v2\x16.hearth.v1.PluginBatchH\x00R\x05batchB\x05\n" +
+	"\x03msg\";\n" +
+	"\vPluginBatch\x12,\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x18.hearth.v1.PluginMessageR\x04msgs\"\xac\x04\n" +
 	"\vHostMessage\x127\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x15.hearth.v1.RegisteredH\x00R\n" +
@@ -3301,8 +3433,12 @@ const file_hearth_v1_plugin_proto_rawDesc = "" +
 	"\x06cancel\x18\x06 \x01(\v2\x11.hearth.v1.CancelH\x00R\x06cancel\x121\n" +
 	"\bshutdown\x18\a \x01(\v2\x13.hearth.v1.ShutdownH\x00R\bshutdown\x12%\n" +
 	"\x04ping\x18\b \x01(\v2\x0f.hearth.v1.PingH\x00R\x04ping\x12J\n" +
-	"\x11tool_registration\x18\t \x01(\v2\x1b.hearth.v1.ToolRegistrationH\x00R\x10toolRegistrationB\x05\n" +
-	"\x03msg\"\x93\x01\n" +
+	"\x11tool_registration\x18\t \x01(\v2\x1b.hearth.v1.ToolRegistrationH\x00R\x10toolRegistration\x12,\n" +
+	"\x05batch\x18\n" +
+	" \x01(\v2\x14.hearth.v1.HostBatchH\x00R\x05batchB\x05\n" +
+	"\x03msg\"7\n" +
+	"\tHostBatch\x12*\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x16.hearth.v1.HostMessageR\x04msgs\"\x93\x01\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12\x10\n" +
 	"\x03sdk\x18\x02 \x01(\tR\x03sdk\x12\x1f\n" +
@@ -3585,103 +3721,109 @@ func file_hearth_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_hearth_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_hearth_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_hearth_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_hearth_v1_plugin_proto_goTypes = []any{
 	(Stage)(0),               // 0: hearth.v1.Stage
 	(Priority)(0),            // 1: hearth.v1.Priority
 	(TriggerType)(0),         // 2: hearth.v1.TriggerType
 	(*PluginMessage)(nil),    // 3: hearth.v1.PluginMessage
-	(*HostMessage)(nil),      // 4: hearth.v1.HostMessage
-	(*Hello)(nil),            // 5: hearth.v1.Hello
-	(*PluginInfo)(nil),       // 6: hearth.v1.PluginInfo
-	(*Register)(nil),         // 7: hearth.v1.Register
-	(*ToolSpec)(nil),         // 8: hearth.v1.ToolSpec
-	(*ToolAnnotations)(nil),  // 9: hearth.v1.ToolAnnotations
-	(*AiTool)(nil),           // 10: hearth.v1.AiTool
-	(*AiToolParameter)(nil),  // 11: hearth.v1.AiToolParameter
-	(*StageHook)(nil),        // 12: hearth.v1.StageHook
-	(*InjectSpec)(nil),       // 13: hearth.v1.InjectSpec
-	(*Trigger)(nil),          // 14: hearth.v1.Trigger
-	(*ConfigDef)(nil),        // 15: hearth.v1.ConfigDef
-	(*RejectedItem)(nil),     // 16: hearth.v1.RejectedItem
-	(*Registered)(nil),       // 17: hearth.v1.Registered
-	(*Rejected)(nil),         // 18: hearth.v1.Rejected
-	(*RegisterTool)(nil),     // 19: hearth.v1.RegisterTool
-	(*UnregisterTool)(nil),   // 20: hearth.v1.UnregisterTool
-	(*ToolRegistration)(nil), // 21: hearth.v1.ToolRegistration
-	(*Sender)(nil),           // 22: hearth.v1.Sender
-	(*InvokeTool)(nil),       // 23: hearth.v1.InvokeTool
-	(*ToolResult)(nil),       // 24: hearth.v1.ToolResult
-	(*Progress)(nil),         // 25: hearth.v1.Progress
-	(*Cancel)(nil),           // 26: hearth.v1.Cancel
-	(*Shutdown)(nil),         // 27: hearth.v1.Shutdown
-	(*Ping)(nil),             // 28: hearth.v1.Ping
-	(*Pong)(nil),             // 29: hearth.v1.Pong
-	(*MemItem)(nil),          // 30: hearth.v1.MemItem
-	(*ToolCallInfo)(nil),     // 31: hearth.v1.ToolCallInfo
-	(*ToolResultInfo)(nil),   // 32: hearth.v1.ToolResultInfo
-	(*StageContext)(nil),     // 33: hearth.v1.StageContext
-	(*RunStage)(nil),         // 34: hearth.v1.RunStage
-	(*StageResult)(nil),      // 35: hearth.v1.StageResult
-	(*HandleEvent)(nil),      // 36: hearth.v1.HandleEvent
-	(*Reply)(nil),            // 37: hearth.v1.Reply
-	(*EventDone)(nil),        // 38: hearth.v1.EventDone
-	nil,                      // 39: hearth.v1.InjectSpec.ArgsEntry
-	nil,                      // 40: hearth.v1.StageContext.TokenUsageEntry
+	(*PluginBatch)(nil),      // 4: hearth.v1.PluginBatch
+	(*HostMessage)(nil),      // 5: hearth.v1.HostMessage
+	(*HostBatch)(nil),        // 6: hearth.v1.HostBatch
+	(*Hello)(nil),            // 7: hearth.v1.Hello
+	(*PluginInfo)(nil),       // 8: hearth.v1.PluginInfo
+	(*Register)(nil),         // 9: hearth.v1.Register
+	(*ToolSpec)(nil),         // 10: hearth.v1.ToolSpec
+	(*ToolAnnotations)(nil),  // 11: hearth.v1.ToolAnnotations
+	(*AiTool)(nil),           // 12: hearth.v1.AiTool
+	(*AiToolParameter)(nil),  // 13: hearth.v1.AiToolParameter
+	(*StageHook)(nil),        // 14: hearth.v1.StageHook
+	(*InjectSpec)(nil),       // 15: hearth.v1.InjectSpec
+	(*Trigger)(nil),          // 16: hearth.v1.Trigger
+	(*ConfigDef)(nil),        // 17: hearth.v1.ConfigDef
+	(*RejectedItem)(nil),     // 18: hearth.v1.RejectedItem
+	(*Registered)(nil),       // 19: hearth.v1.Registered
+	(*Rejected)(nil),         // 20: hearth.v1.Rejected
+	(*RegisterTool)(nil),     // 21: hearth.v1.RegisterTool
+	(*UnregisterTool)(nil),   // 22: hearth.v1.UnregisterTool
+	(*ToolRegistration)(nil), // 23: hearth.v1.ToolRegistration
+	(*Sender)(nil),           // 24: hearth.v1.Sender
+	(*InvokeTool)(nil),       // 25: hearth.v1.InvokeTool
+	(*ToolResult)(nil),       // 26: hearth.v1.ToolResult
+	(*Progress)(nil),         // 27: hearth.v1.Progress
+	(*Cancel)(nil),           // 28: hearth.v1.Cancel
+	(*Shutdown)(nil),         // 29: hearth.v1.Shutdown
+	(*Ping)(nil),             // 30: hearth.v1.Ping
+	(*Pong)(nil),             // 31: hearth.v1.Pong
+	(*MemItem)(nil),          // 32: hearth.v1.MemItem
+	(*ToolCallInfo)(nil),     // 33: hearth.v1.ToolCallInfo
+	(*ToolResultInfo)(nil),   // 34: hearth.v1.ToolResultInfo
+	(*StageContext)(nil),     // 35: hearth.v1.StageContext
+	(*RunStage)(nil),         // 36: hearth.v1.RunStage
+	(*StageResult)(nil),      // 37: hearth.v1.StageResult
+	(*HandleEvent)(nil),      // 38: hearth.v1.HandleEvent
+	(*Reply)(nil),            // 39: hearth.v1.Reply
+	(*EventDone)(nil),        // 40: hearth.v1.EventDone
+	nil,                      // 41: hearth.v1.InjectSpec.ArgsEntry
+	nil,                      // 42: hearth.v1.StageContext.TokenUsageEntry
 }
 var file_hearth_v1_plugin_proto_depIdxs = []int32{
-	5,  // 0: hearth.v1.PluginMessage.hello:type_name -> hearth.v1.Hello
-	7,  // 1: hearth.v1.PluginMessage.register:type_name -> hearth.v1.Register
-	24, // 2: hearth.v1.PluginMessage.tool_result:type_name -> hearth.v1.ToolResult
-	35, // 3: hearth.v1.PluginMessage.stage_result:type_name -> hearth.v1.StageResult
-	37, // 4: hearth.v1.PluginMessage.reply:type_name -> hearth.v1.Reply
-	38, // 5: hearth.v1.PluginMessage.event_done:type_name -> hearth.v1.EventDone
-	25, // 6: hearth.v1.PluginMessage.progress:type_name -> hearth.v1.Progress
-	29, // 7: hearth.v1.PluginMessage.pong:type_name -> hearth.v1.Pong
-	19, // 8: hearth.v1.PluginMessage.register_tool:type_name -> hearth.v1.RegisterTool
-	20, // 9: hearth.v1.PluginMessage.unregister_tool:type_name -> hearth.v1.UnregisterTool
-	17, // 10: hearth.v1.HostMessage.registered:type_name -> hearth.v1.Registered
-	18, // 11: hearth.v1.HostMessage.rejected:type_name -> hearth.v1.Rejected
-	23, // 12: hearth.v1.HostMessage.invoke_tool:type_name -> hearth.v1.InvokeTool
-	34, // 13: hearth.v1.HostMessage.run_stage:type_name -> hearth.v1.RunStage
-	36, // 14: hearth.v1.HostMessage.handle_event:type_name -> hearth.v1.HandleEvent
-	26, // 15: hearth.v1.HostMessage.cancel:type_name -> hearth.v1.Cancel
-	27, // 16: hearth.v1.HostMessage.shutdown:type_name -> hearth.v1.Shutdown
-	28, // 17: hearth.v1.HostMessage.ping:type_name -> hearth.v1.Ping
-	21, // 18: hearth.v1.HostMessage.tool_registration:type_name -> hearth.v1.ToolRegistration
-	6,  // 19: hearth.v1.Register.plugin:type_name -> hearth.v1.PluginInfo
-	8,  // 20: hearth.v1.Register.tools:type_name -> hearth.v1.ToolSpec
-	12, // 21: hearth.v1.Register.stages:type_name -> hearth.v1.StageHook
-	13, // 22: hearth.v1.Register.inject:type_name -> hearth.v1.InjectSpec
-	14, // 23: hearth.v1.Register.triggers:type_name -> hearth.v1.Trigger
-	15, // 24: hearth.v1.Register.config_defs:type_name -> hearth.v1.ConfigDef
-	10, // 25: hearth.v1.ToolSpec.ai_tool:type_name -> hearth.v1.AiTool
-	9,  // 26: hearth.v1.ToolSpec.annotations:type_name -> hearth.v1.ToolAnnotations
-	11, // 27: hearth.v1.AiTool.parameters:type_name -> hearth.v1.AiToolParameter
-	0,  // 28: hearth.v1.StageHook.stage:type_name -> hearth.v1.Stage
-	39, // 29: hearth.v1.InjectSpec.args:type_name -> hearth.v1.InjectSpec.ArgsEntry
-	2,  // 30: hearth.v1.Trigger.type:type_name -> hearth.v1.TriggerType
-	16, // 31: hearth.v1.Registered.rejected:type_name -> hearth.v1.RejectedItem
-	16, // 32: hearth.v1.Rejected.items:type_name -> hearth.v1.RejectedItem
-	8,  // 33: hearth.v1.RegisterTool.tool:type_name -> hearth.v1.ToolSpec
-	22, // 34: hearth.v1.InvokeTool.sender:type_name -> hearth.v1.Sender
-	40, // 35: hearth.v1.StageContext.token_usage:type_name -> hearth.v1.StageContext.TokenUsageEntry
-	31, // 36: hearth.v1.StageContext.tool_calls:type_name -> hearth.v1.ToolCallInfo
-	32, // 37: hearth.v1.StageContext.tool_results:type_name -> hearth.v1.ToolResultInfo
-	0,  // 38: hearth.v1.StageContext.phase:type_name -> hearth.v1.Stage
-	30, // 39: hearth.v1.StageContext.memory:type_name -> hearth.v1.MemItem
-	0,  // 40: hearth.v1.RunStage.stage:type_name -> hearth.v1.Stage
-	33, // 41: hearth.v1.RunStage.context:type_name -> hearth.v1.StageContext
-	33, // 42: hearth.v1.StageResult.context:type_name -> hearth.v1.StageContext
-	22, // 43: hearth.v1.HandleEvent.sender:type_name -> hearth.v1.Sender
-	14, // 44: hearth.v1.HandleEvent.trigger:type_name -> hearth.v1.Trigger
-	3,  // 45: hearth.v1.PluginHost.Attach:input_type -> hearth.v1.PluginMessage
-	4,  // 46: hearth.v1.PluginHost.Attach:output_type -> hearth.v1.HostMessage
-	46, // [46:47] is the sub-list for method output_type
-	45, // [45:46] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	7,  // 0: hearth.v1.PluginMessage.hello:type_name -> hearth.v1.Hello
+	9,  // 1: hearth.v1.PluginMessage.register:type_name -> hearth.v1.Register
+	26, // 2: hearth.v1.PluginMessage.tool_result:type_name -> hearth.v1.ToolResult
+	37, // 3: hearth.v1.PluginMessage.stage_result:type_name -> hearth.v1.StageResult
+	39, // 4: hearth.v1.PluginMessage.reply:type_name -> hearth.v1.Reply
+	40, // 5: hearth.v1.PluginMessage.event_done:type_name -> hearth.v1.EventDone
+	27, // 6: hearth.v1.PluginMessage.progress:type_name -> hearth.v1.Progress
+	31, // 7: hearth.v1.PluginMessage.pong:type_name -> hearth.v1.Pong
+	21, // 8: hearth.v1.PluginMessage.register_tool:type_name -> hearth.v1.RegisterTool
+	22, // 9: hearth.v1.PluginMessage.unregister_tool:type_name -> hearth.v1.UnregisterTool
+	4,  // 10: hearth.v1.PluginMessage.batch:type_name -> hearth.v1.PluginBatch
+	3,  // 11: hearth.v1.PluginBatch.msgs:type_name -> hearth.v1.PluginMessage
+	19, // 12: hearth.v1.HostMessage.registered:type_name -> hearth.v1.Registered
+	20, // 13: hearth.v1.HostMessage.rejected:type_name -> hearth.v1.Rejected
+	25, // 14: hearth.v1.HostMessage.invoke_tool:type_name -> hearth.v1.InvokeTool
+	36, // 15: hearth.v1.HostMessage.run_stage:type_name -> hearth.v1.RunStage
+	38, // 16: hearth.v1.HostMessage.handle_event:type_name -> hearth.v1.HandleEvent
+	28, // 17: hearth.v1.HostMessage.cancel:type_name -> hearth.v1.Cancel
+	29, // 18: hearth.v1.HostMessage.shutdown:type_name -> hearth.v1.Shutdown
+	30, // 19: hearth.v1.HostMessage.ping:type_name -> hearth.v1.Ping
+	23, // 20: hearth.v1.HostMessage.tool_registration:type_name -> hearth.v1.ToolRegistration
+	6,  // 21: hearth.v1.HostMessage.batch:type_name -> hearth.v1.HostBatch
+	5,  // 22: hearth.v1.HostBatch.msgs:type_name -> hearth.v1.HostMessage
+	8,  // 23: hearth.v1.Register.plugin:type_name -> hearth.v1.PluginInfo
+	10, // 24: hearth.v1.Register.tools:type_name -> hearth.v1.ToolSpec
+	14, // 25: hearth.v1.Register.stages:type_name -> hearth.v1.StageHook
+	15, // 26: hearth.v1.Register.inject:type_name -> hearth.v1.InjectSpec
+	16, // 27: hearth.v1.Register.triggers:type_name -> hearth.v1.Trigger
+	17, // 28: hearth.v1.Register.config_defs:type_name -> hearth.v1.ConfigDef
+	12, // 29: hearth.v1.ToolSpec.ai_tool:type_name -> hearth.v1.AiTool
+	11, // 30: hearth.v1.ToolSpec.annotations:type_name -> hearth.v1.ToolAnnotations
+	13, // 31: hearth.v1.AiTool.parameters:type_name -> hearth.v1.AiToolParameter
+	0,  // 32: hearth.v1.StageHook.stage:type_name -> hearth.v1.Stage
+	41, // 33: hearth.v1.InjectSpec.args:type_name -> hearth.v1.InjectSpec.ArgsEntry
+	2,  // 34: hearth.v1.Trigger.type:type_name -> hearth.v1.TriggerType
+	18, // 35: hearth.v1.Registered.rejected:type_name -> hearth.v1.RejectedItem
+	18, // 36: hearth.v1.Rejected.items:type_name -> hearth.v1.RejectedItem
+	10, // 37: hearth.v1.RegisterTool.tool:type_name -> hearth.v1.ToolSpec
+	24, // 38: hearth.v1.InvokeTool.sender:type_name -> hearth.v1.Sender
+	42, // 39: hearth.v1.StageContext.token_usage:type_name -> hearth.v1.StageContext.TokenUsageEntry
+	33, // 40: hearth.v1.StageContext.tool_calls:type_name -> hearth.v1.ToolCallInfo
+	34, // 41: hearth.v1.StageContext.tool_results:type_name -> hearth.v1.ToolResultInfo
+	0,  // 42: hearth.v1.StageContext.phase:type_name -> hearth.v1.Stage
+	32, // 43: hearth.v1.StageContext.memory:type_name -> hearth.v1.MemItem
+	0,  // 44: hearth.v1.RunStage.stage:type_name -> hearth.v1.Stage
+	35, // 45: hearth.v1.RunStage.context:type_name -> hearth.v1.StageContext
+	35, // 46: hearth.v1.StageResult.context:type_name -> hearth.v1.StageContext
+	24, // 47: hearth.v1.HandleEvent.sender:type_name -> hearth.v1.Sender
+	16, // 48: hearth.v1.HandleEvent.trigger:type_name -> hearth.v1.Trigger
+	3,  // 49: hearth.v1.PluginHost.Attach:input_type -> hearth.v1.PluginMessage
+	5,  // 50: hearth.v1.PluginHost.Attach:output_type -> hearth.v1.HostMessage
+	50, // [50:51] is the sub-list for method output_type
+	49, // [49:50] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_hearth_v1_plugin_proto_init() }
@@ -3700,8 +3842,9 @@ func file_hearth_v1_plugin_proto_init() {
 		(*PluginMessage_Pong)(nil),
 		(*PluginMessage_RegisterTool)(nil),
 		(*PluginMessage_UnregisterTool)(nil),
+		(*PluginMessage_Batch)(nil),
 	}
-	file_hearth_v1_plugin_proto_msgTypes[1].OneofWrappers = []any{
+	file_hearth_v1_plugin_proto_msgTypes[2].OneofWrappers = []any{
 		(*HostMessage_Registered)(nil),
 		(*HostMessage_Rejected)(nil),
 		(*HostMessage_InvokeTool)(nil),
@@ -3711,18 +3854,19 @@ func file_hearth_v1_plugin_proto_init() {
 		(*HostMessage_Shutdown)(nil),
 		(*HostMessage_Ping)(nil),
 		(*HostMessage_ToolRegistration)(nil),
+		(*HostMessage_Batch)(nil),
 	}
-	file_hearth_v1_plugin_proto_msgTypes[6].OneofWrappers = []any{}
-	file_hearth_v1_plugin_proto_msgTypes[7].OneofWrappers = []any{}
-	file_hearth_v1_plugin_proto_msgTypes[12].OneofWrappers = []any{}
-	file_hearth_v1_plugin_proto_msgTypes[30].OneofWrappers = []any{}
+	file_hearth_v1_plugin_proto_msgTypes[8].OneofWrappers = []any{}
+	file_hearth_v1_plugin_proto_msgTypes[9].OneofWrappers = []any{}
+	file_hearth_v1_plugin_proto_msgTypes[14].OneofWrappers = []any{}
+	file_hearth_v1_plugin_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hearth_v1_plugin_proto_rawDesc), len(file_hearth_v1_plugin_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

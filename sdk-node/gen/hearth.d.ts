@@ -28,6 +28,7 @@ export namespace hearth {
             pong?: (hearth.v1.IPong|null);
             registerTool?: (hearth.v1.IRegisterTool|null);
             unregisterTool?: (hearth.v1.IUnregisterTool|null);
+            batch?: (hearth.v1.IPluginBatch|null);
         }
 
         class PluginMessage implements IPluginMessage {
@@ -42,10 +43,24 @@ export namespace hearth {
             public pong?: (hearth.v1.IPong|null);
             public registerTool?: (hearth.v1.IRegisterTool|null);
             public unregisterTool?: (hearth.v1.IUnregisterTool|null);
-            public msg?: ("hello"|"register"|"toolResult"|"stageResult"|"reply"|"eventDone"|"progress"|"pong"|"registerTool"|"unregisterTool");
+            public batch?: (hearth.v1.IPluginBatch|null);
+            public msg?: ("hello"|"register"|"toolResult"|"stageResult"|"reply"|"eventDone"|"progress"|"pong"|"registerTool"|"unregisterTool"|"batch");
             public static create(properties?: hearth.v1.IPluginMessage): hearth.v1.PluginMessage;
             public static encode(message: hearth.v1.IPluginMessage, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginMessage;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IPluginBatch {
+            msgs?: (hearth.v1.IPluginMessage[]|null);
+        }
+
+        class PluginBatch implements IPluginBatch {
+            constructor(properties?: hearth.v1.IPluginBatch);
+            public msgs: hearth.v1.IPluginMessage[];
+            public static create(properties?: hearth.v1.IPluginBatch): hearth.v1.PluginBatch;
+            public static encode(message: hearth.v1.IPluginBatch, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.PluginBatch;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 
@@ -59,6 +74,7 @@ export namespace hearth {
             shutdown?: (hearth.v1.IShutdown|null);
             ping?: (hearth.v1.IPing|null);
             toolRegistration?: (hearth.v1.IToolRegistration|null);
+            batch?: (hearth.v1.IHostBatch|null);
         }
 
         class HostMessage implements IHostMessage {
@@ -72,10 +88,24 @@ export namespace hearth {
             public shutdown?: (hearth.v1.IShutdown|null);
             public ping?: (hearth.v1.IPing|null);
             public toolRegistration?: (hearth.v1.IToolRegistration|null);
-            public msg?: ("registered"|"rejected"|"invokeTool"|"runStage"|"handleEvent"|"cancel"|"shutdown"|"ping"|"toolRegistration");
+            public batch?: (hearth.v1.IHostBatch|null);
+            public msg?: ("registered"|"rejected"|"invokeTool"|"runStage"|"handleEvent"|"cancel"|"shutdown"|"ping"|"toolRegistration"|"batch");
             public static create(properties?: hearth.v1.IHostMessage): hearth.v1.HostMessage;
             public static encode(message: hearth.v1.IHostMessage, writer?: $protobuf.Writer): $protobuf.Writer;
             public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.HostMessage;
+            public static getTypeUrl(typeUrlPrefix?: string): string;
+        }
+
+        interface IHostBatch {
+            msgs?: (hearth.v1.IHostMessage[]|null);
+        }
+
+        class HostBatch implements IHostBatch {
+            constructor(properties?: hearth.v1.IHostBatch);
+            public msgs: hearth.v1.IHostMessage[];
+            public static create(properties?: hearth.v1.IHostBatch): hearth.v1.HostBatch;
+            public static encode(message: hearth.v1.IHostBatch, writer?: $protobuf.Writer): $protobuf.Writer;
+            public static decode(reader: ($protobuf.Reader|Uint8Array), length?: number): hearth.v1.HostBatch;
             public static getTypeUrl(typeUrlPrefix?: string): string;
         }
 

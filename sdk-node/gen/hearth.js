@@ -55,11 +55,12 @@ $root.hearth = (function() {
             PluginMessage.prototype.pong = null;
             PluginMessage.prototype.registerTool = null;
             PluginMessage.prototype.unregisterTool = null;
+            PluginMessage.prototype.batch = null;
 
             var $oneOfFields;
 
             Object.defineProperty(PluginMessage.prototype, "msg", {
-                get: $util.oneOfGetter($oneOfFields = ["hello", "register", "toolResult", "stageResult", "reply", "eventDone", "progress", "pong", "registerTool", "unregisterTool"]),
+                get: $util.oneOfGetter($oneOfFields = ["hello", "register", "toolResult", "stageResult", "reply", "eventDone", "progress", "pong", "registerTool", "unregisterTool", "batch"]),
                 set: $util.oneOfSetter($oneOfFields)
             });
 
@@ -94,6 +95,8 @@ $root.hearth = (function() {
                     $root.hearth.v1.RegisterTool.encode(message.registerTool, writer.uint32(74).fork(), q + 1).ldelim();
                 if (message.unregisterTool != null && Object.hasOwnProperty.call(message, "unregisterTool"))
                     $root.hearth.v1.UnregisterTool.encode(message.unregisterTool, writer.uint32(82).fork(), q + 1).ldelim();
+                if (message.batch != null && Object.hasOwnProperty.call(message, "batch"))
+                    $root.hearth.v1.PluginBatch.encode(message.batch, writer.uint32(90).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -160,6 +163,10 @@ $root.hearth = (function() {
                             message.unregisterTool = $root.hearth.v1.UnregisterTool.decode(reader, reader.uint32(), undefined, long + 1);
                             break;
                         }
+                    case 11: {
+                            message.batch = $root.hearth.v1.PluginBatch.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -183,6 +190,87 @@ $root.hearth = (function() {
             return PluginMessage;
         })();
 
+        v1.PluginBatch = (function() {
+
+            function PluginBatch(properties) {
+                this.msgs = [];
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            PluginBatch.prototype.msgs = $util.emptyArray;
+
+            PluginBatch.create = function create(properties) {
+                return new PluginBatch(properties);
+            };
+
+            PluginBatch.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.msgs != null && message.msgs.length)
+                    for (var i = 0; i < message.msgs.length; ++i)
+                        $root.hearth.v1.PluginMessage.encode(message.msgs[i], writer.uint32(10).fork(), q + 1).ldelim();
+                return writer;
+            };
+
+            PluginBatch.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.PluginBatch();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            if (!(message.msgs && message.msgs.length))
+                                message.msgs = [];
+                            message.msgs.push($root.hearth.v1.PluginMessage.decode(reader, reader.uint32(), undefined, long + 1));
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            PluginBatch.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.PluginBatch";
+            };
+
+            return PluginBatch;
+        })();
+
         v1.HostMessage = (function() {
 
             function HostMessage(properties) {
@@ -201,11 +289,12 @@ $root.hearth = (function() {
             HostMessage.prototype.shutdown = null;
             HostMessage.prototype.ping = null;
             HostMessage.prototype.toolRegistration = null;
+            HostMessage.prototype.batch = null;
 
             var $oneOfFields;
 
             Object.defineProperty(HostMessage.prototype, "msg", {
-                get: $util.oneOfGetter($oneOfFields = ["registered", "rejected", "invokeTool", "runStage", "handleEvent", "cancel", "shutdown", "ping", "toolRegistration"]),
+                get: $util.oneOfGetter($oneOfFields = ["registered", "rejected", "invokeTool", "runStage", "handleEvent", "cancel", "shutdown", "ping", "toolRegistration", "batch"]),
                 set: $util.oneOfSetter($oneOfFields)
             });
 
@@ -238,6 +327,8 @@ $root.hearth = (function() {
                     $root.hearth.v1.Ping.encode(message.ping, writer.uint32(66).fork(), q + 1).ldelim();
                 if (message.toolRegistration != null && Object.hasOwnProperty.call(message, "toolRegistration"))
                     $root.hearth.v1.ToolRegistration.encode(message.toolRegistration, writer.uint32(74).fork(), q + 1).ldelim();
+                if (message.batch != null && Object.hasOwnProperty.call(message, "batch"))
+                    $root.hearth.v1.HostBatch.encode(message.batch, writer.uint32(82).fork(), q + 1).ldelim();
                 return writer;
             };
 
@@ -300,6 +391,10 @@ $root.hearth = (function() {
                             message.toolRegistration = $root.hearth.v1.ToolRegistration.decode(reader, reader.uint32(), undefined, long + 1);
                             break;
                         }
+                    case 10: {
+                            message.batch = $root.hearth.v1.HostBatch.decode(reader, reader.uint32(), undefined, long + 1);
+                            break;
+                        }
                     default:
                         reader.skipType(tag & 7, long);
                         break;
@@ -321,6 +416,87 @@ $root.hearth = (function() {
             };
 
             return HostMessage;
+        })();
+
+        v1.HostBatch = (function() {
+
+            function HostBatch(properties) {
+                this.msgs = [];
+                if (properties)
+                    for (var keys = Object.keys(properties), i = 0; i < keys.length; ++i)
+                        if (properties[keys[i]] != null && keys[i] !== "__proto__")
+                            this[keys[i]] = properties[keys[i]];
+            }
+
+            HostBatch.prototype.msgs = $util.emptyArray;
+
+            HostBatch.create = function create(properties) {
+                return new HostBatch(properties);
+            };
+
+            HostBatch.encode = function encode(message, writer, q) {
+                if (!writer)
+                    writer = $Writer.create();
+                if (q === undefined)
+                    q = 0;
+                if (q > $util.recursionLimit)
+                    throw Error("max depth exceeded");
+                if (message.msgs != null && message.msgs.length)
+                    for (var i = 0; i < message.msgs.length; ++i)
+                        $root.hearth.v1.HostMessage.encode(message.msgs[i], writer.uint32(10).fork(), q + 1).ldelim();
+                return writer;
+            };
+
+            HostBatch.decode = function decode(reader, length, error, long) {
+                if (!(reader instanceof $Reader))
+                    reader = $Reader.create(reader);
+                if (long === undefined)
+                    long = 0;
+                if (long > $Reader.recursionLimit)
+                    throw Error("maximum nesting depth exceeded");
+                var end, message;
+                if (length === undefined)
+                    end = reader.len;
+                else {
+                    end = reader.pos + length;
+                    if (end > reader.len)
+                        throw RangeError("index out of range");
+                    length = reader.len;
+                    reader.len = end;
+                }
+                message = new $root.hearth.v1.HostBatch();
+                while (reader.pos < end) {
+                    var tag = reader.uint32();
+                    if (tag === error)
+                        break;
+                    switch (tag >>> 3) {
+                    case 1: {
+                            if (!(message.msgs && message.msgs.length))
+                                message.msgs = [];
+                            message.msgs.push($root.hearth.v1.HostMessage.decode(reader, reader.uint32(), undefined, long + 1));
+                            break;
+                        }
+                    default:
+                        reader.skipType(tag & 7, long);
+                        break;
+                    }
+                }
+                if (length !== undefined) {
+                    if (reader.pos !== end)
+                        throw RangeError("index out of range");
+                    reader.len = length;
+                }
+                return message;
+            };
+
+            HostBatch.getTypeUrl = function getTypeUrl(typeUrlPrefix) {
+                if (typeUrlPrefix === undefined) {
+                    typeUrlPrefix = "type.googleapis.com";
+                }
+                return typeUrlPrefix + "/hearth.v1.HostBatch";
+            };
+
+            return HostBatch;
         })();
 
         v1.Hello = (function() {

@@ -25,8 +25,12 @@ const { version: SDK_VERSION } = require('../package.json');
 const v1 = hearth.v1;
 const PROTOCOL_VERSION = '1.0.0';
 const SDK_NAME = 'hearth-plugin-node';
-const FEATURES = ['cancel', 'progress', 'trace'];
+const FEATURES = ['cancel', 'progress', 'trace', 'batch'];
 const MAX_MESSAGE = 64 * 1024 * 1024;
+// A PluginBatch holds at most this many messages and bytes (the broker's HostBatch
+// limits); a larger message goes alone.
+const BATCH_MSGS = 64;
+const BATCH_BYTES = 256 * 1024;
 const ATTACH_PATH = '/hearth.v1.PluginHost/Attach';
 const EXIT = Object.freeze({ OK: 0, FAILED: 1, CONFIG: 2, REJECTED: 3 });
 
@@ -52,6 +56,50 @@ function progressFields(how) {
   if (how.fraction != null) fraction = Number(how.fraction);
   else if (total > 0 && how.progress != null) fraction = Math.min(Math.max(progress / total, 0), 1);
   return { fraction, progress, total };
+}
+
+/**
+ * A PluginMessage's bytes, without a copy.
+ * @param {object} m PluginMessage fields
+ * @returns {Buffer}
+ */
+function encodeMessage(m) {
+  const u = v1.PluginMessage.encode(m).finish();
+  return Buffer.isBuffer(u) ? u : Buffer.from(u.buffer, u.byteOffset, u.byteLength);
+}
+
+/** @param {number} n @returns {number} bytes of `n` as a protobuf varint */
+function varintLength(n) {
+  let len = 1;
+  while (n >= 0x80) { n = Math.floor(n / 128); len += 1; }
+  return len;
+}
+
+/** @param {Buffer} out @param {number} at @param {number} n @returns {number} the offset after it */
+function writeVarint(out, at, n) {
+  while (n >= 0x80) { out[at++] = (n % 128) | 0x80; n = Math.floor(n / 128); }
+  out[at++] = n;
+  return at;
+}
+
+/**
+ * `PluginMessage{batch: PluginBatch{msgs}}` from already encoded PluginMessages, framed
+ * by hand (field 11 and field 1, both length-delimited) so nothing is encoded twice.
+ * @param {Buffer[]} msgs
+ * @returns {Buffer}
+ */
+function batchMessage(msgs) {
+  let inner = 0;
+  for (const b of msgs) inner += 1 + varintLength(b.length) + b.length;
+  const out = Buffer.allocUnsafe(1 + varintLength(inner) + inner);
+  out[0] = (11 << 3) | 2;
+  let at = writeVarint(out, 1, inner);
+  for (const b of msgs) {
+    out[at++] = (1 << 3) | 2;
+    at = writeVarint(out, at, b.length);
+    at += b.copy(out, at);
+  }
+  return out;
 }
 
 /**
@@ -139,6 +187,14 @@ class Session {
     this.finished = false;
     this.queue = [];
     this.blocked = false;
+    // Both sides agreed on "batch" (Registered.features): calls' results that finish
+    // while others still run wait in `finals` until the end of this turn of the event
+    // loop and go out together in one PluginBatch.
+    this.batching = false;
+    /** @type {Buffer[]} */
+    this.finals = [];
+    this.finalBytes = 0;
+    this.finalsScheduled = false;
     this.endWhenFlushed = false;
     this.nextRequest = 1;
     /** @type {Array<() => void> | null} broker events held while hearthAfterHello runs */
@@ -188,7 +244,7 @@ class Session {
     md.set('x-hearth-token', token);
     this.call = this.client.makeBidiStreamRequest(
       ATTACH_PATH,
-      (m) => (Buffer.isBuffer(m) ? m : Buffer.from(v1.PluginMessage.encode(m).finish())),
+      (m) => (Buffer.isBuffer(m) ? m : encodeMessage(m)),
       (b) => v1.HostMessage.decode(b),
       md,
     );
@@ -441,8 +497,41 @@ class Session {
     if (this.endWhenFlushed) this.endStream();
   }
 
+  /**
+   * Sends the final message of a call (ToolResult, StageResult, EventDone), encoded.
+   * Without batching, or when no other call is running, it goes at once (with any
+   * that wait); otherwise it waits for the end of this turn of the event loop, so the
+   * results of calls that finish together share one PluginBatch.
+   * @param {Buffer} buf
+   */
+  sendFinal(buf) {
+    if (!this.batching || buf.length > BATCH_BYTES) {
+      this.flushFinals();
+      this.send(buf);
+      return;
+    }
+    this.finals.push(buf);
+    this.finalBytes += buf.length;
+    if (this.inflight.size === 0 || this.finals.length >= BATCH_MSGS || this.finalBytes >= BATCH_BYTES) {
+      this.flushFinals();
+    } else if (!this.finalsScheduled) {
+      this.finalsScheduled = true;
+      setImmediate(() => { this.finalsScheduled = false; this.flushFinals(); });
+    }
+  }
+
+  /** Sends the results waiting in `finals`: one alone, several in one PluginBatch. */
+  flushFinals() {
+    const msgs = this.finals;
+    if (!msgs.length) return;
+    this.finals = [];
+    this.finalBytes = 0;
+    this.send(msgs.length === 1 ? msgs[0] : batchMessage(msgs));
+  }
+
   /** Half-closes the stream once everything queued is written. */
   endStream() {
+    this.flushFinals();
     if (this.blocked || this.queue.length) {
       this.endWhenFlushed = true;
       return;
@@ -468,6 +557,12 @@ class Session {
       case 'registered': this.onRegistered(m.registered); break;
       case 'rejected': this.onRejected(m.rejected); break;
       case 'toolRegistration': this.onToolRegistration(m.toolRegistration); break;
+      case 'batch':
+        for (const inner of m.batch.msgs) {
+          if (inner.msg === 'batch') this.log('ignoring a batch nested in a batch');
+          else this.onMessage(inner);
+        }
+        break;
       default:
         this.log(`ignoring unsupported broker message ${m.msg || '(empty)'}`);
     }
@@ -476,6 +571,7 @@ class Session {
   /** @param {any} r Registered */
   onRegistered(r) {
     this.registered = true;
+    this.batching = (r.features || []).includes('batch');
     const ok = new Set(r.tools);
     for (const item of r.rejected) {
       this.log(`broker rejected ${item.kind} ${item.name}: ${item.reason}`);
@@ -565,13 +661,13 @@ class Session {
    * @param {{success: boolean, content: string, dataJson: string, error: string}} res
    */
   sendResult(inv, res) {
-    let buf = Buffer.from(v1.PluginMessage.encode({ toolResult: { callId: inv.callId, ...res } }).finish());
+    let buf = encodeMessage({ toolResult: { callId: inv.callId, ...res } });
     if (buf.length > MAX_MESSAGE - 1024) {
       const error = `tool ${inv.tool}: result is ${buf.length} bytes, over the ${MAX_MESSAGE / 1048576} MiB message limit`;
       this.log(error);
-      buf = Buffer.from(v1.PluginMessage.encode({ toolResult: { callId: inv.callId, success: false, error } }).finish());
+      buf = encodeMessage({ toolResult: { callId: inv.callId, success: false, error } });
     }
-    this.send(buf);
+    this.sendFinal(buf);
   }
 
   /** @param {any} ev HandleEvent */
@@ -604,7 +700,7 @@ class Session {
       .then((error) => {
         if (this.inflight.get(key) !== ac || ac.signal.aborted) return;
         this.inflight.delete(key);
-        this.send({ eventDone: { callId: ev.callId, error } });
+        this.sendFinal(encodeMessage({ eventDone: { callId: ev.callId, error } }));
       });
   }
 
@@ -630,7 +726,7 @@ class Session {
       .then((res) => {
         if (this.inflight.get(key) !== ac || ac.signal.aborted) return;
         this.inflight.delete(key);
-        this.send({ stageResult: { callId: rs.callId, ...res } });
+        this.sendFinal(encodeMessage({ stageResult: { callId: rs.callId, ...res } }));
       });
   }
 
@@ -713,4 +809,4 @@ function serveInstance(instance, opts = {}) {
   return new Session(instance, opts).run();
 }
 
-module.exports = { serveInstance, grpcTarget, EXIT, PROTOCOL_VERSION, SDK_NAME, FEATURES, MAX_MESSAGE };
+module.exports = { serveInstance, grpcTarget, batchMessage, EXIT, PROTOCOL_VERSION, SDK_NAME, FEATURES, MAX_MESSAGE };

@@ -27,7 +27,7 @@ describe('session with a HomeAgent-style plugin', () => {
     assert.equal(p.hello.protocolVersion, '1.0.0');
     assert.equal(p.hello.sdk, 'hearth-plugin-node');
     assert.equal(p.hello.sdkVersion, require('../package.json').version);
-    assert.deepEqual(p.hello.features, ['cancel', 'progress', 'trace']);
+    assert.deepEqual(p.hello.features, ['cancel', 'progress', 'trace', 'batch']);
     assert.equal(p.hello.pid, p.proc.proc.pid);
   });
 
@@ -303,5 +303,49 @@ describe('session lifecycle', () => {
     assert.match(await eventually(() => p.proc.stderr, re), re);
     p.session.send({ shutdown: { graceMs: 1000 } });
     assert.equal((await p.proc.exit(2000)).code, 0);
+  });
+});
+
+describe('batches (feature "batch")', () => {
+  let broker;
+  before(async () => { broker = await FakeBroker.start(); });
+  after(() => broker.close());
+
+  for (const features of [['cancel', 'progress', 'batch'], ['cancel', 'progress']]) {
+    it(`reads a HostBatch and ${features.includes('batch') ? 'answers calls that finish together in PluginBatch' : 'sends no PluginBatch when the broker did not offer it'}`, async () => {
+      const p = await broker.attach(HA, { features });
+      const ids = Array.from({ length: 20 }, (_, i) => 100 + i);
+      const msgs = ids.map((callId, i) => ({ invokeTool: { callId, tool: 'ha_echo', argsJson: JSON.stringify({ x: i }), timeoutMs: 5000 } }));
+      msgs.push({ ping: { nonce: 77 } });
+      p.session.send({ batch: { msgs } });
+      const results = await Promise.all(ids.map((id) => p.session.result(id)));
+      assert.deepEqual(results.map((r) => JSON.parse(r.content)), ids.map((_, i) => ({ x: i })));
+      assert.equal(Number((await p.session.nextOf('pong')).nonce), 77);
+      if (features.includes('batch')) assert.ok(p.session.batches >= 1 && p.session.batches < 20, `batches: ${p.session.batches}`);
+      else assert.equal(p.session.batches, 0);
+      // A lone call is answered on its own, and a nested batch is ignored with a log line.
+      p.session.send({ batch: { msgs: [{ batch: { msgs: [] } }] } });
+      const before = p.session.batches;
+      assert.deepEqual(JSON.parse((await p.session.call1(500, 'ha_echo', { x: -1 })).content), { x: -1 });
+      assert.equal(p.session.batches, before);
+      await eventually(() => p.proc.stderr, /ignoring a batch nested in a batch/);
+      p.session.send({ shutdown: { graceMs: 1000 } });
+      assert.equal((await p.proc.exit(2000)).code, 0);
+    });
+  }
+
+  it('frames PluginBatch by hand exactly as protobufjs encodes it', () => {
+    const { batchMessage } = require('../lib/session');
+    const { hearth } = require('../gen/hearth');
+    const PM = hearth.v1.PluginMessage;
+    const parts = [
+      { toolResult: { callId: 1, success: true, content: 'x'.repeat(200) } },
+      { eventDone: { callId: 2, error: '' } },
+      { toolResult: { callId: 300000, success: false, error: '天气'.repeat(5000) } },
+    ];
+    const encoded = parts.map((m) => Buffer.from(PM.encode(m).finish()));
+    const ours = batchMessage(encoded);
+    assert.deepEqual(ours, Buffer.from(PM.encode({ batch: { msgs: parts } }).finish()));
+    assert.deepEqual(PM.decode(ours).batch.msgs.map((m) => m.msg), ['toolResult', 'eventDone', 'toolResult']);
   });
 });

@@ -62,12 +62,20 @@ class BrokerSession {
     /** The plugin its token names, and the token (set by FakeBroker). */
     this.plugin = '';
     this.token = '';
-    call.on('data', (/** @type {any} */ m) => {
+    /** PluginBatch messages received; their messages arrive one by one, in order. */
+    this.batches = 0;
+    const take = (/** @type {any} */ m) => {
       if (this.handler) this.handler(m);
       else {
         this.messages.push(m);
         this.wake();
       }
+    };
+    call.on('data', (/** @type {any} */ m) => {
+      if (m.msg !== 'batch') return take(m);
+      this.batches += 1;
+      for (const inner of m.batch.msgs) take(inner);
+      return undefined;
     });
     const ended = () => {
       this.ended = true;
@@ -481,9 +489,10 @@ class FakeBroker {
 
   /**
    * Spawns a plugin, takes Hello and Register and answers Registered (every tool
-   * accepted, or `opts.rejected` items reported).
+   * accepted, or `opts.rejected` items reported; `opts.features` offered, default
+   * cancel and progress: with "batch" the plugin may send PluginBatch).
    * @param {string} entry
-   * @param {Parameters<FakeBroker['spawn']>[1] & {rejected?: Array<{kind: string, name: string, reason: string}>}} [opts]
+   * @param {Parameters<FakeBroker['spawn']>[1] & {rejected?: Array<{kind: string, name: string, reason: string}>, features?: string[]}} [opts]
    * @returns {Promise<{proc: PluginProcess, session: BrokerSession, hello: any, register: any}>}
    */
   async attach(entry, opts = {}) {
@@ -496,7 +505,7 @@ class FakeBroker {
     }
     const hello = await session.nextOf('hello');
     const register = await session.nextOf('register');
-    session.send({ registered: { plugin: register.plugin.name, tools: register.tools.map((/** @type {any} */ t) => t.name), protocolVersion: '1.0.0', features: ['cancel', 'progress'], rejected: opts.rejected || [] } });
+    session.send({ registered: { plugin: register.plugin.name, tools: register.tools.map((/** @type {any} */ t) => t.name), protocolVersion: '1.0.0', features: opts.features || ['cancel', 'progress'], rejected: opts.rejected || [] } });
     return { proc, session, hello, register };
   }
 

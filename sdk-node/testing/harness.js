@@ -30,7 +30,7 @@ const stages = require('../lib/stages');
 const { pluginLabel } = require('../lib/plugin');
 
 const PROTOCOL_VERSION = '1.0.0';
-const FEATURES = ['cancel', 'progress'];
+const FEATURES = ['cancel', 'progress', 'batch'];
 /** The broker's default `call_timeout_s` and `startup_timeout_s`, and hook timeout. */
 const CALL_TIMEOUT_MS = 60000;
 const STARTUP_TIMEOUT_MS = 10000;

@@ -19,6 +19,7 @@ rejects the registration.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -29,7 +30,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Set, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import grpc
 import grpc.aio
@@ -42,7 +43,8 @@ from ._loader import LoadedPlugin, load, resolve
 from ._plugin import Target
 from ._result import Outcome, from_exception, from_linkzone, from_value, to_json
 from ._stages import STAGES, StageContext, StageHookEntry, from_wire, to_wire
-from ._types import ArgumentError, CallContext, PluginLoadError, Sender, ToolEntry, current_call, current_trace
+from ._types import (ArgumentError, CallContext, PluginLoadError, Sender, ToolEntry, current_call,
+                     current_trace, is_async_callable)
 from .v1 import plugin_pb2 as pb
 from .v1 import plugin_pb2_grpc as pb_grpc
 
@@ -52,11 +54,15 @@ __all__ = ["EXIT_LOAD_ERROR", "EXIT_OK", "EXIT_REJECTED", "EXIT_STREAM_ERROR", "
 
 PROTOCOL_VERSION = "1.0.0"
 SDK_NAME = "hearth-plugin-python"
-FEATURES = ("cancel", "progress", "trace")
+FEATURES = ("cancel", "progress", "trace", "batch")
 _MIB = 1024 * 1024
 # Bytes a ToolResult message adds around its strings: field tags, length varints, call_id,
 # the PluginMessage wrapper (generous).
 _RESULT_OVERHEAD = 64
+# A PluginBatch holds at most this many messages and bytes (the broker's HostBatch
+# limits); a larger message goes alone.
+_BATCH_MSGS = 64
+_BATCH_BYTES = 256 * 1024
 
 EXIT_OK = 0
 EXIT_STREAM_ERROR = 1
@@ -73,12 +79,6 @@ def log(msg: str) -> None:
         sys.stderr.flush()
     except Exception:
         pass
-
-
-def _is_async_callable(fn: Callable[..., Any]) -> bool:
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 class Pools:
@@ -103,7 +103,7 @@ async def call_handler(fn: Callable[..., Any], *args: Any,
                        executor: Optional[concurrent.futures.Executor] = None, **kwargs: Any) -> Any:
     """Run `fn`: awaited when async, else in `executor` (the loop's default when None),
     context variables kept; an awaitable a plain function returns is awaited too."""
-    if _is_async_callable(fn):
+    if is_async_callable(fn):
         return await fn(*args, **kwargs)
     loop = asyncio.get_running_loop()
     ctx = contextvars.copy_context()
@@ -130,6 +130,9 @@ def _load_otel() -> Any:
         except Exception:  # ImportError, or a broken install: tracing is optional
             _otel = False
     return _otel
+
+
+_NO_SCOPE = contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -291,6 +294,31 @@ def _sender(msg: pb.Sender, call: Any, **extra: Any) -> Sender:
                   tracestate=call.tracestate, **extra)
 
 
+class _Outbox:
+    """The messages waiting for the request iterator, in order (loop thread only):
+    `put` never blocks; `get_all` waits for at least one, then takes what is there."""
+
+    __slots__ = ("items", "waiter", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.items: collections.deque[Optional[pb.PluginMessage]] = collections.deque()
+        self.waiter: Optional[asyncio.Future[None]] = None
+        self.loop = loop
+
+    def put(self, msg: Optional[pb.PluginMessage]) -> None:
+        self.items.append(msg)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        while not self.items:
+            self.waiter = self.loop.create_future()
+            await self.waiter
+
+
 class Session:
     """One Attach stream: handshake, then the read loop and the per-call tasks."""
 
@@ -300,22 +328,26 @@ class Session:
         self.pools = pools
         self.name = loaded.name
         self.loop = asyncio.get_running_loop()
-        self.out: asyncio.Queue[Optional[pb.PluginMessage]] = asyncio.Queue()
+        self.out = _Outbox(self.loop)
+        # Both sides agreed on "batch" (Registered.features): several ready messages
+        # may go in one PluginBatch.
+        self.batching = False
         self.tasks: Dict[Tuple[str, int], asyncio.Task[None]] = {}
         self.cancelled: Set[int] = set()
         self.closing = False
         self._req_ids = itertools.count(1)  # next() is atomic: handler threads register too
+        self._registered = False
         self._hooks: Optional[Dict[str, Tuple[StageHookEntry, bool]]] = None  # hook id → (entry, is async)
 
     # ---------------------------------------------------------------- writing
 
     def send(self, msg: pb.PluginMessage) -> None:
         """Queue one message (loop thread only)."""
-        self.out.put_nowait(msg)
+        self.out.put(msg)
 
     def send_threadsafe(self, msg: pb.PluginMessage) -> None:
         """Queue one message from another thread."""
-        self.loop.call_soon_threadsafe(self.out.put_nowait, msg)
+        self.loop.call_soon_threadsafe(self.out.put, msg)
 
     def send_any(self, msg: pb.PluginMessage) -> None:
         """Queue one message from the loop thread or any other (handler threads)."""
@@ -326,18 +358,46 @@ class Session:
         (self.send if same else self.send_threadsafe)(msg)
 
     async def _requests(self) -> AsyncIterator[pb.PluginMessage]:
+        """The messages to the broker, in order; with batching agreed, the ones queued
+        together go in one PluginBatch (at most _BATCH_MSGS / _BATCH_BYTES; a larger
+        message alone). grpc.aio writes one message at a time, so what handlers finish
+        while a write is under way goes out together in the next."""
+        items = self.out.items
         while True:
-            msg = await self.out.get()
+            if not items:
+                await self.out.wait()
+            msg = items.popleft()
             if msg is None:
                 return
-            yield msg
+            if not items or not self.batching:
+                yield msg
+                continue
+            size = msg.ByteSize()
+            if size > _BATCH_BYTES:
+                yield msg
+                continue
+            batch = [msg]
+            while items and len(batch) < _BATCH_MSGS:
+                nxt = items[0]
+                if nxt is None:
+                    break
+                size += nxt.ByteSize()
+                if size > _BATCH_BYTES:
+                    break
+                batch.append(nxt)
+                items.popleft()
+            if len(batch) == 1:
+                yield msg
+            else:
+                yield pb.PluginMessage(batch=pb.PluginBatch(msgs=batch))
 
     async def _requests_marking_hello(self, hello_sent: asyncio.Event) -> AsyncIterator[pb.PluginMessage]:
         """`_requests`, setting `hello_sent` once grpc has written the first message (Hello).
 
         grpc.aio pulls the next request only after the previous write completed.
         """
-        first = await self.out.get()
+        await self.out.wait()
+        first = self.out.items.popleft()
         if first is None:
             return
         yield first
@@ -369,17 +429,22 @@ class Session:
                 sender = _sender(inv.sender, inv)
                 current_call.set(CallContext(inv.call_id, inv.tool, self._send_progress,
                                              inv.traceparent, inv.tracestate))
-                pool = self.pools.handlers
-                with trace_scope(inv.traceparent, inv.tracestate):
-                    if entry.kind == "linkzone":
-                        outcome = from_linkzone(await call_handler(entry.func, sender, args, executor=pool))
-                    elif entry.kind == "kwargs":
-                        kwargs = entry.bind(args) if entry.bind is not None else dict(args)
-                        if entry.sender_param:
-                            kwargs[entry.sender_param] = sender
-                        outcome = from_value(await call_handler(entry.func, executor=pool, **kwargs))
+                kind = entry.kind
+                kwargs: Dict[str, Any] = {}
+                if kind == "kwargs":
+                    pos: Tuple[Any, ...] = ()
+                    kwargs = entry.bind(args) if entry.bind is not None else dict(args)
+                    if entry.sender_param:
+                        kwargs[entry.sender_param] = sender
+                else:
+                    pos = (sender, args) if kind == "linkzone" else (args,)
+                with trace_scope(inv.traceparent, inv.tracestate) if inv.traceparent else _NO_SCOPE:
+                    if entry.is_async:
+                        value = await entry.func(*pos, **kwargs)
                     else:
-                        outcome = from_value(await call_handler(entry.func, args, executor=pool))
+                        value = await call_handler(functools.partial(entry.func, *pos, **kwargs),
+                                                   executor=self.pools.handlers)
+                outcome = from_linkzone(value) if kind == "linkzone" else from_value(value)
         except asyncio.CancelledError:
             self.tasks.pop(key, None)
             return  # cancelled by the broker (or shutdown): nothing is sent
@@ -425,7 +490,7 @@ class Session:
         key = ("stage", rs.call_id)
         if self._hooks is None:
             # Hooks are fixed once start() returned: index them (and their kind) once.
-            self._hooks = {h.hook_id: (h, _is_async_callable(h.handler)) for h in self.a.sdk._stages}
+            self._hooks = {h.hook_id: (h, is_async_callable(h.handler)) for h in self.a.sdk._stages}
         hook, is_async = self._hooks.get(rs.hook_id, (None, False))
         context: Optional[pb.StageContext] = rs.context
         error = ""
@@ -542,7 +607,7 @@ class Session:
             return await self._read_loop(call)
         finally:
             self._cancel_all()
-            self.out.put_nowait(None)
+            self.out.put(None)
 
     async def _after_hello(self, hook: Callable[[], Any], hello_sent: asyncio.Event) -> Optional[int]:
         """Run the `hearth_after_hello` test hook once Hello is written; an int it returns
@@ -561,7 +626,6 @@ class Session:
         return code
 
     async def _read_loop(self, call: Any) -> int:
-        registered = False
         while True:
             try:
                 msg = await call.read()
@@ -573,55 +637,74 @@ class Session:
                 await self._stop_plugin(2.0)
                 return EXIT_STREAM_ERROR
             if msg is grpc.aio.EOF:
-                if not registered:
+                if not self._registered:
                     log(f"plugin {self.name}: the broker closed the session before registering it")
                     return EXIT_STREAM_ERROR
                 log(f"plugin {self.name}: the broker closed the session; exiting")
                 await self._stop_plugin(2.0)
                 return EXIT_OK
             kind = msg.WhichOneof("msg")
-            if kind == "ping":
-                self.send(pb.PluginMessage(pong=pb.Pong(nonce=msg.ping.nonce)))
-            elif kind == "invoke_tool":
-                inv = msg.invoke_tool
-                self.tasks[("tool", inv.call_id)] = asyncio.ensure_future(self._run_tool(inv))
-            elif kind == "cancel":
-                self._cancel(msg.cancel.call_id)
-            elif kind == "handle_event":
-                ev = msg.handle_event
-                self.tasks[("event", ev.call_id)] = asyncio.ensure_future(self._run_event(ev))
-            elif kind == "registered":
-                registered = True
-                r = msg.registered
-                for item in r.rejected:
-                    log(f"plugin {self.name}: broker rejected {item.kind} {item.name}: {item.reason}")
-                self.a.sdk._live_register = self._live_register
-                self.a.sdk._live_unregister = self._live_unregister
-            elif kind == "rejected":
-                r = msg.rejected
-                log(f"plugin {self.name}: registration rejected: {r.reason}")
-                for item in r.items:
-                    log(f"plugin {self.name}:   {item.kind} {item.name}: {item.reason}")
-                self.closing = True
-                await self._stop_plugin(2.0)
-                return EXIT_REJECTED
-            elif kind == "shutdown":
-                sd = msg.shutdown
-                grace = sd.grace_ms / 1000.0 if sd.grace_ms else 5.0
-                log(f"plugin {self.name}: shutdown requested"
-                    + (f" ({sd.reason})" if sd.reason else ""))
-                self.closing = True
-                await self._stop_plugin(grace * 0.7)
-                return EXIT_OK
-            elif kind == "tool_registration":
-                tr = msg.tool_registration
-                if not tr.ok:
-                    log(f"plugin {self.name}: tool {tr.name}: registration refused: {tr.error}")
-            elif kind == "run_stage":
-                rs = msg.run_stage
-                self.tasks[("stage", rs.call_id)] = asyncio.ensure_future(self._run_stage(rs))
+            if kind == "batch":
+                for inner in msg.batch.msgs:
+                    code = self._dispatch(inner, inner.WhichOneof("msg"))
+                    if code is not None:
+                        return await code
             else:
-                log(f"plugin {self.name}: ignoring unknown message {kind!r}")
+                code = self._dispatch(msg, kind)
+                if code is not None:
+                    return await code
+
+    def _dispatch(self, msg: pb.HostMessage, kind: Optional[str]) -> Optional[Awaitable[int]]:
+        """Handles one broker message; an awaitable giving the exit code when it ends the
+        session (Rejected, Shutdown), else None."""
+        if kind == "invoke_tool":
+            inv = msg.invoke_tool
+            self.tasks[("tool", inv.call_id)] = self.loop.create_task(self._run_tool(inv))
+        elif kind == "ping":
+            self.send(pb.PluginMessage(pong=pb.Pong(nonce=msg.ping.nonce)))
+        elif kind == "cancel":
+            self._cancel(msg.cancel.call_id)
+        elif kind == "run_stage":
+            rs = msg.run_stage
+            self.tasks[("stage", rs.call_id)] = self.loop.create_task(self._run_stage(rs))
+        elif kind == "handle_event":
+            ev = msg.handle_event
+            self.tasks[("event", ev.call_id)] = self.loop.create_task(self._run_event(ev))
+        elif kind == "registered":
+            self._registered = True
+            reg = msg.registered
+            for item in reg.rejected:
+                log(f"plugin {self.name}: broker rejected {item.kind} {item.name}: {item.reason}")
+            self.batching = "batch" in reg.features
+            self.a.sdk._live_register = self._live_register
+            self.a.sdk._live_unregister = self._live_unregister
+        elif kind == "rejected":
+            r = msg.rejected
+            log(f"plugin {self.name}: registration rejected: {r.reason}")
+            for item in r.items:
+                log(f"plugin {self.name}:   {item.kind} {item.name}: {item.reason}")
+            self.closing = True
+            return self._exit_after_stop(2.0, EXIT_REJECTED)
+        elif kind == "shutdown":
+            sd = msg.shutdown
+            grace = sd.grace_ms / 1000.0 if sd.grace_ms else 5.0
+            log(f"plugin {self.name}: shutdown requested"
+                + (f" ({sd.reason})" if sd.reason else ""))
+            self.closing = True
+            return self._exit_after_stop(grace * 0.7, EXIT_OK)
+        elif kind == "tool_registration":
+            tr = msg.tool_registration
+            if not tr.ok:
+                log(f"plugin {self.name}: tool {tr.name}: registration refused: {tr.error}")
+        elif kind == "batch":
+            log(f"plugin {self.name}: ignoring a batch nested in a batch")
+        else:
+            log(f"plugin {self.name}: ignoring unknown message {kind!r}")
+        return None
+
+    async def _exit_after_stop(self, budget: float, code: int) -> int:
+        await self._stop_plugin(budget)
+        return code
 
 
 async def start(loaded: LoadedPlugin, conn: Optional[Connection], pools: Pools) -> None:

@@ -9,12 +9,14 @@ do). It imports no gRPC either: `import hearth_plugin` stays cheap.
 from __future__ import annotations
 
 import contextvars
+import functools
+import inspect
 import json
 from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Tuple, Union
 
 __all__ = ["JSON", "JSONObject", "ArgumentError", "HostError", "PluginLoadError", "StatusCode",
            "Sender", "ToolInfo", "ToolEntry", "CallContext", "current_call", "current_trace",
-           "current_trace_context", "progress", "to_json"]
+           "current_trace_context", "is_async_callable", "progress", "to_json"]
 
 #: Any JSON value as Python builds it from JSON text.
 JSON = Union[None, bool, int, float, str, List["JSON"], Dict[str, "JSON"]]
@@ -22,9 +24,21 @@ JSON = Union[None, bool, int, float, str, List["JSON"], Dict[str, "JSON"]]
 JSONObject = Dict[str, Any]
 
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def to_json(value: Any) -> str:
     """JSON text of `value` (UTF-8 kept as is; unknown objects via str())."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
+
+
+def is_async_callable(fn: Callable[..., Any]) -> bool:
+    """Whether calling `fn` gives a coroutine to await (an `async def`, a partial of
+    one, or an object whose `__call__` is one)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 class StatusCode(str):
@@ -167,10 +181,11 @@ class ToolEntry:
     `@tool` function, its arguments bound by `bind`) or "linkzone"
     (`execute_tool(sender, args)`). `bind` turns the arguments object into keyword
     arguments of the declared types, raising `ArgumentError` before the handler runs.
+    `is_async`: `func` is awaited on the event loop (else it runs in the thread pool).
     """
 
     __slots__ = ("name", "description", "parameters", "ai_tool", "serial", "kind", "func",
-                 "sender_param", "bind")
+                 "sender_param", "bind", "is_async")
 
     def __init__(self, name: str, *, description: str = "", parameters: Optional[JSONObject] = None,
                  ai_tool: Optional[JSONObject] = None, serial: bool = False, kind: str,
@@ -185,6 +200,7 @@ class ToolEntry:
         self.func = func
         self.sender_param = sender_param
         self.bind = bind
+        self.is_async = is_async_callable(func)
 
 
 class ArgumentError(ValueError):

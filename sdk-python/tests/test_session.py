@@ -32,6 +32,7 @@ class Worker(Plugin):
         sdk.register_tool("echo_sync", {"description": "d", "parameters": any_args}, self.echo_sync)
         sdk.register_tool("block_sync", {"description": "d", "parameters": any_args}, self.block_sync)
         sdk.register_tool("wait_async", {"description": "d", "parameters": any_args}, self.wait_async)
+        sdk.register_tool("echo_now", {"description": "d", "parameters": any_args}, self.echo_now)
         sdk.register_tool("slow_progress", {"description": "d", "parameters": any_args}, self.slow_progress)
 
     async def echo_async(self, args):
@@ -78,6 +79,9 @@ class Worker(Plugin):
         mark("finished-" + args["tag"])
         return "waited"
 
+    async def echo_now(self, args):
+        return args
+
     def slow_progress(self, args):
         progress("half way", 0.5)
         return "done"
@@ -116,6 +120,49 @@ def test_fifty_concurrent_calls_matched_by_call_id(tmp_path):
             assert json.loads(r.data_json) == {"i": ids[cid]}
         got = [m.tool_result.call_id for m in s.received if m.WhichOneof("msg") == "tool_result"]
         assert sorted(got) == sorted(ids)  # exactly one result per call
+
+    run(tmp_path, body)
+
+
+def _batched(s, n):
+    """Wraps the last `n` messages queued to the plugin in one HostBatch."""
+    msgs = [s.outbox.get_nowait() for _ in range(s.outbox.qsize())]
+    keep, wrap = msgs[:-n], msgs[-n:]
+    for m in keep + [pb.HostMessage(batch=pb.HostBatch(msgs=wrap))]:
+        s.outbox.put_nowait(m)
+
+
+def test_batches_both_ways_once_agreed(tmp_path):
+    async def body(b):
+        markers = tmp_path / "markers"
+        markers.mkdir()
+        for offered in (("cancel", "batch"), ("cancel",)):
+            proc, s = await b.start_plugin(WORKER, name="worker", env={"MARKER_DIR": str(markers)},
+                                           accept=False)
+            assert "batch" in s.hello.features
+            s.accept(features=offered)
+            # 20 calls and a ping in one HostBatch: the plugin handles each as if alone.
+            ids = [s.invoke("echo_now", {"i": i}) for i in range(20)]
+            pong = s.pongs[77] = asyncio.get_running_loop().create_future()
+            s.send(pb.HostMessage(ping=pb.Ping(nonce=77)))
+            _batched(s, 21)
+            results = await asyncio.gather(*(s.result(cid) for cid in ids))
+            assert [json.loads(r.content) for r in results] == [{"i": i} for i in range(20)]
+            await asyncio.wait_for(pong, 5)
+            got = [m.tool_result.call_id for m in s.received if m.WhichOneof("msg") == "tool_result"]
+            assert sorted(got) == ids  # one result each
+            # The 20 handlers finish in one turn of the loop: with "batch" agreed their
+            # results share PluginBatch messages, else each is its own message.
+            if "batch" in offered:
+                assert 1 <= s.batches < 20, s.batches
+            else:
+                assert s.batches == 0
+            # A batch nested in a batch is ignored with a log line; the session goes on.
+            s.send(pb.HostMessage(batch=pb.HostBatch(msgs=[pb.HostMessage(batch=pb.HostBatch())])))
+            assert (await s.call("echo_now", {"after": True})).content == '{"after": true}'
+            s.shutdown(grace_ms=2000)
+            assert await proc.wait() == 0
+            assert "nested in a batch" in proc.stderr()
 
     run(tmp_path, body)
 

@@ -3,7 +3,6 @@ use std::sync::Arc;
 
 use hearth_proto::v1::plugin_host_server::PluginHost;
 use hearth_proto::v1::{HostMessage, PluginMessage};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -42,6 +41,6 @@ impl PluginHost for PluginHostService {
         let rx = self
             .supervisor
             .attach(&token, request.into_inner(), peer_pid)?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(rx)))
     }
 }

@@ -12,6 +12,7 @@ use hearth_proto::v1::{
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
+use super::batch;
 use super::plugin::{Control, Origin, Plugin};
 use super::session::{Outbound, Reply, Session};
 use super::Supervisor;
@@ -27,7 +28,7 @@ pub fn same_secret(a: &str, b: &str) -> bool {
 
 /// Features this broker implements, announced in `Registered.features` when the
 /// plugin's `Hello` lists them too.
-const FEATURES: &[&str] = &["cancel", "progress", "register_tool"];
+const FEATURES: &[&str] = &["cancel", "progress", "register_tool", "batch"];
 
 impl Supervisor {
     /// Accepts a plugin's `Attach`: checks `token` against the one-time attach tokens
@@ -40,7 +41,7 @@ impl Supervisor {
         token: &str,
         inbound: Streaming<PluginMessage>,
         peer_pid: Option<u32>,
-    ) -> Result<mpsc::Receiver<Result<HostMessage, Status>>, Status> {
+    ) -> Result<batch::Outbound, Status> {
         if self.is_attach_token(token) {
             let name = self.redeem_attach_token(token)?;
             let (plugin, generation) = self.admit_attached(&name, token, peer_pid);
@@ -81,14 +82,16 @@ impl Supervisor {
         generation: u64,
         origin: Origin,
         inbound: Streaming<PluginMessage>,
-    ) -> mpsc::Receiver<Result<HostMessage, Status>> {
+    ) -> batch::Outbound {
         let (tx, rx) = mpsc::channel(1024);
         let rx = super::trace::outbound(plugin.name(), rx);
+        let batching = batch::Batching::default();
+        let outbound = batch::Outbound::new(rx, batching.clone());
         let sup = self.clone();
         tokio::spawn(async move {
             let refused = sup
                 .clone()
-                .session_task(plugin.clone(), generation, origin, inbound, tx)
+                .session_task(plugin.clone(), generation, origin, inbound, tx, batching)
                 .await;
             if let Some(why) = refused {
                 let _ = plugin.control.send(Control::Refused { generation, why });
@@ -102,7 +105,7 @@ impl Supervisor {
                 }
             }
         });
-        rx
+        outbound
     }
 
     /// Runs one session: handshake, registration, the message loop. Returns why the
@@ -114,6 +117,7 @@ impl Supervisor {
         origin: Origin,
         mut inbound: Streaming<PluginMessage>,
         out: Outbound,
+        batching: batch::Batching,
     ) -> Option<String> {
         let name = plugin.name().to_string();
         let spec = plugin.spec();
@@ -265,6 +269,9 @@ impl Supervisor {
             .filter(|f| FEATURES.contains(&f.as_str()))
             .cloned()
             .collect();
+        if features.iter().any(|f| f == "batch") {
+            batching.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let registered = HostMsg::Registered(Registered {
             plugin: name.clone(),
             tools: reg.accepted.clone(),
@@ -295,6 +302,14 @@ impl Supervisor {
 
         let ended = loop {
             match inbound.message().await {
+                Ok(Some(PluginMessage {
+                    msg: Some(PluginMsg::Batch(b)),
+                })) => {
+                    for m in b.msgs.into_iter().filter_map(|m| m.msg) {
+                        super::trace::inbound(&name, &m);
+                        self.on_message(&plugin, &session, m)
+                    }
+                }
                 Ok(Some(PluginMessage { msg: Some(m) })) => {
                     super::trace::inbound(&name, &m);
                     self.on_message(&plugin, &session, m)

@@ -15,6 +15,7 @@
 //! handlers — are routed by [`crate::router::ToolRouter`], which reaches a plugin's
 //! session through `Plugin::ready_session`.
 
+pub mod batch;
 pub mod build;
 mod handshake;
 pub mod homes;

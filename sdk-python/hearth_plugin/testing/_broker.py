@@ -86,7 +86,8 @@ class _Admission:
 class BrokerSession:
     """The broker's side of one Attach stream.
 
-    Everything the plugin sends is in `received`; tool results resolve `result(call_id)`,
+    Everything the plugin sends is in `received` (a PluginBatch's messages one by one,
+    counted in `batches`); tool results resolve `result(call_id)`,
     pongs `ping()`, stage results `stage_result(call_id)`, event replies and EventDone
     `event_outcome(call_id)`, progress goes to `progress[call_id]`. With `keep_inbox`
     (the default) every other message is also queued for `next()`.
@@ -98,6 +99,8 @@ class BrokerSession:
         self.outbox: asyncio.Queue[Optional[pb.HostMessage]] = asyncio.Queue()
         self.inbox: asyncio.Queue[pb.PluginMessage] = asyncio.Queue()
         self.received: List[pb.PluginMessage] = []
+        #: PluginBatch messages received (their messages are in `received`, in order).
+        self.batches = 0
         self.results: Dict[int, asyncio.Future[pb.ToolResult]] = {}
         self.stage_results: Dict[int, asyncio.Future[pb.StageResult]] = {}
         self.event_done: Dict[int, asyncio.Future[Tuple[List[str], str]]] = {}
@@ -136,8 +139,13 @@ class BrokerSession:
                         fut.set_exception(ConnectionError("the plugin's session ended"))
 
     def _take(self, msg: pb.PluginMessage) -> None:
-        self.received.append(msg)
         kind = msg.WhichOneof("msg")
+        if kind == "batch":  # sent only when accept() offered "batch"
+            self.batches += 1
+            for inner in msg.batch.msgs:
+                self._take(inner)
+            return
+        self.received.append(msg)
         if kind == "tool_result":
             fut = self._future(self.results, msg.tool_result.call_id)
             if not fut.done():
@@ -197,15 +205,17 @@ class BrokerSession:
         if accept:
             self.accept()
 
-    def accept(self, rejected: Iterable[pb.RejectedItem] = ()) -> None:
-        """Answer Registered with every tool of Register (minus `rejected` ones)."""
+    def accept(self, rejected: Iterable[pb.RejectedItem] = (),
+               features: Iterable[str] = ("cancel", "progress")) -> None:
+        """Answer Registered with every tool of Register (minus `rejected` ones) and
+        `features` ("batch" lets the plugin send PluginBatch)."""
         assert self.register is not None
         items = list(rejected)
         refused = {i.name for i in items if i.kind == "tool"}
         self.send(pb.HostMessage(registered=pb.Registered(
             plugin=self.register.plugin.name,
             tools=[t.name for t in self.register.tools if t.name not in refused],
-            rejected=items, protocol_version="1.0.0", features=["cancel", "progress"])))
+            rejected=items, protocol_version="1.0.0", features=list(features))))
 
     def send(self, msg: pb.HostMessage) -> None:
         """Queue one message to the plugin."""

@@ -53,7 +53,7 @@ TRIGGER_SEGMENT: TriggerType
 TRIGGER_EVENT: TriggerType
 
 class PluginMessage(_message.Message):
-    __slots__ = ("hello", "register", "tool_result", "stage_result", "reply", "event_done", "progress", "pong", "register_tool", "unregister_tool")
+    __slots__ = ("hello", "register", "tool_result", "stage_result", "reply", "event_done", "progress", "pong", "register_tool", "unregister_tool", "batch")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class PluginMessage(_message.Message):
     PONG_FIELD_NUMBER: _ClassVar[int]
     REGISTER_TOOL_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_TOOL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     register: Register
     tool_result: ToolResult
@@ -74,10 +75,17 @@ class PluginMessage(_message.Message):
     pong: Pong
     register_tool: RegisterTool
     unregister_tool: UnregisterTool
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., stage_result: _Optional[_Union[StageResult, _Mapping]] = ..., reply: _Optional[_Union[Reply, _Mapping]] = ..., event_done: _Optional[_Union[EventDone, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., register_tool: _Optional[_Union[RegisterTool, _Mapping]] = ..., unregister_tool: _Optional[_Union[UnregisterTool, _Mapping]] = ...) -> None: ...
+    batch: PluginBatch
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., stage_result: _Optional[_Union[StageResult, _Mapping]] = ..., reply: _Optional[_Union[Reply, _Mapping]] = ..., event_done: _Optional[_Union[EventDone, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., register_tool: _Optional[_Union[RegisterTool, _Mapping]] = ..., unregister_tool: _Optional[_Union[UnregisterTool, _Mapping]] = ..., batch: _Optional[_Union[PluginBatch, _Mapping]] = ...) -> None: ...
+
+class PluginBatch(_message.Message):
+    __slots__ = ("msgs",)
+    MSGS_FIELD_NUMBER: _ClassVar[int]
+    msgs: _containers.RepeatedCompositeFieldContainer[PluginMessage]
+    def __init__(self, msgs: _Optional[_Iterable[_Union[PluginMessage, _Mapping]]] = ...) -> None: ...
 
 class HostMessage(_message.Message):
-    __slots__ = ("registered", "rejected", "invoke_tool", "run_stage", "handle_event", "cancel", "shutdown", "ping", "tool_registration")
+    __slots__ = ("registered", "rejected", "invoke_tool", "run_stage", "handle_event", "cancel", "shutdown", "ping", "tool_registration", "batch")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     INVOKE_TOOL_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +95,7 @@ class HostMessage(_message.Message):
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     PING_FIELD_NUMBER: _ClassVar[int]
     TOOL_REGISTRATION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     rejected: Rejected
     invoke_tool: InvokeTool
@@ -96,7 +105,14 @@ class HostMessage(_message.Message):
     shutdown: Shutdown
     ping: Ping
     tool_registration: ToolRegistration
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., invoke_tool: _Optional[_Union[InvokeTool, _Mapping]] = ..., run_stage: _Optional[_Union[RunStage, _Mapping]] = ..., handle_event: _Optional[_Union[HandleEvent, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., tool_registration: _Optional[_Union[ToolRegistration, _Mapping]] = ...) -> None: ...
+    batch: HostBatch
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., invoke_tool: _Optional[_Union[InvokeTool, _Mapping]] = ..., run_stage: _Optional[_Union[RunStage, _Mapping]] = ..., handle_event: _Optional[_Union[HandleEvent, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., tool_registration: _Optional[_Union[ToolRegistration, _Mapping]] = ..., batch: _Optional[_Union[HostBatch, _Mapping]] = ...) -> None: ...
+
+class HostBatch(_message.Message):
+    __slots__ = ("msgs",)
+    MSGS_FIELD_NUMBER: _ClassVar[int]
+    msgs: _containers.RepeatedCompositeFieldContainer[HostMessage]
+    def __init__(self, msgs: _Optional[_Iterable[_Union[HostMessage, _Mapping]]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("protocol_version", "sdk", "sdk_version", "features", "pid")

@@ -184,6 +184,12 @@ impl Link {
 
     /// Routes one plugin message to the call waiting for it.
     fn dispatch(&self, msg: Out) {
+        if let Out::Batch(b) = msg {
+            for m in b.msgs.into_iter().filter_map(|m| m.msg) {
+                self.dispatch(m);
+            }
+            return;
+        }
         let mut pending = self.pending.lock().unwrap();
         match msg {
             Out::ToolResult(r) => {
@@ -223,7 +229,7 @@ impl Link {
                 ok: false,
                 error: "the test harness does not support run-time registration".into(),
             })),
-            Out::Pong(_) | Out::Hello(_) | Out::Register(_) => {}
+            Out::Pong(_) | Out::Hello(_) | Out::Register(_) | Out::Batch(_) => {}
         }
     }
 
