@@ -45,7 +45,7 @@ func TestHelloAndRegistration(t *testing.T) {
 	b := hearthtest.StartWith(t, &pingPlugin{}, hearthtest.Options{Quiet: true})
 	h := b.Hello()
 	if h.ProtocolVersion != "1.0.0" || h.Sdk != "hearth-plugin-go" || h.SdkVersion == "" || h.Pid != uint32(os.Getpid()) ||
-		strings.Join(h.Features, ",") != "cancel,progress,trace" {
+		strings.Join(h.Features, ",") != "cancel,progress,trace,batch" {
 		t.Errorf("hello %v", h)
 	}
 	if reg := b.Registration(); reg.Plugin.GetName() != "pinger" || len(reg.Tools) != 1 {

@@ -100,6 +100,9 @@ type Broker struct {
 
 	sendMu sync.Mutex
 	stream grpc.BidiStreamingServer[pb.PluginMessage, pb.HostMessage]
+	held   []*pb.HostMessage // messages Batched holds back (nil: not batching)
+
+	batches atomic.Int64 // PluginBatch messages received
 
 	mu       sync.Mutex
 	hello    *pb.Hello
@@ -336,8 +339,35 @@ func (b *Broker) Send(m *pb.HostMessage) error {
 	if b.stream == nil {
 		return errors.New("hearthtest: no session attached")
 	}
+	if b.held != nil {
+		b.held = append(b.held, m)
+		return nil
+	}
 	return b.stream.Send(m)
 }
+
+// Batched runs fn, holding back every message it sends to the plugin (Invoke,
+// StartHook, Send …), then sends them in one HostBatch, as the broker does with
+// calls that start together (the plugin must list "batch" in Hello.features, as
+// every Hearth SDK does).
+func (b *Broker) Batched(fn func()) error {
+	b.sendMu.Lock()
+	b.held = []*pb.HostMessage{}
+	b.sendMu.Unlock()
+	fn()
+	b.sendMu.Lock()
+	held := b.held
+	b.held = nil
+	b.sendMu.Unlock()
+	if len(held) == 0 {
+		return nil
+	}
+	return b.Send(&pb.HostMessage{Msg: &pb.HostMessage_Batch{Batch: &pb.HostBatch{Msgs: held}}})
+}
+
+// Batches is how many PluginBatch messages the plugin sent (their messages are
+// handled one by one, like any other).
+func (b *Broker) Batches() int { return int(b.batches.Load()) }
 
 // Ping sends a Ping and waits for its Pong.
 func (b *Broker) Ping() error {
@@ -575,6 +605,11 @@ func (b *Broker) endWith(err error) error {
 
 func (b *Broker) dispatch(m *pb.PluginMessage) {
 	switch x := m.Msg.(type) {
+	case *pb.PluginMessage_Batch:
+		b.batches.Add(1)
+		for _, inner := range x.Batch.GetMsgs() {
+			b.dispatch(inner)
+		}
 	case *pb.PluginMessage_ToolResult:
 		b.complete(x.ToolResult.CallId, m)
 	case *pb.PluginMessage_StageResult:

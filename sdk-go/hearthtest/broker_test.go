@@ -2,6 +2,7 @@ package hearthtest_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -101,5 +102,51 @@ func TestRegistrationRulesOnARawClient(t *testing.T) {
 	}
 	if err := b.Wait(); err == nil {
 		t.Error("Wait on a broker without a launched plugin returned nil")
+	}
+}
+
+type batchEchoPlugin struct{}
+
+func (batchEchoPlugin) Name() string { return "echo" }
+func (batchEchoPlugin) Stop() error  { return nil }
+func (batchEchoPlugin) Start(s *sdk.PluginSDK) error {
+	return s.RegisterTool("echo", sdk.ToolDef{}, func(args map[string]interface{}) (interface{}, error) {
+		return args["i"], nil
+	})
+}
+
+func TestCallsStartedInOneHostBatchAreEachAnswered(t *testing.T) {
+	b := hearthtest.StartWith(t, batchEchoPlugin{}, hearthtest.Options{Quiet: true})
+	if !strings.Contains(strings.Join(b.Hello().Features, ","), "batch") {
+		t.Fatalf("Hello.features %v lacks batch", b.Hello().Features)
+	}
+	var calls []*hearthtest.Pending
+	if err := b.Batched(func() {
+		for i := 0; i < 20; i++ {
+			p, err := b.Invoke("echo", map[string]int{"i": i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, p)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range calls {
+		r, err := p.Result()
+		if err != nil || !r.Success || r.Content != strconv.Itoa(i) {
+			t.Fatalf("call %d: %+v, %v", i, r, err)
+		}
+	}
+	// A nested batch is ignored with a log line; the session goes on.
+	if err := b.Send(&pb.HostMessage{Msg: &pb.HostMessage_Batch{Batch: &pb.HostBatch{Msgs: []*pb.HostMessage{
+		{Msg: &pb.HostMessage_Batch{Batch: &pb.HostBatch{}}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.Call("echo", map[string]int{"i": 7}); err != nil || r.Content != "7" {
+		t.Fatalf("after a nested batch: %+v, %v", r, err)
 	}
 }

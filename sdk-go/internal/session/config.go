@@ -43,7 +43,7 @@ const (
 )
 
 // Features are the optional behaviours announced in Hello.features.
-var Features = []string{"cancel", "progress", "trace"}
+var Features = []string{"cancel", "progress", "trace", "batch"}
 
 // Config says where and as whom a session serves. FromEnv fills it from the
 // variables the broker sets; tests (hearthtest) build one and pass it with

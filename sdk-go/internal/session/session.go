@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -290,45 +291,64 @@ func (s *Session) read(ctx context.Context, stream grpc.BidiStreamingClient[pb.P
 			st := status.Convert(err)
 			return ending{defaultStopBudget, exitErr(ExitFailed, "plugin %s: session stream failed: %s: %s", s.name, CodeName(st.Code()), st.Message())}
 		}
-		switch x := m.Msg.(type) {
-		case *pb.HostMessage_Ping:
-			s.w.pong(x.Ping.GetNonce())
-		case *pb.HostMessage_InvokeTool:
-			s.invoke(x.InvokeTool)
-		case *pb.HostMessage_RunStage:
-			s.runStage(x.RunStage)
-		case *pb.HostMessage_HandleEvent:
-			s.handleEvent(x.HandleEvent)
-		case *pb.HostMessage_Cancel:
-			s.cancelCall(x.Cancel.GetCallId())
-		case *pb.HostMessage_Registered:
-			registered = true
-			for _, item := range x.Registered.GetRejected() {
-				s.logf("broker rejected %s %s: %s", item.Kind, item.Name, item.Reason)
+		if b, ok := m.Msg.(*pb.HostMessage_Batch); ok {
+			for _, inner := range b.Batch.GetMsgs() {
+				if end, done := s.handle(inner, &registered); done {
+					return end
+				}
 			}
-		case *pb.HostMessage_Rejected:
-			r := x.Rejected
-			var items strings.Builder
-			for _, item := range r.GetItems() {
-				fmt.Fprintf(&items, "; %s %s: %s", item.Kind, item.Name, item.Reason)
-			}
-			return ending{defaultStopBudget, exitErr(ExitRejected, "plugin %s: registration rejected: %s%s", s.name, r.GetReason(), items.String())}
-		case *pb.HostMessage_Shutdown:
-			sd := x.Shutdown
-			if sd.GetReason() != "" {
-				s.logf("shutdown requested (%s)", sd.GetReason())
-			}
-			budget := defaultStopBudget
-			if g := sd.GetGraceMs(); g > 0 {
-				budget = time.Duration(g) * time.Millisecond * 3 / 4
-			}
-			return ending{budget: budget}
-		case *pb.HostMessage_ToolRegistration:
-			s.answerRegistration(x.ToolRegistration)
-		default:
-			s.logf("ignoring unsupported broker message %T", m.Msg)
+			continue
+		}
+		if end, done := s.handle(m, &registered); done {
+			return end
 		}
 	}
+}
+
+// handle acts on one broker message; done when it ends the session.
+func (s *Session) handle(m *pb.HostMessage, registered *bool) (end ending, done bool) {
+	switch x := m.Msg.(type) {
+	case *pb.HostMessage_Ping:
+		s.w.pong(x.Ping.GetNonce())
+	case *pb.HostMessage_InvokeTool:
+		s.invoke(x.InvokeTool)
+	case *pb.HostMessage_RunStage:
+		s.runStage(x.RunStage)
+	case *pb.HostMessage_HandleEvent:
+		s.handleEvent(x.HandleEvent)
+	case *pb.HostMessage_Cancel:
+		s.cancelCall(x.Cancel.GetCallId())
+	case *pb.HostMessage_Registered:
+		*registered = true
+		for _, item := range x.Registered.GetRejected() {
+			s.logf("broker rejected %s %s: %s", item.Kind, item.Name, item.Reason)
+		}
+		s.w.batching.Store(slices.Contains(x.Registered.GetFeatures(), "batch"))
+	case *pb.HostMessage_Rejected:
+		r := x.Rejected
+		var items strings.Builder
+		for _, item := range r.GetItems() {
+			fmt.Fprintf(&items, "; %s %s: %s", item.Kind, item.Name, item.Reason)
+		}
+		return ending{defaultStopBudget, exitErr(ExitRejected, "plugin %s: registration rejected: %s%s", s.name, r.GetReason(), items.String())}, true
+	case *pb.HostMessage_Shutdown:
+		sd := x.Shutdown
+		if sd.GetReason() != "" {
+			s.logf("shutdown requested (%s)", sd.GetReason())
+		}
+		budget := defaultStopBudget
+		if g := sd.GetGraceMs(); g > 0 {
+			budget = time.Duration(g) * time.Millisecond * 3 / 4
+		}
+		return ending{budget: budget}, true
+	case *pb.HostMessage_ToolRegistration:
+		s.answerRegistration(x.ToolRegistration)
+	case *pb.HostMessage_Batch:
+		s.logf("ignoring a batch nested in a batch")
+	default:
+		s.logf("ignoring unsupported broker message %T", m.Msg)
+	}
+	return ending{}, false
 }
 
 // closeCalls ends the session's calls: no new ones start, every one in flight is

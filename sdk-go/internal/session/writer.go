@@ -2,19 +2,38 @@ package session
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/hearth-dev/hearth/sdk-go/hearthpb"
 )
 
-// writer is the one goroutine that calls stream.Send (grpc-go allows one sender and
-// one receiver at a time, not two senders). Everything the plugin sends is queued
-// here without blocking the caller; pongs have a channel of their own that the
-// writer drains before every message, so a queue of results never delays them.
+// Batch limits (the broker's HostBatch limits): at most batchMsgs messages and
+// batchBytes bytes in one PluginBatch; a larger message goes alone.
+const (
+	batchMsgs  = 64
+	batchBytes = 256 * 1024
+)
+
+// writer sends what the plugin sends (grpc-go allows one sender and one receiver at
+// a time, not two senders; sendMu is the one sender). A message goes out from the
+// goroutine that sends it when nothing is queued and no send is under way (one
+// goroutine hand-off less per call); otherwise it is queued without blocking the
+// caller, and the writer goroutine sends the queue, in order — as PluginBatch
+// messages once both sides agreed on "batch". Pongs have a channel of their own that
+// the writer drains before every message, so a queue of results never delays them.
 type writer struct {
 	stream grpc.BidiStreamingClient[pb.PluginMessage, pb.HostMessage]
+
+	// batching: Registered.features lists "batch".
+	batching atomic.Bool
+	// sendMu is held around every stream.Send.
+	sendMu sync.Mutex
+	// firstSent: Hello was handed to the transport (w.first is closed).
+	firstSent bool
 
 	mu      sync.Mutex
 	queue   []*pb.PluginMessage
@@ -41,15 +60,35 @@ func newWriter(stream grpc.BidiStreamingClient[pb.PluginMessage, pb.HostMessage]
 	}
 }
 
-// send queues m; false when the writer is closing or dead (the message is dropped).
+// send sends or queues m; false when the writer is closing or dead (the message is
+// dropped).
 func (w *writer) send(m *pb.PluginMessage) bool {
-	w.mu.Lock()
-	if w.closing || w.dead {
+	if w.sendMu.TryLock() {
+		w.mu.Lock()
+		if w.closing || w.dead {
+			w.mu.Unlock()
+			w.sendMu.Unlock()
+			return false
+		}
+		if len(w.queue) == 0 {
+			// Nothing before it: send it from here.
+			w.mu.Unlock()
+			w.sendOne(m)
+			w.sendMu.Unlock()
+			return true
+		}
+		w.queue = append(w.queue, m)
 		w.mu.Unlock()
-		return false
+		w.sendMu.Unlock()
+	} else {
+		w.mu.Lock()
+		if w.closing || w.dead {
+			w.mu.Unlock()
+			return false
+		}
+		w.queue = append(w.queue, m)
+		w.mu.Unlock()
 	}
-	w.queue = append(w.queue, m)
-	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -90,47 +129,96 @@ func (w *writer) failure() error {
 	return w.err
 }
 
-func (w *writer) run() {
-	defer close(w.done)
-	firstSent := false
-	sendOne := func(m *pb.PluginMessage) bool {
-		if err := w.stream.Send(m); err != nil {
-			w.mu.Lock()
-			w.dead, w.err = true, err
-			w.queue = nil
-			w.mu.Unlock()
+// sendOne hands m to the transport (sendMu held); false once sending failed.
+func (w *writer) sendOne(m *pb.PluginMessage) bool {
+	if err := w.stream.Send(m); err != nil {
+		w.mu.Lock()
+		w.dead, w.err = true, err
+		w.queue = nil
+		w.mu.Unlock()
+		return false
+	}
+	if !w.firstSent {
+		w.firstSent = true
+		close(w.first)
+	}
+	return true
+}
+
+// sendAll sends batch in order (sendMu held): in PluginBatch messages of what fits
+// when batching, else one by one; pongs waiting go first. False once sending failed.
+func (w *writer) sendAll(batch []*pb.PluginMessage) bool {
+	batching := w.batching.Load() && len(batch) > 1
+	for i := 0; i < len(batch); {
+		select {
+		case n := <-w.pongs:
+			if !w.sendPong(n) {
+				return false
+			}
+		default:
+		}
+		m, next := batch[i], i+1
+		if batching {
+			size := proto.Size(m)
+			for next < len(batch) && next-i < batchMsgs {
+				size += proto.Size(batch[next])
+				if size > batchBytes {
+					break
+				}
+				next++
+			}
+			if next-i > 1 {
+				m = &pb.PluginMessage{Msg: &pb.PluginMessage_Batch{Batch: &pb.PluginBatch{
+					Msgs: append([]*pb.PluginMessage(nil), batch[i:next]...)}}}
+			}
+		}
+		if !w.sendOne(m) {
 			return false
 		}
-		if !firstSent {
-			firstSent = true
-			close(w.first)
+		for ; i < next; i++ {
+			batch[i] = nil
 		}
-		return true
 	}
-	pong := func(nonce uint64) bool {
-		return sendOne(&pb.PluginMessage{Msg: &pb.PluginMessage_Pong{Pong: &pb.Pong{Nonce: nonce}}})
-	}
+	return true
+}
+
+// sendPong sends a Pong (sendMu held).
+func (w *writer) sendPong(nonce uint64) bool {
+	return w.sendOne(&pb.PluginMessage{Msg: &pb.PluginMessage_Pong{Pong: &pb.Pong{Nonce: nonce}}})
+}
+
+func (w *writer) run() {
+	defer close(w.done)
 	for {
 		// Pongs first.
 		select {
 		case n := <-w.pongs:
-			if !pong(n) {
+			w.sendMu.Lock()
+			ok := w.sendPong(n)
+			w.sendMu.Unlock()
+			if !ok {
 				return
 			}
 			continue
 		default:
 		}
+		w.sendMu.Lock()
 		w.mu.Lock()
 		if len(w.queue) == 0 {
 			closing := w.closing
 			w.mu.Unlock()
 			if closing {
 				_ = w.stream.CloseSend()
+				w.sendMu.Unlock()
 				return
 			}
+			w.sendMu.Unlock()
 			select {
 			case n := <-w.pongs:
-				if !pong(n) {
+				w.sendMu.Lock()
+				ok := w.sendPong(n)
+				w.sendMu.Unlock()
+				if !ok {
 					return
 				}
 			case <-w.wake:
@@ -141,18 +229,10 @@ func (w *writer) run() {
 		batch := w.queue
 		w.queue, w.spare = w.spare[:0], nil
 		w.mu.Unlock()
-		for i, m := range batch {
-			select {
-			case n := <-w.pongs:
-				if !pong(n) {
-					return
-				}
-			default:
-			}
-			if !sendOne(m) {
-				return
-			}
-			batch[i] = nil
+		ok := w.sendAll(batch)
+		w.sendMu.Unlock()
+		if !ok {
+			return
 		}
 		w.mu.Lock()
 		if cap(batch) <= 1024 {
