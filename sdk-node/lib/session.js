@@ -143,25 +143,58 @@ function testHook(inst, key) {
 }
 
 const kSession = Symbol('session');
+const kState = Symbol('state');
 
 /**
- * The `ctx` a tool handler gets (index.d.ts `CallContext`). `host` is a getter on the
- * prototype, not on each object: an object literal with a getter costs V8 an accessor
- * pair in old space per call, and with thousands of calls a second that kept V8 in
- * incremental marking (measured: one GC task wake-up every 7 calls).
+ * Whether a call, event or stage hook was aborted (Cancel, shutdown), and its
+ * AbortSignal — made on first use: an AbortController is most of what starting a
+ * call costs (measured: a quarter of the SDK's CPU per call), and most handlers never
+ * look at the signal.
+ */
+class CallState {
+  constructor() {
+    /** @type {AbortController | null} */
+    this.controller = null;
+    this.aborted = false;
+    /** @type {unknown} */
+    this.reason = undefined;
+  }
+
+  /** @returns {AbortSignal} aborted already when the call was */
+  get signal() {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.aborted) this.controller.abort(this.reason);
+    }
+    return this.controller.signal;
+  }
+
+  /** @param {unknown} reason */
+  abort(reason) {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    if (this.controller) this.controller.abort(reason);
+  }
+}
+
+/**
+ * The `ctx` a tool handler gets (index.d.ts `CallContext`). `host` and `signal` are
+ * getters on the prototype, not on each object: an object literal with a getter costs
+ * V8 an accessor pair in old space per call, and with thousands of calls a second that
+ * kept V8 in incremental marking (measured: one GC task wake-up every 7 calls).
  */
 class CallContext {
   /**
    * @param {Session} session
-   * @param {AbortSignal} signal
+   * @param {CallState} state
    * @param {string} callId
    * @param {any} inv InvokeTool
    * @param {import('../index').Sender} sender
    * @param {(message: string, how?: any) => void} progress
    */
-  constructor(session, signal, callId, inv, sender, progress) {
+  constructor(session, state, callId, inv, sender, progress) {
     const t = trace.traceFields(inv);
-    this.signal = signal;
     this.callId = callId;
     this.tool = inv.tool;
     this.sender = sender;
@@ -171,7 +204,11 @@ class CallContext {
     this.otelContext = t.otelContext;
     this.progress = progress;
     this[kSession] = session;
+    this[kState] = state;
   }
+
+  /** Aborted when the broker cancels the call (timeout, caller gone) or shuts down. */
+  get signal() { return this[kState].signal; }
 
   /** Host-service clients, created on first use. */
   get host() { return this[kSession].host; }
@@ -209,7 +246,7 @@ class Session {
     this.configDefs = [];
     /** @type {Map<string, {wire: object, handler: Function}>} stage hooks by hook id */
     this.stageHooks = new Map();
-    /** @type {Map<string, AbortController>} in-flight calls and events by call id text */
+    /** @type {Map<string, CallState>} in-flight calls, events and stage hooks by call id text */
     this.inflight = new Map();
     /** @type {Map<string, {resolve: Function, reject: Function, name: string, kind: string}>} */
     this.pendingRegs = new Map();
@@ -651,13 +688,13 @@ class Session {
     const key = String(inv.callId);
     const tool = this.tools.get(inv.tool);
     const sender = toSender(inv.sender);
-    const ac = new AbortController();
-    this.inflight.set(key, ac);
+    const st = new CallState();
+    this.inflight.set(key, st);
     /** @param {string} message @param {number | {fraction?: number, progress?: number, total?: number} | null} [how] */
     const progress = (message, how) => {
-      if (!ac.signal.aborted) this.send({ progress: { callId: inv.callId, message: String(message == null ? '' : message), ...progressFields(how) } });
+      if (!st.aborted) this.send({ progress: { callId: inv.callId, message: String(message == null ? '' : message), ...progressFields(how) } });
     };
-    const ctx = new CallContext(this, ac.signal, key, inv, sender, progress);
+    const ctx = new CallContext(this, st, key, inv, sender, progress);
     Promise.resolve()
       .then(() => {
         if (!tool) throw new Error(`plugin ${this.name} has no tool ${inv.tool}`);
@@ -671,11 +708,11 @@ class Session {
       })
       .then((v) => /** @type {ToolEntry} */ (tool).map(v))
       .catch((e) => {
-        if (!ac.signal.aborted) this.log(`tool ${inv.tool} (call ${key}) failed: ${results.errorText(e)}`);
+        if (!st.aborted) this.log(`tool ${inv.tool} (call ${key}) failed: ${results.errorText(e)}`);
         return { success: false, content: '', dataJson: '', error: results.errorText(e) };
       })
       .then((res) => {
-        if (this.inflight.get(key) !== ac || ac.signal.aborted) return; // cancelled: no result
+        if (this.inflight.get(key) !== st || st.aborted) return; // cancelled: no result
         this.inflight.delete(key);
         this.sendResult(inv, res);
       });
@@ -699,32 +736,32 @@ class Session {
   /** @param {any} ev HandleEvent */
   startEvent(ev) {
     const key = String(ev.callId);
-    const ac = new AbortController();
-    this.inflight.set(key, ac);
+    const st = new CallState();
+    this.inflight.set(key, st);
     const params = ev.params.slice();
     const sender = Object.assign(toSender(ev.sender), {
       message: ev.message,
       params,
-      signal: ac.signal,
+      signal: st.signal,
       /** @param {number} i @returns {string | null} params[i], null when absent (Python None) */
       param: (i) => (Number.isInteger(i) && i >= 0 && i < params.length ? params[i] : null),
       /** @param {unknown} text */
       reply: async (text) => {
-        if (!ac.signal.aborted) this.send({ reply: { callId: ev.callId, text: typeof text === 'string' ? text : results.jsonText(text) } });
+        if (!st.aborted) this.send({ reply: { callId: ev.callId, text: typeof text === 'string' ? text : results.jsonText(text) } });
       },
     });
     Promise.resolve()
       .then(() => {
         if (typeof this.instance.handleEvent !== 'function') throw new Error(`plugin ${this.name} has no handleEvent`);
-        const info = { signal: ac.signal, callId: key, ...trace.traceFields(ev) };
+        const info = { signal: st.signal, callId: key, ...trace.traceFields(ev) };
         return trace.runIn(info.otelContext, () => this.instance.handleEvent(sender, info));
       })
       .then(() => '', (e) => {
-        if (!ac.signal.aborted) this.log(`handleEvent (call ${key}) failed: ${results.errorText(e)}`);
+        if (!st.aborted) this.log(`handleEvent (call ${key}) failed: ${results.errorText(e)}`);
         return results.errorText(e);
       })
       .then((error) => {
-        if (this.inflight.get(key) !== ac || ac.signal.aborted) return;
+        if (this.inflight.get(key) !== st || st.aborted) return;
         this.inflight.delete(key);
         this.sendFinal(encodeMessage({ eventDone: { callId: ev.callId, error } }));
       });
@@ -733,24 +770,24 @@ class Session {
   /** @param {any} rs RunStage */
   startStage(rs) {
     const key = String(rs.callId);
-    const ac = new AbortController();
-    this.inflight.set(key, ac);
+    const st = new CallState();
+    this.inflight.set(key, st);
     const hook = this.stageHooks.get(rs.hookId);
     const wireCtx = rs.context || {};
     Promise.resolve()
       .then(() => {
         if (!hook) throw new Error(`plugin ${this.name} has no stage hook ${rs.hookId}`);
         const ctx = stages.fromWire(wireCtx);
-        const info = { signal: ac.signal, callId: key, stage: stages.STAGES[rs.stage - 1], hookId: rs.hookId, ...trace.traceFields(rs) };
+        const info = { signal: st.signal, callId: key, stage: stages.STAGES[rs.stage - 1], hookId: rs.hookId, ...trace.traceFields(rs) };
         return Promise.resolve(trace.runIn(info.otelContext, () => hook.handler(ctx, info)))
           .then((ret) => stages.toWire(ret && typeof ret === 'object' ? ret : ctx));
       })
       .then((context) => ({ context, error: '' }), (e) => {
-        if (!ac.signal.aborted) this.log(`stage hook ${rs.hookId} (call ${key}) failed: ${results.errorText(e)}`);
+        if (!st.aborted) this.log(`stage hook ${rs.hookId} (call ${key}) failed: ${results.errorText(e)}`);
         return { context: wireCtx, error: results.errorText(e) };
       })
       .then((res) => {
-        if (this.inflight.get(key) !== ac || ac.signal.aborted) return;
+        if (this.inflight.get(key) !== st || st.aborted) return;
         this.inflight.delete(key);
         this.sendFinal(encodeMessage({ stageResult: { callId: rs.callId, ...res } }));
       });
@@ -759,15 +796,15 @@ class Session {
   /** @param {any} c Cancel */
   cancel(c) {
     const key = String(c.callId);
-    const ac = this.inflight.get(key);
-    if (!ac) return;
+    const st = this.inflight.get(key);
+    if (!st) return;
     this.inflight.delete(key);
-    ac.abort(Object.assign(new Error(`call ${key} cancelled by the broker${c.reason ? `: ${c.reason}` : ''}`), { name: 'AbortError' }));
+    st.abort(Object.assign(new Error(`call ${key} cancelled by the broker${c.reason ? `: ${c.reason}` : ''}`), { name: 'AbortError' }));
   }
 
   /** @param {string} reason */
   abortAll(reason) {
-    for (const [key, ac] of this.inflight) ac.abort(Object.assign(new Error(`call ${key} aborted: ${reason}`), { name: 'AbortError' }));
+    for (const [key, st] of this.inflight) st.abort(Object.assign(new Error(`call ${key} aborted: ${reason}`), { name: 'AbortError' }));
     this.inflight.clear();
   }
 
@@ -835,4 +872,4 @@ function serveInstance(instance, opts = {}) {
   return new Session(instance, opts).run();
 }
 
-module.exports = { serveInstance, grpcTarget, batchMessage, EXIT, PROTOCOL_VERSION, SDK_NAME, FEATURES, MAX_MESSAGE };
+module.exports = { serveInstance, grpcTarget, batchMessage, CallState, EXIT, PROTOCOL_VERSION, SDK_NAME, FEATURES, MAX_MESSAGE };

@@ -157,3 +157,27 @@ describe('stage context conversion', () => {
     assert.equal(w.finalText, 'done');
   });
 });
+
+describe('CallState (a call\'s abort state, its AbortSignal made on first use)', () => {
+  const { CallState } = require('../lib/session');
+  it('a signal taken after the abort is already aborted, with the reason', () => {
+    const st = new CallState();
+    const why = Object.assign(new Error('call 7 cancelled by the broker'), { name: 'AbortError' });
+    st.abort(why);
+    assert.equal(st.aborted, true);
+    assert.equal(st.signal.aborted, true);
+    assert.equal(st.signal.reason, why);
+  });
+  it('a signal taken before the abort fires abort once', () => {
+    const st = new CallState();
+    const { signal } = st;
+    let fired = 0;
+    signal.addEventListener('abort', () => { fired += 1; });
+    assert.equal(signal.aborted, false);
+    st.abort(new Error('first'));
+    st.abort(new Error('second'));
+    assert.equal(fired, 1);
+    assert.equal(signal.reason.message, 'first');
+    assert.equal(st.signal, signal, 'one signal per call');
+  });
+});
