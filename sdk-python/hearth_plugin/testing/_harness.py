@@ -414,7 +414,11 @@ class AsyncPluginHarness:
                 reason="registration rejected",
                 items=[pb.RejectedItem(kind=i.kind, name=i.name, reason=i.reason) for i in rejected])))
             raise RegistrationRejected(name, rejected)
-        self._session.accept([pb.RejectedItem(kind=i.kind, name=i.name, reason=i.reason) for i in rejected])
+        # The features the broker offers, as it offers them: those of Hello it knows.
+        offered = [f for f in ("cancel", "progress", "batch")
+                   if self._session.hello is not None and f in self._session.hello.features]
+        self._session.accept([pb.RejectedItem(kind=i.kind, name=i.name, reason=i.reason) for i in rejected],
+                             features=offered)
         info = {"name": name, "version": reg.plugin.version, "author": reg.plugin.author,
                 "description": reg.plugin.description}
         return Registration(info, tools, hooks, inject, triggers, defs, rejected)
