@@ -548,6 +548,7 @@ async fn pipeline(messages: usize, warmup: usize, keep_history: bool, stock_llm:
 }
 
 fn main() {
+    harness::quiet_brokers();
     if std::env::var_os(raw::RAW_PLUGIN_ENV).is_some() {
         raw::raw_plugin_main();
         return;

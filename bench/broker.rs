@@ -157,6 +157,7 @@ async fn throughput(
 }
 
 fn main() {
+    harness::quiet_brokers();
     // The raw Rust plugin of section 3c is this binary run again.
     if std::env::var_os(raw::RAW_PLUGIN_ENV).is_some() {
         raw::raw_plugin_main();

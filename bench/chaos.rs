@@ -563,6 +563,7 @@ fn threads(pid: u32) -> u64 {
 }
 
 fn main() {
+    harness::quiet_brokers();
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

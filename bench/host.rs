@@ -58,6 +58,7 @@ use hearth_broker::storage::{Db, Doc, DocMemory, GraphMemory, Knowledge, Setting
 use serde_json::{json, Value};
 
 fn main() {
+    harness::quiet_brokers();
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -630,6 +630,7 @@ fn f1(s: &Summary) -> String {
 }
 
 fn main() {
+    harness::quiet_brokers();
     // `cargo bench` passes `--bench` (and maybe a filter); nothing to parse.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1188,6 +1188,7 @@ fn describe(pid: u32) -> String {
 // ---------------------------------------------------------------------------------------
 
 fn main() {
+    harness::quiet_brokers();
     // Orphans of the nodes' plugins (if any) become our children, so the leak check
     // sees them.
     // SAFETY: plain prctl on this process.

@@ -182,6 +182,7 @@ async fn run_leg(leg: Leg, round: usize, calls: usize, secs: u64, inflight: usiz
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    harness::quiet_brokers();
     let calls = env_num("HEARTH_BENCH_CALLS", 3000) as usize;
     let secs = env_num("HEARTH_BENCH_SECS", 3);
     let inflight = env_num("HEARTH_BENCH_INFLIGHT", 16) as usize;

@@ -33,6 +33,7 @@ const LANGS: [(&str, &str); 3] = [("rs", "Rust"), ("py", "Python"), ("nd", "Node
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    harness::quiet_brokers();
     let restarts = env_num("HEARTH_BENCH_RESTARTS", 10) as usize;
     let calls = env_num("HEARTH_BENCH_CALLS", 3000) as usize;
     if hearth_broker::supervisor::sandbox::landlock_abi().is_none() {

@@ -129,6 +129,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    harness::quiet_brokers();
     if let (Ok(mode), Ok(dir)) = (
         std::env::var("HEARTH_BENCH_CHILD"),
         std::env::var("HEARTH_BENCH_DIR"),

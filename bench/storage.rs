@@ -319,6 +319,7 @@ async fn load(measure: Duration, pg: &PgCluster) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    harness::quiet_brokers();
     let parts = std::env::var("HEARTH_BENCH_PART").unwrap_or_else(|_| "turn,load".into());
     let Some(pg) = PgCluster::shared_durable() else {
         eprintln!("no PostgreSQL (scripts/setup installs it)");

@@ -50,6 +50,18 @@ pub fn rust_binary(rel: &str) -> PathBuf {
     p
 }
 
+/// `HEARTH_LOG` of the brokers this process starts: the broker's own modules at debug
+/// in tests (their log explains a failure), the broker's default (`info`) once
+/// [`quiet_brokers`] was called.
+static BROKER_LOG: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Brokers started from now on log at the default level, as operators run them. Every
+/// benchmark calls it first: at debug a broker writes a log line per tool call, which
+/// measured as much as the call itself.
+pub fn quiet_brokers() {
+    let _ = BROKER_LOG.set("info");
+}
+
 /// The Go test plugin `tests/plugins/go/cmd/<name>`, built with `go build` once per test
 /// process into `target/<profile>/go-plugins/<name>` (Go's own cache makes a rebuild with
 /// nothing changed take ~0.1 s). Panics with the compiler's output when it does not build.
@@ -263,7 +275,13 @@ impl Broker {
             .args(args)
             .env("HEARTH_PYTHON", python())
             .env("NODE_PATH", repo().join("node_modules"))
-            .env("HEARTH_LOG", "info,hearth_broker=debug")
+            .env(
+                "HEARTH_LOG",
+                BROKER_LOG
+                    .get()
+                    .copied()
+                    .unwrap_or("info,hearth_broker=debug"),
+            )
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
