@@ -296,7 +296,7 @@ def _sender(msg: pb.Sender, call: Any, **extra: Any) -> Sender:
 
 class _Outbox:
     """The messages waiting for the request iterator, in order (loop thread only):
-    `put` never blocks; `get_all` waits for at least one, then takes what is there."""
+    `put` never blocks; `wait` returns once at least one is there (the consumer pops)."""
 
     __slots__ = ("items", "waiter", "loop")
 
