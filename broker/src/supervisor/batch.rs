@@ -69,37 +69,37 @@ impl Stream for Outbound {
             Ok(m) if this.batching.load(Ordering::Relaxed) => m,
             other => return Poll::Ready(Some(other)),
         };
+        // Nothing else ready (one call in flight): the message as it is, unmeasured.
+        let mut next = match this.ready() {
+            None => return Poll::Ready(Some(Ok(first))),
+            Some(Ok(m)) => Some(m),
+            Some(end) => {
+                // The end of the session: after this message.
+                this.held = Some(end);
+                return Poll::Ready(Some(Ok(first)));
+            }
+        };
         let mut size = first.encoded_len();
-        if size > MAX_BYTES {
-            return Poll::Ready(Some(Ok(first)));
-        }
-        let mut first = Some(first);
-        let mut msgs = Vec::new();
-        while msgs.len() < MAX_MSGS {
+        let mut msgs = vec![first];
+        while let Some(m) = next.take() {
+            let len = m.encoded_len();
+            if size + len > MAX_BYTES {
+                this.held = Some(Ok(m));
+                break;
+            }
+            size += len;
+            msgs.push(m);
+            if msgs.len() == MAX_MSGS {
+                break;
+            }
             match this.ready() {
-                Some(Ok(m)) => {
-                    let len = m.encoded_len();
-                    if size + len > MAX_BYTES {
-                        this.held = Some(Ok(m));
-                        break;
-                    }
-                    size += len;
-                    if let Some(first) = first.take() {
-                        msgs.reserve(8);
-                        msgs.push(first);
-                    }
-                    msgs.push(m);
-                }
-                Some(Err(status)) => {
-                    // The end of the session: after what is batched.
-                    this.held = Some(Err(status));
-                    break;
-                }
-                None => break,
+                Some(Ok(m)) => next = Some(m),
+                Some(end) => this.held = Some(end),
+                None => {}
             }
         }
-        if let Some(first) = first {
-            return Poll::Ready(Some(Ok(first)));
+        if msgs.len() == 1 {
+            return Poll::Ready(Some(Ok(msgs.remove(0))));
         }
         Poll::Ready(Some(Ok(HostMessage {
             msg: Some(HostMsg::Batch(HostBatch { msgs })),
