@@ -439,17 +439,10 @@ impl Supervisor {
         .await
         .unwrap_or(false);
         if ready {
-            // A process can register before the task that spawned it has recorded its
-            // pid (a Rust plugin registers in ~4 ms): the answer names the new pid, so
-            // wait briefly for it (it comes within one scheduling round).
-            let mut snapshot = plugin.snapshot();
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-            while snapshot.pid == 0 && !plugin.is_adhoc() && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                snapshot = plugin.snapshot();
-            }
-            return Ok(snapshot);
+            // The new pid is in it: the spawner thread records it as soon as the exec
+            // succeeded (process::spawn), and the process still has to start, dial and
+            // handshake (3 ms for the quickest plugin) before it is fresh.
+            return Ok(plugin.snapshot());
         }
         let s = plugin.status.lock().unwrap();
         if s.state == PluginState::Failed && s.generation > generation {

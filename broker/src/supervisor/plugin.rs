@@ -731,7 +731,18 @@ impl Plugin {
             tmp: config.plugin_tmp_dir(name),
             protected: &protected,
         };
-        let mut child = match process::spawn(spec, &config.interpreters, &launch).await {
+        // The pid is recorded on the spawner thread, before this task wakes: a plugin
+        // can register (and Admin.RestartPlugin answer) before then.
+        let record_pid = {
+            let plugin = self.clone();
+            move |pid| {
+                if let Some(i) = plugin.status.lock().unwrap().instance_mut(generation) {
+                    i.pid = pid;
+                }
+            }
+        };
+        let mut child = match process::spawn(spec, &config.interpreters, &launch, record_pid).await
+        {
             Ok(spawned) => {
                 match &spawned.sandbox {
                     SandboxState::OptedOut => {
@@ -757,9 +768,6 @@ impl Plugin {
         };
         let pid = child.id().unwrap_or(0);
         config.reaper.track(pid);
-        if let Some(i) = self.status.lock().unwrap().instance_mut(generation) {
-            i.pid = pid;
-        }
         tracing::info!(plugin = %name, pid, generation, runtime = spec.runtime.as_str(), "spawned");
         self.logs
             .started(pid, generation, &self.start_cause(generation));

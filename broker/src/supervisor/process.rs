@@ -274,12 +274,16 @@ fn spawner() -> &'static std::sync::mpsc::Sender<SpawnJob> {
 /// Spawns the plugin in its own session and process group (pgid = pid), with stdin closed,
 /// stdout/stderr piped, a clean environment ([`plugin_env`]), its token on fd
 /// [`TOKEN_FD`], its sandbox (unless opted out or unavailable), the operator's umask,
-/// and (Linux) SIGKILL when the broker dies. Errors: the program cannot start, its
-/// folders cannot be created, or its sandbox cannot be built (it is then not started).
+/// and (Linux) SIGKILL when the broker dies. `started` gets the new pid on the
+/// spawner thread right after the fork, before this future is woken: a plugin that
+/// registers within a scheduling round then already has its pid recorded. Errors: the
+/// program cannot start, its folders cannot be created, or its sandbox cannot be built
+/// (it is then not started).
 pub async fn spawn(
     spec: &PluginSpec,
     interp: &Interpreters,
     launch: &Launch<'_>,
+    started: impl FnOnce(u32) + Send + 'static,
 ) -> std::io::Result<Spawned> {
     let (program, args) = command_line(spec, interp);
     // Variables that are not UTF-8 cannot be on the allow-list's names; skip them
@@ -373,7 +377,7 @@ pub async fn spawn(
     }
 
     // The fds the child inherited are closed after the fork, in the broker.
-    let child = spawn_on_spawner(cmd, (reader, ruleset))
+    let child = spawn_on_spawner(cmd, (reader, ruleset), started)
         .await
         .map_err(|e| {
             std::io::Error::new(
@@ -416,7 +420,7 @@ pub(super) async fn spawn_build(
     unsafe {
         cmd.pre_exec(move || detach_and_confine(parent, umask, ruleset_fd));
     }
-    spawn_on_spawner(cmd, ruleset).await.map_err(|e| {
+    spawn_on_spawner(cmd, ruleset, |_| {}).await.map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot run `{}`: {e}", program.display()))
     })
 }
@@ -455,10 +459,12 @@ unsafe fn detach_and_confine(
 
 /// Forks `cmd` on the spawner thread (so PR_SET_PDEATHSIG follows a thread that lives
 /// as long as the broker) and drops `inherited` — the fds the child inherits — in the
-/// broker right after the fork. Errors: the spawn's own, or the spawner thread gone.
+/// broker right after the fork, and gives `started` the child's pid there. Errors: the
+/// spawn's own, or the spawner thread gone.
 async fn spawn_on_spawner(
     mut cmd: Command,
     inherited: impl Send + 'static,
+    started: impl FnOnce(u32) + Send + 'static,
 ) -> std::io::Result<Child> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let handle = tokio::runtime::Handle::current();
@@ -466,6 +472,9 @@ async fn spawn_on_spawner(
         let _runtime = handle.enter();
         let result = cmd.spawn();
         drop(inherited);
+        if let Some(pid) = result.as_ref().ok().and_then(Child::id) {
+            started(pid);
+        }
         let _ = tx.send(result);
     });
     spawner()
@@ -828,16 +837,20 @@ mod tests {
         let handle = rt.handle().clone();
         let protected = Protected::default();
         let root = dir.path().to_path_buf();
+        // The pid reaches `started` on the spawner thread, before `spawn` returns.
+        let (tx, started) = std::sync::mpsc::channel();
         let child = std::thread::spawn(move || {
             let interp = Interpreters::from_env();
+            let started = move |pid| tx.send(pid).unwrap();
             handle
-                .block_on(spawn(&spec, &interp, &launch(&root, &protected)))
+                .block_on(spawn(&spec, &interp, &launch(&root, &protected), started))
                 .unwrap()
                 .child
         })
         .join()
         .unwrap();
         let pid = child.id().unwrap();
+        assert_eq!(started.try_recv(), Ok(pid));
         std::thread::sleep(std::time::Duration::from_millis(300));
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
