@@ -27,6 +27,10 @@ const (
 	SDKVersion = "0.1.0"
 	// MaxMessageBytes is the gRPC message limit both sides set (64 MiB).
 	MaxMessageBytes = 64 << 20
+	// StreamWindowBytes and ConnWindowBytes are the static HTTP/2 flow-control
+	// windows of the session's connection (see Dial).
+	StreamWindowBytes = 4 << 20
+	ConnWindowBytes   = 16 << 20
 	// TokenMetadata is the metadata key of the spawn token.
 	TokenMetadata = "x-hearth-token"
 
@@ -231,8 +235,15 @@ func Target(addr string) (string, error) {
 
 // Dial opens the connection the session and the host services share: insecure
 // (a local socket), 64 MiB messages both ways, no client keepalive (the broker's
-// Ping on the stream is the liveness check), and a unary interceptor adding
-// x-hearth-token to every call, so generated host clients need nothing more.
+// Ping on the stream is the liveness check), static flow-control windows, and a
+// unary interceptor adding x-hearth-token to every call, so generated host clients
+// need nothing more.
+//
+// Static windows: with grpc-go's default dynamic windows, every message the broker
+// sends is answered with a WINDOW_UPDATE and a BDP PING, and the broker's PING ACK
+// wakes the plugin once more — one extra write and wake-up per tool call on each side.
+// A local socket has no bandwidth-delay product to discover; 4 MiB per stream and
+// 16 MiB per connection are acknowledged a quarter at a time.
 func Dial(cfg Config) (*grpc.ClientConn, error) {
 	target := cfg.RawTarget
 	if target == "" {
@@ -249,6 +260,8 @@ func Dial(cfg Config) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
+		grpc.WithStaticStreamWindowSize(StreamWindowBytes),
+		grpc.WithStaticConnWindowSize(ConnWindowBytes),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			return invoker(metadata.AppendToOutgoingContext(ctx, TokenMetadata, token), method, req, reply, cc, opts...)
 		}),
