@@ -27,14 +27,16 @@ mod harness;
 #[path = "raw.rs"]
 mod raw;
 
-use common::{cpu_us, env_num, machine, summarize};
+use common::{context_switches, cpu_us, env_num, machine, summarize, threads_cpu_us};
 
 use std::time::{Duration, Instant};
 
-use harness::{node_echo, py_echo, python, repo, rss_kib, stress, wait_gone, Broker};
+use harness::{node_echo, py_echo, python, repo, rss_kib, stress, wait_gone, Broker, PluginDir};
 use hearth_broker::cli::AdminConn;
+use hearth_proto::v1::admin_client::AdminClient;
 use hearth_proto::v1::{CallToolRequest, PluginState, RestartPluginRequest};
 use serde_json::json;
+use tonic::transport::Channel;
 
 /// Arguments of every echo call (a small JSON object).
 const ARGS: &str = r#"{"msg":"hello","n":42}"#;
@@ -95,6 +97,49 @@ async fn call_with(admin: &mut AdminConn, tool: &str, args: &str, ok: bool) -> (
     let wall = started.elapsed();
     assert_eq!(r.success, ok, "{tool}: {r:?}");
     (wall, r.elapsed_us)
+}
+
+/// The plugin the broker runs for `t`.
+fn plugin_of(t: &Target) -> PluginDir {
+    match t.plugin {
+        "rs" => stress("rs", "rs", "", json!({})),
+        "py" => py_echo("py", json!({})),
+        "go" => stress("go", "go", "", json!({})),
+        _ => node_echo("nd"),
+    }
+}
+
+/// The same plugin as a peer of the raw host (bench/raw.rs), for the raw relay.
+fn peer_of(t: &Target) -> raw::Peer<'static> {
+    let manifest = plugin_of(t).manifest;
+    let runtime = match manifest["runtime"].as_str() {
+        Some("python") => "python",
+        Some("node") => "node",
+        _ => "exec",
+    };
+    raw::Peer::Sdk {
+        runtime,
+        entry: manifest["entry"].as_str().expect("entry").into(),
+        env: vec![],
+    }
+}
+
+/// One language's floors (section 3c): the raw host's round trips, and the raw relay.
+struct RawRow {
+    trips: common::Summary,
+    /// Context switches of the raw host's threads per round trip.
+    trip_switches: f64,
+    /// The relay's own `elapsed_us` (InvokeTool sent → ToolResult back).
+    relay_hop: common::Summary,
+    /// This client's wall time of a relayed `Admin.CallTool`.
+    relay_wall: common::Summary,
+    relay_switches: f64,
+    /// The relay host's CPU µs per sequential call.
+    relay_seq_cpu: f64,
+    /// Calls/s through the relay with `inflight` calls in flight.
+    relay_rate: f64,
+    /// The relay host's CPU µs per call in that run.
+    relay_cpu: f64,
 }
 
 /// Own CPU time (utime + stime) of this bench process, in microseconds.
@@ -169,7 +214,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    rt.block_on(run());
+    // The measuring loop runs as a task on a worker, beside the runtime's I/O driver,
+    // not on this thread: a call then costs the client one wake-up, not a hand-off
+    // between this thread and a worker each way.
+    rt.block_on(async { tokio::spawn(run()).await.expect("the bench panicked") });
 }
 
 async fn run() {
@@ -219,16 +267,7 @@ async fn run() {
     };
 
     // 2. Broker with the three plugins.
-    let mut plugins = Vec::new();
-    for t in &targets {
-        plugins.push(match t.plugin {
-            "rs" => stress("rs", "rs", "", json!({})),
-            "py" => py_echo("py", json!({})),
-            "go" => stress("go", "go", "", json!({})),
-            _ => node_echo("nd"),
-        });
-    }
-    let mut b = Broker::start(plugins).await;
+    let mut b = Broker::start(targets.iter().map(|t| plugin_of(t)).collect()).await;
     let bpid = b.pid();
     let mut all_pids = vec![];
     for t in &targets {
@@ -246,6 +285,7 @@ async fn run() {
     let mut latency_rows = Vec::new();
     let mut broker_rows = Vec::new();
     let mut cpu_rows = Vec::new();
+    let mut switch_rows = Vec::new();
     for t in &targets {
         let ppid = plugin_pid(&mut b, t.plugin).await;
         let mut admin = Broker::admin_clone(&b);
@@ -255,6 +295,7 @@ async fn run() {
         let mut wall = Vec::with_capacity(calls);
         let mut inside = Vec::with_capacity(calls);
         let before = (cpu_us(bpid), cpu_us(ppid), self_cpu_us());
+        let switches = context_switches(bpid, "");
         let started = Instant::now();
         for _ in 0..calls {
             let (w, e) = call(&mut admin, t.tool).await;
@@ -263,6 +304,8 @@ async fn run() {
         }
         let total = started.elapsed();
         let after = (cpu_us(bpid), cpu_us(ppid), self_cpu_us());
+        let switches = (context_switches(bpid, "") - switches) as f64 / calls as f64;
+        switch_rows.push(switches);
         cpu_rows.push((t.lang, cpu_per_call(before, after, calls)));
         latency_rows.push((t.lang, summarize(wall), calls as f64 / total.as_secs_f64()));
         broker_rows.push((t.lang, summarize(inside)));
@@ -299,11 +342,85 @@ async fn run() {
     // language (generated stubs only) on a minimal tonic host (bench/raw.rs) over a
     // Unix socket, the same arguments, one call at a time. The hop's ratio to it is
     // the figure the issue's goal names (broker p50 ≤ 1.3× raw p50).
+    // The raw relay on the same kind of host (bench/raw.rs): this client's
+    // `Admin.CallTool` relayed as `InvokeTool` to the plugin the broker runs — the
+    // least a broker must do, so the floor of the broker's whole Admin path (two
+    // streams, a reader per session).
     let mut raw_rows = Vec::new();
     for t in &targets {
         let raw = raw::RawPlugin::start(t.lang, &python(), &repo()).await;
         raw.tool_trips(warmup, ARGS).await;
-        raw_rows.push((t.lang, summarize(raw.tool_trips(calls, ARGS).await)));
+        let me = std::process::id();
+        let switches = context_switches(me, raw::HOST_THREADS);
+        let trips = summarize(raw.tool_trips(calls, ARGS).await);
+        let trip_switches =
+            (context_switches(me, raw::HOST_THREADS) - switches) as f64 / calls as f64;
+        drop(raw);
+        // The relay drives the broker's own plugin (the same SDK and program), so that
+        // broker / relay is the broker's share alone.
+        let raw = raw::RawPlugin::start_peer(peer_of(t), &python(), &repo()).await;
+        let (mut client, _reading) = raw.relay().await;
+        let relay_call = |client: &mut AdminClient<Channel>| {
+            let req = CallToolRequest {
+                name: "raw_echo".into(),
+                args_json: ARGS.into(),
+                ..Default::default()
+            };
+            let mut client = client.clone();
+            async move {
+                let started = Instant::now();
+                let r = client.call_tool(req).await.expect("relay").into_inner();
+                assert!(r.success, "raw relay: {r:?}");
+                (started.elapsed().as_secs_f64() * 1e6, r.elapsed_us as f64)
+            }
+        };
+        for _ in 0..warmup {
+            relay_call(&mut client).await;
+        }
+        let switches = context_switches(me, raw::HOST_THREADS);
+        let cpu = threads_cpu_us(me, raw::HOST_THREADS);
+        let (mut wall, mut inside) = (Vec::new(), Vec::new());
+        for _ in 0..calls {
+            let (w, e) = relay_call(&mut client).await;
+            wall.push(w);
+            inside.push(e);
+        }
+        let relay_switches =
+            (context_switches(me, raw::HOST_THREADS) - switches) as f64 / calls as f64;
+        let relay_seq_cpu = (threads_cpu_us(me, raw::HOST_THREADS) - cpu) as f64 / calls as f64;
+        // The relay with `inflight` calls in flight: its calls/s and CPU per call, the
+        // floor of the broker's figures in section 2.
+        let cpu = threads_cpu_us(me, raw::HOST_THREADS);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(secs);
+        let mut tasks = Vec::new();
+        for _ in 0..inflight {
+            let mut client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut done = 0usize;
+                while Instant::now() < deadline {
+                    relay_call(&mut client).await;
+                    done += 1;
+                }
+                done
+            }));
+        }
+        let mut done = 0;
+        for t in tasks {
+            done += t.await.expect("relay throughput task");
+        }
+        let elapsed = started.elapsed();
+        let relay_cpu = (threads_cpu_us(me, raw::HOST_THREADS) - cpu) as f64 / done as f64;
+        raw_rows.push(RawRow {
+            trips,
+            trip_switches,
+            relay_hop: summarize(inside),
+            relay_wall: summarize(wall),
+            relay_switches,
+            relay_seq_cpu,
+            relay_rate: done as f64 / elapsed.as_secs_f64(),
+            relay_cpu,
+        });
     }
 
     // 4. Throughput with 1 and `inflight` calls in flight.
@@ -419,15 +536,26 @@ async fn run() {
             s.n, s.mean, s.min, s.p50, s.p90, s.p99, s.p999, s.max, rate
         );
     }
-    println!("\nThe broker↔plugin hop beside the raw floor of its language, measured in this run (`elapsed_us` p50 against a raw tonic host's `InvokeTool` round trip p50 to a minimal plugin of the same language, bench/raw.rs), in µs.\n");
-    println!("| plugin | broker hop p50 | raw round trip p50 | ratio |");
-    println!("|---|---:|---:|---:|");
-    for ((lang, hop), (_, raw)) in broker_rows.iter().zip(&raw_rows) {
+    println!("\nThe broker↔plugin hop beside the raw floor of its language, measured in this run, in µs: the broker's `elapsed_us` p50; a raw tonic host's `InvokeTool` round trip p50 to a minimal plugin of the same language (bench/raw.rs); and the same host as a raw relay, `Admin.CallTool` from this client relayed to the plugin the broker runs (same SDK and program; the relay's `elapsed_us`, and the client's wall time beside the broker's). Context switches per call: the broker process, the relay's host threads, the raw host's threads.\n");
+    println!("| plugin | broker hop p50 | raw round trip p50 | broker / raw | raw relay hop p50 | broker / relay | client p50 broker / relay | switches per call broker / relay / raw trip |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (((lang, hop), raw), ((_, wall, _), switches)) in broker_rows
+        .iter()
+        .zip(&raw_rows)
+        .zip(latency_rows.iter().zip(&switch_rows))
+    {
         println!(
-            "| {lang} | {:.1} | {:.1} | {:.2}× |",
+            "| {lang} | {:.1} | {:.1} | {:.2}× | {:.1} | {:.2}× | {:.1} / {:.1} | {:.2} / {:.2} / {:.2} |",
             hop.p50,
-            raw.p50,
-            hop.p50 / raw.p50
+            raw.trips.p50,
+            hop.p50 / raw.trips.p50,
+            raw.relay_hop.p50,
+            hop.p50 / raw.relay_hop.p50,
+            wall.p50,
+            raw.relay_wall.p50,
+            switches,
+            raw.relay_switches,
+            raw.trip_switches,
         );
     }
     println!("\nBroker-side wall time of the same calls (`elapsed_us` of CallToolResponse: route, validate, plugin round trip), in µs.\n");
@@ -455,17 +583,17 @@ async fn run() {
     println!(
         "\nCPU time per call during the sequential run (utime+stime from /proc, µs per call).\n"
     );
-    println!("| plugin | broker | plugin process | bench client |");
-    println!("|---|---:|---:|---:|");
-    for (lang, c) in &cpu_rows {
+    println!("| plugin | broker | plugin process | bench client | raw relay host (section 1) |");
+    println!("|---|---:|---:|---:|---:|");
+    for ((lang, c), raw) in cpu_rows.iter().zip(&raw_rows) {
         println!(
-            "| {lang} | {:.1} | {:.1} | {:.1} |",
-            c.broker, c.plugin, c.client
+            "| {lang} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            c.broker, c.plugin, c.client, raw.relay_seq_cpu
         );
     }
     let c = &broker_only.3;
     println!(
-        "| no plugin (broker rejects args) | {:.1} | – | {:.1} |",
+        "| no plugin (broker rejects args) | {:.1} | – | {:.1} | – |",
         c.broker, c.client
     );
 
@@ -484,6 +612,27 @@ async fn run() {
             c.broker,
             c.plugin,
             c.client
+        );
+    }
+
+    println!("\nThe raw relay (section 1's floor) with {inflight} calls in flight, the same client: calls/s and the relay host's CPU per call (its threads only), beside the broker's row above.\n");
+    println!("| plugin | relay calls/s | relay host CPU µs/call | broker calls/s | broker CPU µs/call | broker / relay CPU |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (t, raw) in targets.iter().zip(&raw_rows) {
+        let Some((_, _, done, elapsed, _, c)) = tput_rows
+            .iter()
+            .find(|(lang, n, ..)| *lang == t.lang && *n == inflight)
+        else {
+            continue;
+        };
+        println!(
+            "| {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.2}× |",
+            t.lang,
+            raw.relay_rate,
+            raw.relay_cpu,
+            *done as f64 / elapsed.as_secs_f64(),
+            c.broker,
+            c.broker / raw.relay_cpu
         );
     }
 

@@ -6,24 +6,39 @@
 //! (grpc-go, `bench/raw/go`, built with `go build` on first use). A plugin
 //! answers `RunStage` with the context it got and `InvokeTool` with its arguments.
 //! Everything a real broker and SDK add on top of this is overhead.
+//!
+//! The same host also serves a raw relay ([`RawPlugin::relay`]): `Admin.CallTool` on the
+//! same socket, answered by sending `InvokeTool` on the plugin's stream and waiting for
+//! the `ToolResult` that the host's stream reader hands back. That is the least any
+//! broker does for a client's tool call (two gRPC streams, a task per request, a reader
+//! per session), and so the floor of the broker's Admin path.
 // Each harness compiles this file on its own and uses only part of it.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use hearth_proto::v1::admin_client::AdminClient;
 use hearth_proto::v1::plugin_host_client::PluginHostClient;
 use hearth_proto::v1::plugin_host_server::{PluginHost, PluginHostServer};
 use hearth_proto::v1::{
-    host_message::Msg as HostMsg, plugin_message::Msg as PluginMsg, HostMessage, InvokeTool,
-    PluginMessage, Pong, RunStage, Stage, StageContext, StageResult, ToolResult,
+    host_message::Msg as HostMsg, plugin_message::Msg as PluginMsg, CallToolRequest,
+    CallToolResponse, HostMessage, InvokeTool, PluginMessage, Pong, RunStage, Stage, StageContext,
+    StageResult, ToolResult,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
+
+/// Name of the raw host's threads (its runtime's workers and the thread that runs it),
+/// so a bench can count their context switches apart from its own.
+pub const HOST_THREADS: &str = "raw-host";
 
 /// Environment variable that makes the bench binary run as the raw Rust plugin.
 pub const RAW_PLUGIN_ENV: &str = "HEARTH_BENCH_RAW_PLUGIN";
@@ -57,6 +72,8 @@ impl PluginHost for Host {
 pub struct RawPlugin {
     jobs: mpsc::UnboundedSender<Job>,
     pid: u32,
+    /// The host's socket (`PluginHost` and the relay's `Admin.CallTool`).
+    socket: PathBuf,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -67,6 +84,8 @@ enum Job {
         tokio::sync::oneshot::Sender<Vec<f64>>,
     ),
     Tool(usize, String, tokio::sync::oneshot::Sender<Vec<f64>>),
+    /// Read the plugin's stream for the relay until the sender is dropped.
+    Relay(tokio::sync::oneshot::Receiver<()>),
 }
 
 /// The host's side of one attached plugin (lives on the host thread).
@@ -80,6 +99,101 @@ struct Attached {
     hook_id: String,
     /// The tool an `InvokeTool` names (an SDK plugin's echo tool).
     tool: String,
+    /// What the relay's handlers share with the stream reader.
+    relay: Arc<Relay>,
+}
+
+/// The raw relay's state: where its handlers send `InvokeTool`, and the calls waiting
+/// for their `ToolResult`.
+#[derive(Default)]
+struct Relay {
+    out: OnceLock<mpsc::Sender<Result<HostMessage, Status>>>,
+    tool: OnceLock<String>,
+    /// Call ids of relayed calls start at 2^32, above the host's own.
+    next: AtomicU64,
+    pending: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<ToolResult>>>,
+}
+
+impl Relay {
+    /// One relayed call: `InvokeTool` out, the `ToolResult` back; `elapsed_us` is the
+    /// time between the two, as the broker's `CallToolResponse.elapsed_us` is.
+    async fn call(&self, req: CallToolRequest) -> Result<CallToolResponse, Status> {
+        let started = Instant::now();
+        let call_id = (1 << 32) + self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pending.lock().unwrap().insert(call_id, tx);
+        let out = self
+            .out
+            .get()
+            .ok_or_else(|| Status::unavailable("no plugin"))?;
+        let msg = HostMsg::InvokeTool(InvokeTool {
+            call_id,
+            tool: self.tool.get().cloned().unwrap_or_default(),
+            args_json: req.args_json,
+            timeout_ms: 5000,
+            ..Default::default()
+        });
+        out.send(Ok(HostMessage { msg: Some(msg) }))
+            .await
+            .map_err(|_| Status::unavailable("raw plugin gone"))?;
+        let r = rx
+            .await
+            .map_err(|_| Status::unavailable("raw plugin gone"))?;
+        Ok(CallToolResponse {
+            tool: req.name,
+            success: r.success,
+            content: r.content,
+            error: r.error,
+            elapsed_us: started.elapsed().as_micros() as u64,
+            ..Default::default()
+        })
+    }
+}
+
+/// `hearth.v1.Admin` with one route, `CallTool` (the generated server would need every
+/// Admin method): the raw relay's front.
+#[derive(Clone)]
+struct RelayService(Arc<Relay>);
+
+impl tonic::server::NamedService for RelayService {
+    const NAME: &'static str = "hearth.v1.Admin";
+}
+
+impl tonic::server::UnaryService<CallToolRequest> for RelayService {
+    type Response = CallToolResponse;
+    type Future = Pin<
+        Box<dyn std::future::Future<Output = Result<Response<CallToolResponse>, Status>> + Send>,
+    >;
+
+    fn call(&mut self, request: Request<CallToolRequest>) -> Self::Future {
+        let relay = self.0.clone();
+        Box::pin(async move { relay.call(request.into_inner()).await.map(Response::new) })
+    }
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for RelayService {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let svc = self.clone();
+        Box::pin(async move {
+            if req.uri().path() != "/hearth.v1.Admin/CallTool" {
+                return Ok(Status::unimplemented("the raw relay serves CallTool only").into_http());
+            }
+            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+            Ok(grpc.unary(svc, req).await)
+        })
+    }
 }
 
 /// Which plugin to start on the raw host.
@@ -113,44 +227,50 @@ impl RawPlugin {
     /// (and registered, for an SDK plugin).
     pub async fn start_peer(peer: Peer<'_>, python: &str, repo: &std::path::Path) -> RawPlugin {
         let (jobs, mut queue) = mpsc::unbounded_channel::<Job>();
-        let (ready, started) = tokio::sync::oneshot::channel();
+        let (ready, started) = tokio::sync::oneshot::channel::<(u32, PathBuf)>();
         let peer = peer.owned();
         let (python, repo) = (python.to_string(), repo.to_path_buf());
-        let thread = std::thread::spawn(move || {
-            // The runtime the broker runs on (multi-thread, a worker per core), with
-            // the measuring loop as one of its tasks, like a broker's turn.
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let host = rt.spawn(async move {
-                let mut a = Attached::start(peer.borrowed(), &python, &repo).await;
-                let _ = ready.send(a.child.id());
-                while let Some(job) = queue.recv().await {
-                    match job {
-                        Job::Stage(n, ctx, reply) => {
-                            let mut out = Vec::with_capacity(n);
-                            for _ in 0..n {
-                                out.push(a.stage_trip(&ctx).await);
+        let thread = std::thread::Builder::new()
+            .name(HOST_THREADS.into())
+            .spawn(move || {
+                // The runtime the broker runs on (multi-thread, a worker per core), with
+                // the measuring loop as one of its tasks, like a broker's turn.
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .thread_name(HOST_THREADS)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let host = rt.spawn(async move {
+                    let mut a = Attached::start(peer.borrowed(), &python, &repo).await;
+                    let _ = ready.send((a.child.id(), a.socket()));
+                    while let Some(job) = queue.recv().await {
+                        match job {
+                            Job::Stage(n, ctx, reply) => {
+                                let mut out = Vec::with_capacity(n);
+                                for _ in 0..n {
+                                    out.push(a.stage_trip(&ctx).await);
+                                }
+                                let _ = reply.send(out);
                             }
-                            let _ = reply.send(out);
-                        }
-                        Job::Tool(n, args, reply) => {
-                            let mut out = Vec::with_capacity(n);
-                            for _ in 0..n {
-                                out.push(a.tool_trip(&args).await);
+                            Job::Tool(n, args, reply) => {
+                                let mut out = Vec::with_capacity(n);
+                                for _ in 0..n {
+                                    out.push(a.tool_trip(&args).await);
+                                }
+                                let _ = reply.send(out);
                             }
-                            let _ = reply.send(out);
+                            Job::Relay(stop) => a.read_for_relay(stop).await,
                         }
                     }
-                }
-            });
-            let _ = rt.block_on(host);
-        });
-        let pid = started.await.expect("the raw host thread failed");
+                });
+                let _ = rt.block_on(host);
+            })
+            .expect("starting the raw host thread");
+        let (pid, socket) = started.await.expect("the raw host thread failed");
         RawPlugin {
             jobs,
             pid,
+            socket,
             thread: Some(thread),
         }
     }
@@ -178,7 +298,21 @@ impl RawPlugin {
     pub async fn stage_trip(&self, context: &StageContext) -> f64 {
         self.stage_trips(1, context).await[0]
     }
+
+    /// A client of the raw relay, and a guard that keeps the host's stream reader
+    /// serving it: while the guard lives, the host runs no other job.
+    pub async fn relay(&self) -> (AdminClient<tonic::transport::Channel>, RelayGuard) {
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let _ = self.jobs.send(Job::Relay(stopped));
+        (
+            AdminClient::new(unix_channel(self.socket.clone()).await),
+            RelayGuard(stop),
+        )
+    }
 }
+
+/// Keeps the raw host reading for the relay (see [`RawPlugin::relay`]).
+pub struct RelayGuard(tokio::sync::oneshot::Sender<()>);
 
 impl Drop for RawPlugin {
     fn drop(&mut self) {
@@ -246,6 +380,7 @@ impl Attached {
         let socket = dir.path().join("raw.sock");
         let listener = tokio::net::UnixListener::bind(&socket).unwrap();
         let (sessions, mut attached) = mpsc::unbounded_channel();
+        let relay = Arc::new(Relay::default());
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(
@@ -253,6 +388,7 @@ impl Attached {
                         .max_decoding_message_size(64 << 20)
                         .max_encoding_message_size(64 << 20),
                 )
+                .add_service(RelayService(relay.clone()))
                 .serve_with_incoming(UnixListenerStream::new(listener)),
         );
         let addr = format!("unix://{}", socket.display());
@@ -326,6 +462,8 @@ impl Attached {
                 }
             }
         }
+        let _ = relay.out.set(out.clone());
+        let _ = relay.tool.set(tool.clone());
         Attached {
             inbound,
             out,
@@ -334,6 +472,28 @@ impl Attached {
             next: 1,
             hook_id,
             tool,
+            relay,
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self._dir.path().join("raw.sock")
+    }
+
+    /// The relay's session reader: hands each `ToolResult` to the call waiting for it,
+    /// until `stop` fires (or its sender is dropped).
+    async fn read_for_relay(&mut self, mut stop: tokio::sync::oneshot::Receiver<()>) {
+        loop {
+            let m = tokio::select! {
+                _ = &mut stop => return,
+                m = self.inbound.message() => m,
+            };
+            let Ok(Some(m)) = m else { return };
+            if let Some(PluginMsg::ToolResult(r)) = m.msg {
+                if let Some(tx) = self.relay.pending.lock().unwrap().remove(&r.call_id) {
+                    let _ = tx.send(r);
+                }
+            }
         }
     }
 }
@@ -472,6 +632,22 @@ impl Drop for Attached {
     }
 }
 
+/// A gRPC channel over the Unix socket at `path`.
+async fn unix_channel(path: PathBuf) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::try_from("http://localhost")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
 /// The raw Rust plugin (this binary with [`RAW_PLUGIN_ENV`] set): a current-thread
 /// runtime, like the Rust SDK's.
 pub fn raw_plugin_main() {
@@ -481,19 +657,7 @@ pub fn raw_plugin_main() {
         .unwrap();
     rt.block_on(async {
         let addr = std::env::var("HEARTH_ADDR").unwrap();
-        let path = PathBuf::from(addr.trim_start_matches("unix://"));
-        let channel = tonic::transport::Endpoint::try_from("http://localhost")
-            .unwrap()
-            .connect_with_connector(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await
-            .unwrap();
+        let channel = unix_channel(PathBuf::from(addr.trim_start_matches("unix://"))).await;
         let mut client = PluginHostClient::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);

@@ -58,6 +58,7 @@ static BROKER_LOG: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new(
 /// Brokers started from now on log at the default level, as operators run them. Every
 /// benchmark calls it first: at debug a broker writes a log line per tool call, which
 /// measured as much as the call itself.
+#[allow(dead_code)] // the benches' only
 pub fn quiet_brokers() {
     let _ = BROKER_LOG.set("info");
 }
