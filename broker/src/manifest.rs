@@ -1101,17 +1101,19 @@ pub fn discover(roots: &[PathBuf]) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hearth-manifest-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh folder under the temp dir, removed when the guard drops (also when the
+    /// test fails).
+    fn tempdir(tag: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("hearth-manifest-{tag}"))
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
     fn a_manifest_without_runtime_is_named_as_such_when_nothing_can_be_inferred() {
         let root = tempdir("noruntime");
-        let dir = root.join("hello_cy");
+        let dir = root.path().join("hello_cy");
         std::fs::create_dir_all(&dir).unwrap();
         let err = PluginSpec::load(&dir).unwrap_err().to_string();
         assert!(err.contains("(no plugin.json, and cannot infer"), "{err}");
@@ -1131,20 +1133,19 @@ mod tests {
     #[test]
     fn infers_python_and_uses_dir_name() {
         let root = tempdir("py");
-        let dir = root.join("calc");
+        let dir = root.path().join("calc");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("main.py"), "").unwrap();
         let spec = PluginSpec::load(&dir).unwrap();
         assert_eq!(spec.name, "calc");
         assert_eq!(spec.runtime, Runtime::Python);
         assert_eq!(spec.call_timeout_s, DEFAULT_CALL_TIMEOUT_S);
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
     fn manifest_name_wins_and_bad_runtime_is_named() {
         let root = tempdir("mf");
-        let dir = root.join("d");
+        let dir = root.path().join("d");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("index.js"), "").unwrap();
         std::fs::write(dir.join("plugin.json"), r#"{"name":"w","runtime":"node"}"#).unwrap();
@@ -1156,13 +1157,12 @@ mod tests {
         std::fs::write(dir.join("plugin.json"), r#"{"call_timeout_s":-1}"#).unwrap();
         let err = PluginSpec::load(&dir).unwrap_err().to_string();
         assert!(err.contains("call_timeout_s"), "{err}");
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
     fn capabilities_default_and_unknown_ones_are_named() {
         let root = tempdir("caps");
-        let dir = root.join("c");
+        let dir = root.path().join("c");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("main.py"), "").unwrap();
         assert_eq!(
@@ -1184,7 +1184,6 @@ mod tests {
             err.contains("unknown capability `root`; known: memory"),
             "{err}"
         );
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -1208,7 +1207,7 @@ mod tests {
         }
         assert!(check_name(&"x".repeat(MAX_NAME_BYTES + 1)).is_err());
         let root = tempdir("name");
-        let dir = root.join("d");
+        let dir = root.path().join("d");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("main.py"), "").unwrap();
         std::fs::write(dir.join("plugin.json"), r#"{"name":"../adapters"}"#).unwrap();
@@ -1217,13 +1216,12 @@ mod tests {
             err.contains("field `name`") && err.contains("../adapters"),
             "{err}"
         );
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
     fn a_build_step_is_checked_and_its_entry_may_be_missing() {
         let root = tempdir("build");
-        let dir = root.join("gp");
+        let dir = root.path().join("gp");
         std::fs::create_dir_all(&dir).unwrap();
         let write = |json: &str| std::fs::write(dir.join("plugin.json"), json).unwrap();
         write(
@@ -1289,19 +1287,17 @@ mod tests {
         );
         write(r#"{"runtime":"exec","entry":"p","build":null}"#);
         assert!(PluginSpec::load(&dir).unwrap().build.is_none());
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
     fn nothing_to_infer_is_a_clear_error() {
         let root = tempdir("none");
-        let dir = root.join("empty");
+        let dir = root.path().join("empty");
         std::fs::create_dir_all(&dir).unwrap();
         let err = PluginSpec::load(&dir).unwrap_err().to_string();
         assert!(
             err.contains("not a plugin directory") && err.contains("cannot infer the runtime"),
             "{err}"
         );
-        std::fs::remove_dir_all(root).unwrap();
     }
 }
