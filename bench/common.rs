@@ -106,48 +106,46 @@ fn cpu_us_of(path: &str) -> u64 {
     ticks * 1_000_000 / hz.max(1)
 }
 
+/// The `/proc/<pid>/task/<tid>` folders of the threads of `pid` whose name starts with
+/// `threads` (every thread when empty); none when the process is gone.
+fn threads_of(pid: u32, threads: &str) -> Vec<std::path::PathBuf> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .map(|task| task.path())
+        .filter(|task| {
+            let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            comm.trim_end().starts_with(threads)
+        })
+        .collect()
+}
+
 /// utime + stime of the threads of `pid` whose name starts with `threads`, in
 /// microseconds (from /proc/<pid>/task/*/stat).
 pub fn threads_cpu_us(pid: u32, threads: &str) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    let mut us = 0;
-    for task in tasks.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end().starts_with(threads) {
-            let tid = task.file_name().to_string_lossy().parse().unwrap_or(0);
-            us += cpu_us_of(&format!("/proc/{pid}/task/{tid}/stat"));
-        }
-    }
-    us
+    threads_of(pid, threads)
+        .iter()
+        .map(|task| cpu_us_of(&task.join("stat").to_string_lossy()))
+        .sum()
 }
 
 /// Context switches (voluntary and not) of `pid` so far, summed over its threads whose
 /// name starts with `threads` (all threads when empty), from /proc/<pid>/task/*/status.
 /// A thread that sleeps and is woken counts one: the per-call figure counts wake-ups.
 pub fn context_switches(pid: u32, threads: &str) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    let mut n = 0;
-    for task in tasks.flatten() {
-        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        let name = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Name:"))
-            .unwrap_or("")
-            .trim();
-        if !name.starts_with(threads) {
-            continue;
-        }
-        n += status
-            .lines()
-            .filter(|l| l.starts_with("voluntary_ctxt") || l.starts_with("nonvoluntary_ctxt"))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    n
+    threads_of(pid, threads)
+        .iter()
+        .map(|task| {
+            let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+            status
+                .lines()
+                .filter(|l| l.starts_with("voluntary_ctxt") || l.starts_with("nonvoluntary_ctxt"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 /// CPU time of the calling thread in microseconds (`CLOCK_THREAD_CPUTIME_ID`, ns

@@ -305,7 +305,7 @@ impl RawPlugin {
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let _ = self.jobs.send(Job::Relay(stopped));
         (
-            AdminClient::new(unix_channel(self.socket.clone()).await),
+            AdminClient::new(crate::harness::unix_channel(self.socket.clone()).await),
             RelayGuard(stop),
         )
     }
@@ -632,22 +632,6 @@ impl Drop for Attached {
     }
 }
 
-/// A gRPC channel over the Unix socket at `path`.
-async fn unix_channel(path: PathBuf) -> tonic::transport::Channel {
-    tonic::transport::Endpoint::try_from("http://localhost")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap()
-}
-
 /// The raw Rust plugin (this binary with [`RAW_PLUGIN_ENV`] set): a current-thread
 /// runtime, like the Rust SDK's.
 pub fn raw_plugin_main() {
@@ -657,7 +641,8 @@ pub fn raw_plugin_main() {
         .unwrap();
     rt.block_on(async {
         let addr = std::env::var("HEARTH_ADDR").unwrap();
-        let channel = unix_channel(PathBuf::from(addr.trim_start_matches("unix://"))).await;
+        let channel =
+            crate::harness::unix_channel(PathBuf::from(addr.trim_start_matches("unix://"))).await;
         let mut client = PluginHostClient::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);

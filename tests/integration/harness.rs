@@ -630,14 +630,18 @@ pub fn final_of(events: &[hearth_proto::v1::chat_event::Event]) -> hearth_proto:
 
 /// A raw gRPC channel to the broker's Unix socket in `data_dir` (no token attached).
 pub async fn socket_channel(data_dir: &Path) -> tonic::transport::Channel {
-    let socket = data_dir.join("hearth.sock");
+    unix_channel(data_dir.join("hearth.sock")).await
+}
+
+/// A gRPC channel over the Unix socket at `path`; panics when it cannot connect.
+pub async fn unix_channel(path: PathBuf) -> tonic::transport::Channel {
     tonic::transport::Endpoint::try_from("http://localhost")
         .unwrap()
         .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
+            let path = path.clone();
             async move {
                 Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
+                    tokio::net::UnixStream::connect(path).await?,
                 ))
             }
         }))
