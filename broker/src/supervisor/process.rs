@@ -263,7 +263,11 @@ fn spawner() -> &'static std::sync::mpsc::Sender<SpawnJob> {
             .name("hearth-spawner".into())
             .spawn(move || {
                 for job in rx {
-                    job();
+                    // A panicking job must not end this thread: every plugin it forked
+                    // would get its parent-death SIGKILL.
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                        tracing::error!("a plugin spawn panicked; the spawner goes on");
+                    }
                 }
             })
             .expect("starting the plugin spawner thread");
@@ -473,7 +477,10 @@ async fn spawn_on_spawner(
         let result = cmd.spawn();
         drop(inherited);
         if let Some(pid) = result.as_ref().ok().and_then(Child::id) {
-            started(pid);
+            // The caller still gets its child when `started` panics.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| started(pid))).is_err() {
+                tracing::error!(pid, "recording a spawned plugin's pid panicked");
+            }
         }
         let _ = tx.send(result);
     });
@@ -481,7 +488,7 @@ async fn spawn_on_spawner(
         .send(job)
         .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?;
     rx.await
-        .map_err(|_| std::io::Error::other("the plugin spawner thread is gone"))?
+        .map_err(|_| std::io::Error::other("the plugin spawner failed (see the broker's log)"))?
 }
 
 /// Creates `dir` (and parents) mode 0700; `fresh` empties it first.
@@ -861,6 +868,36 @@ mod tests {
         signal_group(pid, libc::SIGKILL);
         drop(child);
         drop(rt);
+    }
+
+    /// A `started` callback that panics costs neither the spawn nor the spawner thread:
+    /// the caller gets its child, plugins forked before live on (their parent-death
+    /// signal follows that thread), and the next spawn works.
+    #[tokio::test]
+    async fn a_panicking_started_callback_leaves_the_spawner_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = sleeper(dir.path());
+        let (interp, protected) = (Interpreters::from_env(), Protected::default());
+        let launch = launch(dir.path(), &protected);
+        let before = spawn(&spec, &interp, &launch, |_| {}).await.unwrap().child;
+        let panicked = spawn(&spec, &interp, &launch, |_| {
+            panic!("deliberate (test): a started callback that panics")
+        })
+        .await
+        .expect("the spawn's child, despite its callback")
+        .child;
+        let after = spawn(&spec, &interp, &launch, |_| {}).await.unwrap().child;
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        for child in [&before, &panicked, &after] {
+            let pid = child.id().unwrap();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
+            assert!(
+                matches!(state, Some("S" | "R")),
+                "plugin {pid} died: {stat}"
+            );
+            signal_group(pid, libc::SIGKILL);
+        }
     }
 
     #[test]
