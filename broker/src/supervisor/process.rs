@@ -829,6 +829,19 @@ mod tests {
         }
     }
 
+    /// Panics with `why` and the process's stat line unless `pid` is sleeping or
+    /// running (not a zombie, not gone).
+    fn assert_alive(pid: u32, why: &str) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .next();
+        assert!(matches!(state, Some("S" | "R")), "{why}: {stat:?}");
+    }
+
     /// PR_SET_PDEATHSIG fires when the forking *thread* exits: a plugin spawned while
     /// the broker ran on a thread that later ends (a retired blocking-pool thread) must
     /// live on.
@@ -859,12 +872,7 @@ mod tests {
         let pid = child.id().unwrap();
         assert_eq!(started.try_recv(), Ok(pid));
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
-        assert!(
-            matches!(state, Some("S" | "R")),
-            "plugin died with its thread: {stat}"
-        );
+        assert_alive(pid, "plugin died with its thread");
         signal_group(pid, libc::SIGKILL);
         drop(child);
         drop(rt);
@@ -890,12 +898,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(300));
         for child in [&before, &panicked, &after] {
             let pid = child.id().unwrap();
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-            let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
-            assert!(
-                matches!(state, Some("S" | "R")),
-                "plugin {pid} died: {stat}"
-            );
+            assert_alive(pid, &format!("plugin {pid} died"));
             signal_group(pid, libc::SIGKILL);
         }
     }
